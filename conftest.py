@@ -1,0 +1,3 @@
+"""Root conftest: loads the perfgate plugin (its options and hooks); no logic here."""
+
+pytest_plugins = ("perfgate.plugin",)

@@ -1,0 +1,127 @@
+"""Baseline files: pytest-benchmark JSON with a versioned `perfgate` block, keyed by fingerprint.
+
+Layout: `baselines/<fingerprint_id>/NNNN_<label>.json`, the numbering pytest-benchmark's own
+storage uses, so `--benchmark-compare` finds the newest one unchanged. Recording adds a new
+number (history is never overwritten) and writes atomically: a temporary file in the same
+folder, fsync, then a no-clobber link to the final name; a run killed mid-write leaves the
+earlier files intact and at worst a `.tmp` file that loading ignores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from perfgate.fingerprint import differences
+
+SCHEMA = 1
+RECORD_HINT = "record one with: pytest benchmarks --perfgate-record"
+_NUMBERED = re.compile(r"^(\d{4})_.*\.json$")
+
+
+class BaselineError(Exception):
+    """A baseline that cannot be used; the message is one line naming the file, problem and fix."""
+
+
+def baseline_dir(root: str | os.PathLike[str], fp_id: str) -> Path:
+    return Path(root) / fp_id
+
+
+def numbered_files(folder: Path) -> list[Path]:
+    if not folder.is_dir():
+        return []
+    return sorted((p for p in folder.iterdir() if _NUMBERED.match(p.name)), key=lambda p: p.name)
+
+
+def validate(data: Any, path: Path, fingerprint: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Check a loaded baseline; raise BaselineError with the one-line diagnosis and fix."""
+    fix = f"restore it (git checkout -- {path}) or delete it and {RECORD_HINT}"
+    if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
+        raise BaselineError(f"{path}: not a pytest-benchmark file (no 'benchmarks' list); {fix}")
+    block = data.get("perfgate")
+    if not isinstance(block, dict):
+        raise BaselineError(f"{path}: no 'perfgate' block, so no fingerprint to trust; {fix}")
+    if block.get("schema") != SCHEMA:
+        raise BaselineError(f"{path}: schema {block.get('schema')!r}, this perfgate reads schema {SCHEMA}; {fix}")
+    for i, bench in enumerate(data["benchmarks"]):
+        if not isinstance(bench, dict) or "fullname" not in bench or not isinstance(bench.get("stats"), dict):
+            raise BaselineError(f"{path}: benchmark #{i} lacks 'fullname' or 'stats'; {fix}")
+        samples = bench.get("extra_info", {}).get("samples_ms")
+        if not isinstance(samples, list) or not samples:
+            raise BaselineError(f"{path}: benchmark {bench['fullname']!r} has no raw samples (extra_info.samples_ms); {fix}")
+    if fingerprint is not None:
+        diff = differences(fingerprint, block.get("fingerprint") or {})
+        if diff:
+            what = ", ".join(f"{k} {b!r} here {a!r}" for k, (a, b) in diff.items())
+            raise BaselineError(
+                f"{path}: recorded on another machine ({what}); move it to its own fingerprint folder or {RECORD_HINT}"
+            )
+    return data
+
+
+def load(path: str | os.PathLike[str], fingerprint: dict[str, Any] | None = None) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf8")
+    except OSError as exc:
+        raise BaselineError(f"{path}: cannot read ({exc.strerror}); check the path or {RECORD_HINT}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        what = "truncated" if exc.pos >= len(text.rstrip()) else "corrupt"
+        raise BaselineError(
+            f"{path}: {what} JSON at line {exc.lineno} column {exc.colno}; restore it (git checkout -- {path}) or delete it and {RECORD_HINT}"
+        ) from None
+    return validate(data, path, fingerprint)
+
+
+def latest(folder: Path, fingerprint: dict[str, Any] | None = None) -> tuple[Path, dict[str, Any]] | None:
+    """The newest baseline in `folder`, validated; None if there is none. A broken newest file is an
+    error, never silently replaced by an older one."""
+    files = numbered_files(folder)
+    if not files:
+        return None
+    return files[-1], load(files[-1], fingerprint)
+
+
+def by_name(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {b["fullname"]: b for b in data["benchmarks"]}
+
+
+def atomic_write_json(path: Path, data: Any, *, clobber: bool = True) -> Path:
+    """Write JSON so that readers see the old file or the whole new one, never a part."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf8") as fh:
+            json.dump(data, fh, indent=2, sort_keys=False, default=str)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        if clobber:
+            os.replace(tmp, path)
+        else:
+            os.link(tmp, path)  # fails if the name exists: history is never overwritten
+            os.unlink(tmp)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def record(folder: Path, data: dict[str, Any], label: str) -> Path:
+    """Add `data` as the next numbered baseline in `folder`."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", label).strip("-") or "baseline"
+    for _ in range(100):
+        files = numbered_files(folder)
+        num = int(files[-1].name[:4]) + 1 if files else 1
+        try:
+            return atomic_write_json(folder / f"{num:04d}_{safe}.json", data, clobber=False)
+        except FileExistsError:
+            continue  # another writer took the number; take the next
+    raise BaselineError(f"{folder}: could not find a free baseline number; remove stray files there")

@@ -1,0 +1,171 @@
+"""The measurement core: time a zero-argument step on a device.
+
+One first call (compile, autotuning, graph capture) timed apart; warm-up until successive
+samples settle; then timed rounds until the median's confidence interval is within the target
+precision, bounded by a minimum and maximum number of rounds and a time budget. Raw samples are
+kept: the gate tests significance on them.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from perfgate.memory import MemoryTracker, PeakMemory
+from perfgate.stats import StopRule, stop_reason, summarize
+
+
+def _busy_cpu_s() -> tuple[float, float]:
+    """(all processes' busy CPU seconds, this process's CPU seconds) so far."""
+    import psutil
+
+    t = psutil.cpu_times()
+    busy = t.user + t.system + getattr(t, "nice", 0.0) + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0) + getattr(t, "steal", 0.0)
+    own = psutil.Process().cpu_times()
+    return busy, own.user + own.system + own.children_user + own.children_system
+
+
+def contention(before: tuple[float, float], after: tuple[float, float], wall_s: float) -> float:
+    """Other processes' CPU time during the measurement, in cores (0.5 = half a core busy).
+
+    On a 2-core machine one busy neighbour slows a 2-thread run tenfold: such a sample is not a
+    regression of the code but of the machine, and the gate calls it unreliable.
+    """
+    if wall_s <= 0:
+        return 0.0
+    other = (after[0] - before[0]) - (after[1] - before[1])
+    return max(other, 0.0) / wall_s
+
+
+class CpuTimer:
+    """Host wall clock; perf_counter_ns has 1 ns resolution here."""
+
+    def time_ms(self, step: Callable[[], Any]) -> tuple[float, Any]:
+        t0 = time.perf_counter_ns()
+        out = step()
+        return (time.perf_counter_ns() - t0) / 1e6, out
+
+
+class CudaEventTimer:
+    """CUDA events on the current stream, synchronised on the end event.
+
+    A host clock would only time the kernel launches: work is asynchronous on the GPU.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self._start = torch.cuda.Event(enable_timing=True)
+        self._end = torch.cuda.Event(enable_timing=True)
+
+    def time_ms(self, step: Callable[[], Any]) -> tuple[float, Any]:
+        torch.cuda.synchronize(self.device)
+        self._start.record()
+        out = step()
+        self._end.record()
+        self._end.synchronize()
+        return float(self._start.elapsed_time(self._end)), out
+
+
+def make_timer(device: torch.device | str) -> CpuTimer | CudaEventTimer:
+    device = torch.device(device)
+    if device.type == "cuda":
+        return CudaEventTimer(device)
+    if device.type == "cpu":
+        return CpuTimer()
+    raise ValueError(f"unsupported device {device}: perfgate times 'cpu' and 'cuda'")
+
+
+@dataclass(frozen=True, kw_only=True)
+class WarmupRule:
+    """Warm up until the last `window` samples' median is within `tolerance` of the window before."""
+
+    min_rounds: int = 3
+    max_rounds: int = 50
+    window: int = 3
+    tolerance: float = 0.10
+    budget_s: float = 10.0
+
+
+def warmup_settled(samples: list[float], rule: WarmupRule) -> bool:
+    """True when first-call effects are gone: two successive windows agree in median."""
+    if len(samples) < max(rule.min_rounds, 2 * rule.window):
+        return False
+    last = float(np.median(samples[-rule.window :]))
+    prev = float(np.median(samples[-2 * rule.window : -rule.window]))
+    return abs(last - prev) <= rule.tolerance * prev
+
+
+@dataclass(kw_only=True)
+class Measurement:
+    samples_ms: list[float]
+    first_call_s: float
+    warmup_rounds: int
+    stop: str
+    memory: PeakMemory
+    device: str
+    timer: str
+    contention_cores: float = 0.0
+    output: Any = field(default=None, repr=False)
+
+    @property
+    def summary(self) -> dict[str, float]:
+        return summarize(self.samples_ms)
+
+
+def measure(
+    step: Callable[[], Any],
+    device: torch.device | str,
+    *,
+    stop: StopRule = StopRule(),
+    warmup: WarmupRule = WarmupRule(),
+    progress: Callable[[str], None] | None = None,
+) -> Measurement:
+    """Measure `step` on `device`; returns raw samples in ms and the first-call time in s."""
+    device = torch.device(device)
+    timer = make_timer(device)
+    first_ms, output = timer.time_ms(step)
+
+    warm: list[float] = []
+    t0 = time.perf_counter()
+    while len(warm) < warmup.max_rounds and not warmup_settled(warm, warmup):
+        warm.append(timer.time_ms(step)[0])
+        if time.perf_counter() - t0 > warmup.budget_s and len(warm) >= warmup.min_rounds:
+            break
+
+    samples: list[float] = []
+    # gc pauses would land in random samples; collect now and keep it off while timing.
+    gc.collect()
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        with MemoryTracker(device) as mem:
+            cpu0 = _busy_cpu_s()
+            t0 = time.perf_counter()
+            reason = None
+            while reason is None:
+                samples.append(timer.time_ms(step)[0])
+                reason = stop_reason(samples, time.perf_counter() - t0, stop)
+                if progress is not None and len(samples) % 20 == 0:
+                    progress(f"{len(samples)} rounds")
+            wall_s = time.perf_counter() - t0
+            cpu1 = _busy_cpu_s()
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    assert mem.result is not None
+    return Measurement(
+        samples_ms=samples,
+        first_call_s=first_ms / 1e3,
+        warmup_rounds=len(warm),
+        stop=reason,
+        memory=mem.result,
+        device=str(device),
+        timer=type(timer).__name__,
+        contention_cores=contention(cpu0, cpu1, wall_s),
+        output=output,
+    )

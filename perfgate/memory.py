@@ -1,0 +1,109 @@
+"""Peak memory of a measured region, per device.
+
+CUDA: the caching allocator's own peak statistics after a reset (allocated and reserved).
+CPU: the process's high-water mark (VmHWM) after resetting it through /proc/self/clear_refs;
+where that is not possible (not Linux, a kernel that refuses the write) an RSS sampler thread
+stands in. The CPU build of torch returns 0 from torch.cuda.max_memory_allocated() silently,
+so CUDA figures are only ever read on a CUDA device.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+MIB = 1024 * 1024
+_STATUS = Path("/proc/self/status")
+_CLEAR_REFS = Path("/proc/self/clear_refs")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PeakMemory:
+    """Peak memory of a region, MiB. `method` says how it was obtained."""
+
+    peak_mem_mib: float  # allocated (CUDA) or RSS high-water delta (CPU)
+    reserved_mem_mib: float | None  # CUDA caching allocator reserve; None on the CPU
+    method: str  # "cuda_allocator", "vmhwm", "rss_sampler"
+
+
+def _read_status_kib(field: str, status: str | None = None) -> int:
+    text = status if status is not None else _STATUS.read_text()
+    m = re.search(rf"^{field}:\s+(\d+)\s+kB", text, re.MULTILINE)
+    if not m:
+        raise OSError(f"{field} not found in /proc/self/status")
+    return int(m.group(1))
+
+
+def reset_hwm() -> bool:
+    """Reset the process's RSS high-water mark to the current RSS; False where unsupported."""
+    try:
+        _CLEAR_REFS.write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+class _RssSampler:
+    """Fallback peak tracker: psutil RSS every `interval_s` on a daemon thread."""
+
+    def __init__(self, interval_s: float = 0.005) -> None:
+        import psutil
+
+        self._proc = psutil.Process()
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self.start_rss = self._proc.memory_info().rss
+        self.peak_rss = self.start_rss
+        self._thread = threading.Thread(target=self._run, daemon=True, name="perfgate-rss")
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            self.peak_rss = max(self.peak_rss, self._proc.memory_info().rss)
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        self.peak_rss = max(self.peak_rss, self._proc.memory_info().rss)
+        return (self.peak_rss - self.start_rss) / MIB
+
+
+class MemoryTracker:
+    """Context manager measuring the peak memory of the code inside it on `device`."""
+
+    def __init__(self, device: torch.device | str, *, force_sampler: bool = False) -> None:
+        self.device = torch.device(device)
+        self._force_sampler = force_sampler
+        self.result: PeakMemory | None = None
+
+    def __enter__(self) -> "MemoryTracker":
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self._base_alloc = torch.cuda.memory_allocated(self.device)
+            self._sampler = None
+        elif not self._force_sampler and reset_hwm():
+            self._base_kib = _read_status_kib("VmRSS")
+            self._sampler = None
+        else:
+            self._sampler = _RssSampler()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            # Absolute peaks: weights and caches count, as in the seeds' "2291 MB" figures.
+            self.result = PeakMemory(
+                peak_mem_mib=torch.cuda.max_memory_allocated(self.device) / MIB,
+                reserved_mem_mib=torch.cuda.max_memory_reserved(self.device) / MIB,
+                method="cuda_allocator",
+            )
+        elif self._sampler is None:
+            peak_kib = _read_status_kib("VmHWM") - self._base_kib
+            self.result = PeakMemory(peak_mem_mib=max(peak_kib, 0) / 1024, reserved_mem_mib=None, method="vmhwm")
+        else:
+            self.result = PeakMemory(peak_mem_mib=max(self._sampler.stop(), 0.0), reserved_mem_mib=None, method="rss_sampler")

@@ -1,0 +1,247 @@
+"""pytest plugin: options and hooks only; the logic lives in perfgate's pure modules."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from perfgate import baseline as baseline_store
+from perfgate import policy as policy_mod
+from perfgate import summary
+from perfgate.accuracy import Tolerance
+from perfgate.measure import StopRule
+from perfgate.runner import Case, RunOptions
+from perfgate.session import Session, _split, default_device, expand_cases
+from perfgate.variants import set_inductor_cache
+from perfgate.workload import load_model_file
+
+_KEY = pytest.StashKey[Session]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    g = parser.getgroup("perfgate", "perfgate: model benchmarks and the regression gate")
+    g.addoption("--perfgate-device", default=None, help="cpu, cuda or cuda:N (default: cuda if available, else cpu)")
+    g.addoption("--perfgate-models", default=None, help="comma-separated model names or globs (default: all)")
+    g.addoption("--perfgate-sizes", default=None, help="comma-separated size presets (default: the device's default size)")
+    g.addoption("--perfgate-variants", default=None, help="comma-separated variant names or globs (default: [tool.perfgate] variants, else all)")
+    g.addoption("--perfgate-record", nargs="?", const="baseline", default=None, metavar="LABEL",
+                help="record this run as the newest baseline for this machine's fingerprint")
+    g.addoption("--perfgate-baselines", default=None, help="baseline folder (default: <rootdir>/baselines)")
+    g.addoption("--perfgate-no-gate", action="store_true", help="measure only; do not compare with the baseline")
+    g.addoption("--perfgate-ratchet", action="store_true", help="fail on an unexpected improvement, so the baseline is re-recorded")
+    g.addoption("--perfgate-precision", type=float, default=None, help="target relative half-width of the median's 95%% CI (default 0.02)")
+    g.addoption("--perfgate-min-rounds", type=int, default=None, help="minimum timed rounds per case (default 10)")
+    g.addoption("--perfgate-max-rounds", type=int, default=None, help="maximum timed rounds per case (default 200)")
+    g.addoption("--perfgate-budget-s", type=float, default=None, help="time budget of the timed rounds per case, s (default 5)")
+    g.addoption("--perfgate-smoke", action="store_true", help="quick pass: every case builds, runs and records with few rounds")
+    g.addoption("--perfgate-fail-on-graph-break", action="store_true", help="fail compiled cases that have graph breaks")
+    g.addoption("--perfgate-model-file", action="append", default=[], help="python file registering extra models (repeatable)")
+    g.addoption("--perfgate-checkpoint", default=None, help="checkpoint to load strictly into the selected model")
+    g.addoption("--perfgate-verdicts", default=None, help="write the verdicts as JSON here (default .perfgate/verdicts.json)")
+    g.addoption("--perfgate-inductor-cache", default=None, help="persistent inductor cache folder (default .perfgate/inductor-cache)")
+
+
+def _table(config: pytest.Config) -> dict[str, Any]:
+    path = Path(config.rootpath) / "pyproject.toml"
+    return policy_mod.load_table(path)
+
+
+def _run_options(config: pytest.Config, table: dict[str, Any]) -> RunOptions:
+    smoke = config.getoption("perfgate_smoke")
+    base = StopRule(min_rounds=3, max_rounds=5, budget_s=0.5) if smoke else StopRule()
+    try:
+        stop = StopRule(
+            precision=config.getoption("perfgate_precision") or base.precision,
+            min_rounds=config.getoption("perfgate_min_rounds") or base.min_rounds,
+            max_rounds=config.getoption("perfgate_max_rounds") or base.max_rounds,
+            budget_s=config.getoption("perfgate_budget_s") or base.budget_s,
+        )
+    except ValueError as exc:
+        raise pytest.UsageError(f"perfgate: {exc}; fix the --perfgate-* option") from None
+    tolerances = {k: Tolerance(**v) for k, v in table.get("tolerance", {}).items()}
+    return RunOptions(
+        stop=stop,
+        checkpoint=config.getoption("perfgate_checkpoint"),
+        fail_on_graph_break=config.getoption("perfgate_fail_on_graph_break"),
+        tolerances=tolerances,
+        warm_compile=not smoke,
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    try:
+        table = _table(config)
+        policy = policy_mod.parse(table, f"{Path(config.rootpath) / 'pyproject.toml'} [tool.perfgate]")
+        for f in [*table.get("model_files", []), *config.getoption("perfgate_model_file")]:
+            load_model_file(Path(config.rootpath) / f)
+        opts = _run_options(config, table)
+    except (policy_mod.PolicyError, FileNotFoundError, TypeError) as exc:
+        raise pytest.UsageError(f"perfgate: {exc}") from None
+    device = config.getoption("perfgate_device") or default_device()
+    root = Path(config.getoption("perfgate_baselines") or Path(config.rootpath) / "baselines")
+    set_inductor_cache(config.getoption("perfgate_inductor_cache") or Path(config.rootpath) / ".perfgate" / "inductor-cache")
+    session = Session(
+        device=device,
+        baselines_root=root,
+        policy=policy,
+        run_options=opts,
+        gate_enabled=not config.getoption("perfgate_no_gate"),
+        fail_on_improvement=config.getoption("perfgate_ratchet"),
+    )
+    session.default_variants = table.get("variants")
+    config.stash[_KEY] = session
+    # pytest-benchmark reads its storage when it configures (trylast): point it at this
+    # fingerprint's folder so --benchmark-compare never meets another machine's numbers.
+    config.option.benchmark_storage = f"file://{session.baseline_dir}"
+    if session.gate_enabled:
+        try:
+            session.load_baseline()
+        except baseline_store.BaselineError as exc:
+            raise pytest.UsageError(f"perfgate: {exc}") from None
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "case" not in metafunc.fixturenames:
+        return
+    session = metafunc.config.stash[_KEY]
+    o = metafunc.config.getoption
+    try:
+        cases = expand_cases(
+            session.device,
+            models=_split(o("perfgate_models")),
+            sizes_=_split(o("perfgate_sizes")),
+            variants=_split(o("perfgate_variants")) or session.default_variants,
+        )
+    except (KeyError, ValueError) as exc:
+        raise pytest.UsageError(f"perfgate: {exc}") from None
+    params = []
+    for case in cases:
+        reason = case.skip_reason(session.env)
+        marks = [pytest.mark.skip(reason=f"{case.variant}: {reason}")] if reason else []
+        if reason:
+            session.skips[case.id] = reason
+        params.append(pytest.param(case, id=case.id, marks=marks))
+    metafunc.parametrize("case", params)
+
+
+@pytest.fixture
+def perfgate_session(request: pytest.FixtureRequest) -> Session:
+    return request.config.stash[_KEY]
+
+
+def feed_benchmark(benchmark: Any, samples_ms: list[float], extra_info: dict[str, Any]) -> None:
+    """Hand perfgate's samples to pytest-benchmark so its table, JSON, save and compare work.
+
+    pytest-benchmark times with a host timer only (pedantic cannot take CUDA-event samples), so
+    the samples go in through the same Metadata object pedantic fills (pinned 5.3.1 API).
+    """
+    if benchmark.disabled:
+        return
+    stats = benchmark._make_stats(1)
+    for ms in samples_ms:
+        stats.update(ms / 1e3)
+    benchmark._mode = "perfgate"
+    benchmark.extra_info.update(extra_info)
+
+
+def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict[str, Any]) -> None:
+    session = config.stash.get(_KEY, None)
+    if session is None:
+        return
+    # Clock readings change from run to run and would make every compare warn.
+    for k in ("hz_actual", "hz_actual_friendly"):
+        machine_info.get("cpu", {}).pop(k, None)
+    machine_info["perfgate"] = {"fingerprint": session.fingerprint, "fingerprint_id": session.fingerprint_id}
+
+
+def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list[Any], output_json: dict[str, Any]) -> None:
+    session = config.stash.get(_KEY, None)
+    if session is not None:
+        output_json["perfgate"] = perfgate_block(session, output_json)
+
+
+def perfgate_block(session: Session, output_json: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "schema": baseline_store.SCHEMA,
+        "fingerprint": session.fingerprint,
+        "fingerprint_id": session.fingerprint_id,
+        "commit": output_json.get("commit_info", {}).get("id"),
+        "recorded_at": dt.datetime.now(dt.timezone.utc).isoformat(),
+        "device": session.device,
+    }
+
+
+def _record(config: pytest.Config, session: Session) -> Path | None:
+    bs = config._benchmarksession  # type: ignore[attr-defined]
+    if not bs.benchmarks:
+        return None
+    commit = config.hook.pytest_benchmark_generate_commit_info(config=config)
+    data = config.hook.pytest_benchmark_generate_json(
+        config=config, benchmarks=bs.benchmarks, include_data=True, machine_info=bs.get_machine_info(), commit_info=commit
+    )
+    data["perfgate"] = perfgate_block(session, data)
+    return baseline_store.record(session.baseline_dir, data, config.getoption("perfgate_record"))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    s = config.stash.get(_KEY, None)
+    if s is None or not s.results and not s.skips:
+        return
+    if config.getoption("perfgate_record") and s.results:
+        s.recorded = _record(config, s)
+    out = Path(config.getoption("perfgate_verdicts") or Path(config.rootpath) / ".perfgate" / "verdicts.json")
+    baseline_store.atomic_write_json(out, summary.verdict_json(s))
+    s.verdict_file = out
+    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if step_summary:
+        with open(step_summary, "a", encoding="utf8") as fh:
+            fh.write(summary.markdown(s) + "\n")
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    s = config.stash.get(_KEY, None)
+    if s is None or not s.results and not s.skips:
+        return
+    tr = terminalreporter
+    for line in summary.terminal_lines(s):
+        tr.write_line(line)
+    if getattr(s, "recorded", None):
+        tr.write_line(f"perfgate: recorded baseline {s.recorded}")
+    if getattr(s, "verdict_file", None):
+        tr.write_line(f"perfgate: verdicts written to {s.verdict_file}")
+
+
+def run_benchmark(case: Case, benchmark: Any, request: pytest.FixtureRequest) -> dict[str, Any]:
+    """The body of a benchmark test: measure, feed pytest-benchmark, then assert accuracy and the gate."""
+    import torch
+
+    from perfgate.variants import VariantError
+
+    session: Session = request.config.stash[_KEY]
+    tr = request.config.pluginmanager.get_plugin("terminalreporter")
+    verbose = request.config.getoption("verbose") > 0
+
+    def progress(msg: str) -> None:
+        if verbose and tr is not None:
+            tr.write_line(f"  {case.id}: {msg}")
+
+    fullname = request.node.nodeid
+    try:
+        result, verdicts = session.measure_and_judge(case, fullname, progress)
+    except VariantError as exc:
+        pytest.skip(f"{case.variant}: {exc}")
+    except torch.OutOfMemoryError as exc:
+        pytest.fail(f"{case.id}: out of memory on {case.device}: {str(exc).splitlines()[0]}", pytrace=False)
+    feed_benchmark(benchmark, result.measurement.samples_ms, result.extra_info)
+    problems = [f"accuracy: {v}" for v in result.accuracy_violations]
+    problems += [f"{v.metric} {v.verdict}: {v.message}" for v in session.failing(verdicts, case)]
+    if problems:
+        pytest.fail(f"{case.id}: " + "; ".join(problems), pytrace=False)
+    return result.extra_info

@@ -1,0 +1,175 @@
+"""One benchmark case end to end, without pytest: build, convert, check accuracy, measure.
+
+`run_case` returns a `CaseResult` whose `extra_info` is what lands in pytest-benchmark's JSON.
+Everything a case produces is data; the pytest plugin only feeds it to the `benchmark` fixture.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from perfgate import accuracy
+from perfgate.measure import Measurement, StopRule, WarmupRule, measure
+from perfgate.variants import Converted, Env, Variant, get_variant
+from perfgate.workload import ModelSpec, Workload, build_workload, get_model, make_step, reference_output
+
+
+@dataclass(frozen=True, kw_only=True)
+class Case:
+    """A point of the parametrisation; `id` is the pytest id and the baseline key's tail."""
+
+    model: str
+    size: str
+    variant: str
+    device: str
+    options: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def id(self) -> str:
+        opts = "".join(f"-{k.replace('_', '')}{v}" for k, v in self.options)
+        return f"{self.model}-{self.size}{opts}-{self.variant}"
+
+    @property
+    def spec(self) -> ModelSpec:
+        return get_model(self.model)
+
+    @property
+    def variant_obj(self) -> Variant:
+        return get_variant(self.variant)
+
+    def skip_reason(self, env: Env | None = None) -> str | None:
+        return self.variant_obj.unavailable(env or Env.detect(self.device))
+
+
+@dataclass(kw_only=True)
+class RunOptions:
+    stop: StopRule = StopRule()
+    warmup: WarmupRule = WarmupRule()
+    seed: int = 0
+    batch: int = 1
+    checkpoint: str | None = None
+    tolerances: dict[str, accuracy.Tolerance] = field(default_factory=dict)
+    fail_on_graph_break: bool = False
+    warm_compile: bool = True  # also time a second compile against the warm inductor cache
+
+
+@dataclass(kw_only=True)
+class CaseResult:
+    case: Case
+    measurement: Measurement
+    extra_info: dict[str, Any]
+    accuracy_violations: list[str]
+
+
+def isolate(device: torch.device) -> None:
+    """Each case starts clean: no compiled graphs, no garbage, fresh CUDA cache and peaks."""
+    torch._dynamo.reset()
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def _graph_breaks() -> int:
+    from torch._dynamo.utils import counters
+
+    return int(sum(counters["graph_break"].values()))
+
+
+def _cache_hits() -> dict[str, int]:
+    from torch._dynamo.utils import counters
+
+    ind = counters["inductor"]
+    return {"fxgraph_cache_hit": int(ind.get("fxgraph_cache_hit", 0)), "fxgraph_cache_miss": int(ind.get("fxgraph_cache_miss", 0))}
+
+
+def prepare(case: Case, opts: RunOptions) -> tuple[Workload, Any]:
+    """The workload and its fp32 eager reference output."""
+    device = torch.device(case.device)
+    wl = build_workload(case.spec, case.size, device, batch=opts.batch, seed=opts.seed, checkpoint=opts.checkpoint, **dict(case.options))
+    return wl, reference_output(wl)
+
+
+def run_case(
+    case: Case,
+    opts: RunOptions = RunOptions(),
+    *,
+    progress: Callable[[str], None] | None = None,
+    prepared: tuple[Workload, Any] | None = None,
+) -> CaseResult:
+    device = torch.device(case.device)
+    isolate(device)
+    wl, ref = prepared or prepare(case, opts)
+    variant = case.variant_obj
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    t0 = time.perf_counter()
+    prepared_module = variant.prepare(wl.module, wl.inputs)
+    conv = variant.finish(prepared_module)
+    convert_s = time.perf_counter() - t0
+    step = make_step(wl, conv.module, conv.inputs, variant.context(device.type))
+    m = measure(step, device, stop=opts.stop, warmup=opts.warmup, progress=progress)
+
+    acc = accuracy.metrics(m.output, ref, kind=wl.output_kind)
+    tol = accuracy.tolerance_for(case.variant, opts.tolerances)
+    violations = accuracy.violations(acc, tol)
+
+    info: dict[str, Any] = {
+        "model": case.model,
+        "size": case.size,
+        "variant": case.variant,
+        "options": {k: v for k, v in wl.options.items()},
+        "device": str(device),
+        "dtype": conv.info.get("dtype", "float32"),
+        "params": wl.params,
+        "step": wl.spec.step,
+        "convert_s": convert_s,
+        "first_call_s": m.first_call_s,
+        "warmup_rounds": m.warmup_rounds,
+        "rounds": len(m.samples_ms),
+        "stop": m.stop,
+        "timer": m.timer,
+        "peak_mem_mib": m.memory.peak_mem_mib,
+        "reserved_mem_mib": m.memory.reserved_mem_mib,
+        "mem_method": m.memory.method,
+        "accuracy": acc,
+        "tolerance": {"rel_l2": tol.rel_l2, "cosine": tol.cosine, "psnr_db": tol.psnr_db},
+        "samples_ms": m.samples_ms,
+        **{k: v for k, v in conv.info.items() if k != "dtype"},
+        **m.summary,
+    }
+    med_s = info["median_ms"] / 1e3
+    info["throughput"] = {unit: n / med_s for unit, n in wl.throughput.items()}
+    info["unit"] = wl.unit
+    info["items_per_step"] = wl.throughput
+    if wl.unit == "frames":
+        info["fps"] = info["throughput"]["frames"]
+    if variant.compiles:
+        info["graph_breaks"] = _graph_breaks()
+        info["compile_cache"] = _cache_hits()
+        if opts.warm_compile:
+            info["warm_compile_s"] = warm_compile_s(wl, variant, prepared_module, device)
+        if opts.fail_on_graph_break and info["graph_breaks"]:
+            violations.append(f"{info['graph_breaks']} graph break(s) (--perfgate-fail-on-graph-break)")
+    return CaseResult(case=case, measurement=m, extra_info=info, accuracy_violations=violations)
+
+
+def warm_compile_s(wl: Workload, variant: Variant, prepared: Converted, device: torch.device) -> float:
+    """First-call time of a second compile after a dynamo reset: the inductor cache is warm now."""
+    torch._dynamo.reset()
+    conv = variant.finish(prepared)
+    step = make_step(wl, conv.module, conv.inputs, variant.context(device.type))
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    step()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - t0

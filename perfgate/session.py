@@ -1,0 +1,175 @@
+"""State of one benchmark session, without pytest: selection, baselines, in-run speedups, verdicts.
+
+The pytest plugin creates one `Session` and asks it for cases, results and verdicts; the same
+object serves a script that benchmarks without pytest.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import itertools
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import torch
+
+from perfgate import baseline as baseline_store
+from perfgate import gate
+from perfgate.fingerprint import fingerprint, fingerprint_id
+from perfgate.policy import Policy
+from perfgate.runner import Case, CaseResult, RunOptions, run_case
+from perfgate.variants import VARIANTS, Env
+from perfgate.workload import MODELS, default_size, get_model, sizes
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _split(value: str | None) -> list[str]:
+    return [v.strip() for v in (value or "").split(",") if v.strip()]
+
+
+def select(names: Iterable[str], patterns: list[str], what: str) -> list[str]:
+    """Names matching any glob, in registry order; a pattern that matches nothing is an error."""
+    names = list(names)
+    if not patterns:
+        return names
+    for p in patterns:
+        if not fnmatch.filter(names, p):
+            raise ValueError(f"--perfgate-{what} {p!r} matches no {what[:-1]}; known: {', '.join(names)}")
+    return [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
+
+
+def expand_cases(
+    device: str,
+    *,
+    models: list[str] | None = None,
+    sizes_: list[str] | None = None,
+    variants: list[str] | None = None,
+) -> list[Case]:
+    """Model x size x option sweep x variant, the baseline variant first so speedups are in-run."""
+    get_model(next(iter(MODELS), "physicsnemo-block"))  # imports the built-in registry
+    device_type = torch.device(device).type
+    cases = []
+    variant_names = select(VARIANTS, variants or [], "variants")
+    if "baseline" in variant_names:
+        variant_names.remove("baseline")
+        variant_names.insert(0, "baseline")
+    for name in select(MODELS, models or [], "models"):
+        spec = MODELS[name]
+        known = sizes(spec)
+        chosen = [s for s in (sizes_ or [default_size(spec, device_type)]) if s in known]
+        for s in sizes_ or []:
+            if not any(s in sizes(MODELS[m]) for m in select(MODELS, models or [], "models")):
+                raise ValueError(f"--perfgate-sizes {s!r} is no size of the selected models")
+        sweep = [[(k, v) for v in vals] for k, vals in spec.sweep.items()]
+        for size, combo in itertools.product(chosen, itertools.product(*sweep)):
+            opts = tuple((k, v) for k, v in combo if v is not None)
+            for v in variant_names:
+                cases.append(Case(model=name, size=size, variant=v, device=device, options=opts))
+    return cases
+
+
+@dataclass(kw_only=True)
+class Session:
+    device: str
+    baselines_root: Path
+    policy: Policy = Policy()
+    run_options: RunOptions = field(default_factory=RunOptions)
+    gate_enabled: bool = True
+    fail_on_improvement: bool = False
+    results: dict[str, CaseResult] = field(default_factory=dict)
+    verdicts: list[gate.Verdict] = field(default_factory=list)
+    skips: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.fingerprint = fingerprint(self.device)
+        self.fingerprint_id = fingerprint_id(self.fingerprint)
+        self.env = Env.detect(self.device)
+        self._baseline: tuple[Path, dict[str, Any]] | None | bool = False  # False: not loaded yet
+        self._eager_median: dict[tuple, float] = {}
+
+    @property
+    def baseline_dir(self) -> Path:
+        return baseline_store.baseline_dir(self.baselines_root, self.fingerprint_id)
+
+    def load_baseline(self) -> tuple[Path, dict[str, Any]] | None:
+        """The newest baseline for this fingerprint, validated (BaselineError if it is broken)."""
+        if self._baseline is False:
+            self._baseline = baseline_store.latest(self.baseline_dir, self.fingerprint)
+        return self._baseline or None
+
+    def baseline_entry(self, fullname: str) -> dict[str, Any] | None:
+        found = self.load_baseline()
+        return baseline_store.by_name(found[1]).get(fullname) if found else None
+
+    def no_baseline_notice(self) -> str:
+        return (
+            f"perfgate: no baseline recorded for this machine's fingerprint {self.fingerprint_id} "
+            f"(looked in {self.baseline_dir}); nothing is compared with another machine's numbers. "
+            f"Record one with: pytest benchmarks --perfgate-record"
+        )
+
+    def _group(self, case: Case) -> tuple:
+        return (case.model, case.size, case.options, case.device)
+
+    def run(self, case: Case, progress: Callable[[str], None] | None = None) -> CaseResult:
+        """Measure a case, with its speedup over the eager baseline of this run when there is one."""
+        result = run_case(case, self.run_options, progress=progress)
+        info = result.extra_info
+        info["contention_cores"] = result.measurement.contention_cores
+        settings = self.policy.settings(case.model, case.variant, "latency")
+        if device_is_cpu(case.device) and result.measurement.contention_cores > settings.contention_max:
+            info["unreliable"] = (
+                f"other processes used {result.measurement.contention_cores:.2f} cores during the measurement "
+                f"(> {settings.contention_max:g}): timings are not trustworthy"
+            )
+        if case.variant == "baseline":
+            self._eager_median[self._group(case)] = info["median_ms"]
+        eager = self._eager_median.get(self._group(case))
+        if eager:
+            info["speedup"] = eager / info["median_ms"]
+        return result
+
+    def judge(self, fullname: str, entry: dict[str, Any]) -> list[gate.Verdict]:
+        """Gate one finished benchmark entry against the baseline and the absolute budgets."""
+        hardware = self.fingerprint.get("gpu_name") or self.fingerprint.get("cpu_model") or ""
+        base = self.baseline_entry(fullname) if self.gate_enabled else None
+        verdicts = gate.compare_case(entry, base, self.policy) if self.gate_enabled else []
+        verdicts += gate.judge_budgets(entry, self.policy, hardware)
+        return verdicts
+
+    def measure_and_judge(
+        self, case: Case, fullname: str, progress: Callable[[str], None] | None = None
+    ) -> tuple[CaseResult, list[gate.Verdict]]:
+        """Run a case and gate it; a suspected latency regression is re-measured (a bounded number
+        of times) before it stands, since one noisy neighbour can fake a slowdown."""
+        result = self.run(case, progress)
+        verdicts = self.judge(fullname, {"fullname": fullname, "extra_info": result.extra_info})
+        tries = self.policy.settings(case.model, case.variant, "latency").remeasure
+        for attempt in range(tries):
+            if not any(v.metric == "latency" and v.verdict == gate.REGRESSION for v in verdicts):
+                break
+            if progress:
+                progress(f"suspected latency regression; re-measuring ({attempt + 1}/{tries})")
+            result = self.run(case, progress)
+            result.extra_info["remeasured"] = attempt + 1
+            verdicts = self.judge(fullname, {"fullname": fullname, "extra_info": result.extra_info})
+        self.results[fullname] = result
+        self.verdicts.extend(verdicts)
+        return result, verdicts
+
+    def failing(self, verdicts: list[gate.Verdict], case: Case) -> list[gate.Verdict]:
+        ratchet = self.fail_on_improvement or self.policy.settings(case.model, case.variant, "latency").fail_on_improvement
+        return gate.failing(verdicts, fail_on_improvement=ratchet)
+
+
+def device_is_cpu(device: str) -> bool:
+    return torch.device(device).type == "cpu"
+
+
+def env_flag(name: str) -> bool:
+    return os.environ.get(name, "").lower() in ("1", "true", "yes")

@@ -1,0 +1,105 @@
+"""Summary statistics of raw timing samples and the adaptive stopping rule.
+
+Pure functions over lists of floats (milliseconds): no torch, no pytest.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+from scipy import stats as sps
+
+
+def median_ci(samples: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
+    """Distribution-free confidence interval of the median from order statistics.
+
+    Timing samples are skewed with heavy right tails, so a normal-theory interval around the
+    mean would be wrong; the binomial order-statistic interval makes no assumption.
+    """
+    x = np.sort(np.asarray(samples, dtype=float))
+    n = len(x)
+    if n == 0:
+        raise ValueError("median_ci needs at least one sample")
+    if n < 3:
+        return float(x[0]), float(x[-1])
+    alpha = 1.0 - confidence
+    # Ranks j <= k such that P(X_(j) <= median <= X_(k)) >= confidence for Binomial(n, 1/2).
+    lo = int(sps.binom.ppf(alpha / 2, n, 0.5))
+    hi = int(sps.binom.isf(alpha / 2, n, 0.5))
+    lo = max(lo - 1, 0)
+    hi = min(hi, n - 1)
+    return float(x[lo]), float(x[hi])
+
+
+def relative_ci_halfwidth(samples: Sequence[float], confidence: float = 0.95) -> float:
+    """Half the width of the median's confidence interval, relative to the median."""
+    med = float(np.median(samples))
+    if med <= 0:
+        return math.inf
+    lo, hi = median_ci(samples, confidence)
+    return (hi - lo) / 2.0 / med
+
+
+@dataclass(frozen=True, kw_only=True)
+class StopRule:
+    """When to stop measuring: the median is known to `precision` or a bound is hit."""
+
+    precision: float = 0.02  # relative half-width of the median's CI
+    confidence: float = 0.95
+    min_rounds: int = 10
+    max_rounds: int = 200
+    budget_s: float = 5.0  # wall-clock budget for the timed rounds of one case
+
+    def __post_init__(self) -> None:
+        if not 0 < self.precision < 1:
+            raise ValueError(f"precision must be in (0, 1), got {self.precision}")
+        if not 0 < self.confidence < 1:
+            raise ValueError(f"confidence must be in (0, 1), got {self.confidence}")
+        if not 1 <= self.min_rounds <= self.max_rounds:
+            raise ValueError(f"need 1 <= min_rounds <= max_rounds, got {self.min_rounds}, {self.max_rounds}")
+        if self.budget_s <= 0:
+            raise ValueError(f"budget_s must be positive, got {self.budget_s}")
+
+
+def stop_reason(samples: Sequence[float], elapsed_s: float, rule: StopRule) -> str | None:
+    """Why measurement may stop now (`precise`, `max_rounds`, `budget`), or None to go on.
+
+    The minimum number of rounds always wins over the budget, so a slow case still gets a
+    distribution to test, not one sample.
+    """
+    n = len(samples)
+    if n < rule.min_rounds:
+        return None
+    if n >= rule.max_rounds:
+        return "max_rounds"
+    if relative_ci_halfwidth(samples, rule.confidence) <= rule.precision:
+        return "precise"
+    if elapsed_s >= rule.budget_s:
+        return "budget"
+    return None
+
+
+def summarize(samples_ms: Sequence[float], confidence: float = 0.95) -> dict[str, float]:
+    """Summary of samples in ms: location, spread and the tail real-time users care about."""
+    x = np.asarray(samples_ms, dtype=float)
+    if x.size == 0:
+        raise ValueError("summarize needs at least one sample")
+    q1, med, q3, p90, p99 = np.percentile(x, [25, 50, 75, 90, 99])
+    lo, hi = median_ci(x, confidence)
+    return {
+        "n": int(x.size),
+        "mean_ms": float(x.mean()),
+        "std_ms": float(x.std(ddof=1)) if x.size > 1 else 0.0,
+        "min_ms": float(x.min()),
+        "max_ms": float(x.max()),
+        "median_ms": float(med),
+        "p90_ms": float(p90),
+        "p99_ms": float(p99),
+        "iqr_ms": float(q3 - q1),
+        "noise_iqr_rel": float((q3 - q1) / med) if med > 0 else math.inf,
+        "median_ci_lo_ms": lo,
+        "median_ci_hi_ms": hi,
+    }

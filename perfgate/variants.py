@@ -1,0 +1,398 @@
+"""Optimisation variants: small frozen configs with one verb, `convert`.
+
+A variant is an ordered tuple of steps (cast, quantise, autocast, compile, TensorRT), validated
+once: quantise before compile, compile last, TensorRT alone. Each step says why it cannot run
+here (`unavailable(env)` returns the reason, None when it can), so unsupported combinations become
+skips with that reason, never passes. The registry key is the pytest id and the baseline key.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, ContextManager, Iterable
+
+import torch
+from torch import nn
+
+# Phases a composite's steps must follow in order.
+CAST, QUANTIZE, AUTOCAST, COMPILE, TENSORRT = range(5)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Env:
+    """What a capability check may look at; tests build pretend ones."""
+
+    device_type: str
+    compute_capability: tuple[int, int] | None = None
+    import_errors: dict[str, str | None] = field(default_factory=dict)  # module -> error, None if importable
+
+    def import_error(self, module: str) -> str | None:
+        if module not in self.import_errors:
+            self.import_errors[module] = probe_import(module)
+        return self.import_errors[module]
+
+    @classmethod
+    def detect(cls, device: torch.device | str) -> "Env":
+        device = torch.device(device)
+        cc = None
+        if device.type == "cuda" and torch.cuda.is_available():
+            cc = torch.cuda.get_device_capability(device)
+        return cls(device_type=device.type, compute_capability=cc)
+
+
+def probe_import(module: str) -> str | None:
+    """None if `module` imports, else why not.
+
+    torch_tensorrt raises a plain Exception (not ImportError) without libnvinfer, so anything
+    raised at import counts as unavailable.
+    """
+    if importlib.util.find_spec(module) is None:
+        return f"{module} is not installed"
+    try:
+        importlib.import_module(module)
+    except Exception as exc:  # noqa: BLE001 - see docstring
+        return f"import {module} failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")
+    return None
+
+
+@dataclass
+class Converted:
+    module: nn.Module
+    inputs: tuple[torch.Tensor, ...]
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def _cast_inputs(inputs: Iterable[torch.Tensor], dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+    return tuple(t.to(dtype) if t.is_floating_point() else t for t in inputs)
+
+
+def _plain(t: torch.Tensor) -> bool:
+    return type(t) in (torch.Tensor, nn.Parameter)
+
+
+def count_quantized_linears(module: nn.Module) -> tuple[int, int]:
+    """(converted, total) Linear layers: torchao swaps weights for tensor subclasses."""
+    linears = [m for m in module.modules() if isinstance(m, nn.Linear)]
+    return sum(not _plain(m.weight) for m in linears), len(linears)
+
+
+# --- steps --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cast:
+    """Weights and floating inputs cast to `dtype` (bf16 / fp16)."""
+
+    dtype: torch.dtype = torch.bfloat16
+    phase: int = CAST
+
+    def unavailable(self, env: Env) -> str | None:
+        return None
+
+    def convert(self, c: Converted) -> Converted:
+        return Converted(c.module.to(self.dtype), _cast_inputs(c.inputs, self.dtype), {**c.info, "dtype": str(self.dtype).removeprefix("torch.")})
+
+    def context(self, device_type: str) -> ContextManager:
+        return contextlib.nullcontext()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Autocast:
+    dtype: torch.dtype = torch.bfloat16
+    phase: int = AUTOCAST
+
+    def unavailable(self, env: Env) -> str | None:
+        if env.device_type not in ("cpu", "cuda"):
+            return f"autocast is not supported on {env.device_type}"
+        return None
+
+    def convert(self, c: Converted) -> Converted:
+        return Converted(c.module, c.inputs, {**c.info, "autocast": str(self.dtype).removeprefix("torch.")})
+
+    def context(self, device_type: str) -> ContextManager:
+        return torch.autocast(device_type, dtype=self.dtype)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Quantize:
+    """torchao `quantize_` with one of its configs, by name (built lazily: torchao is heavy)."""
+
+    scheme: str  # "int8-weight-only", "int8-dynamic", "fp8-rowwise", "fp8-tensorwise"
+    phase: int = QUANTIZE
+
+    def unavailable(self, env: Env) -> str | None:
+        err = env.import_error("torchao")
+        if err:
+            return f"{err}: pip install torchao==0.18.0"
+        if self.scheme.startswith("fp8"):
+            if env.device_type != "cuda":
+                return "FP8 needs CUDA with compute capability >= 8.9 (Ada, Hopper or newer); this run is on the CPU"
+            if env.compute_capability is None or env.compute_capability < (8, 9):
+                cc = "unknown" if env.compute_capability is None else "%d.%d" % env.compute_capability
+                return f"FP8 needs CUDA compute capability >= 8.9; this GPU has {cc}"
+        return None
+
+    def torchao_config(self) -> Any:
+        from torchao.quantization import (
+            Float8DynamicActivationFloat8WeightConfig,
+            Int8DynamicActivationInt8WeightConfig,
+            Int8WeightOnlyConfig,
+            PerRow,
+            PerTensor,
+        )
+
+        return {
+            "int8-weight-only": lambda: Int8WeightOnlyConfig(),
+            "int8-dynamic": lambda: Int8DynamicActivationInt8WeightConfig(),
+            "fp8-rowwise": lambda: Float8DynamicActivationFloat8WeightConfig(granularity=PerRow()),
+            "fp8-tensorwise": lambda: Float8DynamicActivationFloat8WeightConfig(granularity=PerTensor()),
+        }[self.scheme]()
+
+    def convert(self, c: Converted) -> Converted:
+        from torchao.quantization import quantize_
+
+        module, inputs = c.module, c.inputs
+        if self.scheme.startswith("fp8"):
+            # Rowwise FP8 scales need bf16 weights; the activations follow the weights.
+            module, inputs = module.to(torch.bfloat16), _cast_inputs(inputs, torch.bfloat16)
+        quantize_(module, self.torchao_config())
+        converted, total = count_quantized_linears(module)
+        if converted == 0:
+            raise VariantError(
+                f"{self.scheme}: torchao converted none of the {total} Linear layers "
+                "(dims must be multiples of 16); timing it would time the baseline"
+            )
+        return Converted(module, inputs, {**c.info, "quantized_linears": converted, "linears": total})
+
+    def context(self, device_type: str) -> ContextManager:
+        return contextlib.nullcontext()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Compile:
+    mode: str | None = None  # None: inductor default
+    phase: int = COMPILE
+
+    def unavailable(self, env: Env) -> str | None:
+        if self.mode in ("reduce-overhead", "max-autotune") and env.device_type != "cuda":
+            return f"compile mode {self.mode!r} adds CUDA graphs; on the CPU it is the same as 'compile'"
+        return None
+
+    def convert(self, c: Converted) -> Converted:
+        module = torch.compile(c.module, mode=self.mode)
+        return Converted(module, c.inputs, {**c.info, "compile_mode": self.mode or "default"})
+
+    def context(self, device_type: str) -> ContextManager:
+        return contextlib.nullcontext()
+
+
+@dataclass(frozen=True, kw_only=True)
+class CudaGraphs:
+    """Explicit CUDA graph capture of the eager module (static inputs, replayed each step)."""
+
+    phase: int = COMPILE
+
+    def unavailable(self, env: Env) -> str | None:
+        return None if env.device_type == "cuda" else "CUDA graphs need a CUDA device"
+
+    def convert(self, c: Converted) -> Converted:
+        return Converted(CudaGraphModule(c.module, c.inputs), c.inputs, {**c.info, "cuda_graph": True})
+
+    def context(self, device_type: str) -> ContextManager:
+        return contextlib.nullcontext()
+
+
+class CudaGraphModule(nn.Module):
+    """Replays one captured graph; fresh inputs are copied into the captured static tensors."""
+
+    def __init__(self, module: nn.Module, inputs: tuple[torch.Tensor, ...], warmup: int = 3) -> None:
+        super().__init__()
+        self.module = module
+        self.static_inputs = tuple(t.clone() for t in inputs)
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        # Warm up on a side stream so lazy initialisation is not captured.
+        with torch.cuda.stream(stream), torch.inference_mode():
+            for _ in range(warmup):
+                module(*self.static_inputs)
+        torch.cuda.current_stream().wait_stream(stream)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph), torch.inference_mode():
+            self.static_output = module(*self.static_inputs)
+
+    def forward(self, *inputs: torch.Tensor) -> Any:
+        for static, new in zip(self.static_inputs, inputs):
+            if new.data_ptr() != static.data_ptr():
+                static.copy_(new)
+        self.graph.replay()
+        return self.static_output
+
+
+@dataclass(frozen=True, kw_only=True)
+class TensorRT:
+    """torch-tensorrt ahead of time: export, build engines, save, load back before timing.
+
+    TensorRT 11 networks are strongly typed: precision follows the model's dtype, so a bf16
+    engine is `Cast(bf16)` before this step, not an option of it.
+    """
+
+    min_block_size: int = 1
+    phase: int = TENSORRT
+
+    def unavailable(self, env: Env) -> str | None:
+        if env.device_type != "cuda":
+            return "TensorRT needs a CUDA device and torch-tensorrt (pip install '.[tensorrt]' on a GPU machine)"
+        err = env.import_error("torch_tensorrt")
+        if err:
+            return f"{err}: pip install 'torch-tensorrt==2.13.0' (needs CUDA torch and TensorRT libraries)"
+        return None
+
+    def convert(self, c: Converted) -> Converted:
+        import torch_tensorrt
+
+        t0 = time.perf_counter()
+        program = export_program(c.module, c.inputs)
+        trt_gm = torch_tensorrt.dynamo.compile(
+            program, arg_inputs=list(c.inputs), min_block_size=self.min_block_size, require_full_compilation=False
+        )
+        build_s = time.perf_counter() - t0
+        with tempfile.TemporaryDirectory(prefix="perfgate-trt-") as tmp:
+            path = Path(tmp) / "engine.ep"
+            torch_tensorrt.save(trt_gm, str(path), output_format="exported_program", arg_inputs=list(c.inputs))
+            size_mib = path.stat().st_size / 2**20
+            t1 = time.perf_counter()
+            loaded = torch_tensorrt.load(str(path)).module()
+            load_s = time.perf_counter() - t1
+        return Converted(loaded, c.inputs, {**c.info, "engine_build_s": build_s, "engine_load_s": load_s, "engine_mib": size_mib})
+
+    def context(self, device_type: str) -> ContextManager:
+        return contextlib.nullcontext()
+
+
+def export_program(module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> torch.export.ExportedProgram:
+    """The torch.export step of the TensorRT path; runs on the CPU too."""
+    with torch.no_grad():
+        return torch.export.export(module, tuple(inputs))
+
+
+class VariantError(RuntimeError):
+    """A variant that cannot honestly be timed for this model (e.g. nothing was quantised)."""
+
+
+Step = Cast | Autocast | Quantize | Compile | CudaGraphs | TensorRT
+
+
+@dataclass(frozen=True, kw_only=True)
+class Variant:
+    name: str
+    steps: tuple[Step, ...] = ()
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        validate_steps(self.name, self.steps)
+
+    def unavailable(self, env: Env) -> str | None:
+        for s in self.steps:
+            reason = s.unavailable(env)
+            if reason:
+                return reason
+        return None
+
+    def convert(self, module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> Converted:
+        return self.finish(self.prepare(module, inputs))
+
+    def prepare(self, module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> Converted:
+        """The steps before compilation (cast, quantise, autocast); they change the module in place."""
+        c = Converted(module, tuple(inputs))
+        for s in self.steps:
+            if s.phase < COMPILE:
+                c = s.convert(c)
+        return c
+
+    def finish(self, prepared: Converted) -> Converted:
+        """The compile / CUDA graph / TensorRT step; repeatable on the same prepared module."""
+        c = Converted(prepared.module, prepared.inputs, dict(prepared.info))
+        for s in self.steps:
+            if s.phase >= COMPILE:
+                c = s.convert(c)
+        return c
+
+    def context(self, device_type: str) -> Callable[[], ContextManager]:
+        def ctx() -> ContextManager:
+            stack = contextlib.ExitStack()
+            for s in self.steps:
+                stack.enter_context(s.context(device_type))
+            return stack
+
+        return ctx
+
+    @property
+    def compiles(self) -> bool:
+        return any(isinstance(s, Compile) for s in self.steps)
+
+
+def validate_steps(name: str, steps: tuple[Step, ...]) -> None:
+    """Quantise before compile, compile at most once and last, TensorRT alone (after a cast)."""
+    phases = [s.phase for s in steps]
+    if phases != sorted(phases):
+        raise ValueError(f"variant {name!r}: steps out of order {[type(s).__name__ for s in steps]}; order is cast, quantise, autocast, compile")
+    if sum(isinstance(s, (Compile, CudaGraphs)) for s in steps) > 1:
+        raise ValueError(f"variant {name!r}: at most one compile or CUDA-graph step")
+    if any(isinstance(s, TensorRT) for s in steps) and any(not isinstance(s, (TensorRT, Cast)) for s in steps):
+        raise ValueError(f"variant {name!r}: TensorRT builds its own engine; combine it with a cast only")
+    if sum(isinstance(s, Quantize) for s in steps) > 1:
+        raise ValueError(f"variant {name!r}: at most one quantisation step")
+
+
+VARIANTS: dict[str, Variant] = {}
+
+
+def register_variant(v: Variant) -> Variant:
+    if v.name in VARIANTS:
+        raise ValueError(f"variant {v.name!r} is already registered")
+    VARIANTS[v.name] = v
+    return v
+
+
+for _v in (
+    Variant(name="baseline", description="eager fp32"),
+    Variant(name="compile", steps=(Compile(),), description="torch.compile, inductor default mode"),
+    Variant(name="compile-max-autotune", steps=(Compile(mode="max-autotune-no-cudagraphs"),), description="inductor max-autotune without CUDA graphs"),
+    Variant(name="compile-reduce-overhead", steps=(Compile(mode="reduce-overhead"),), description="inductor with CUDA graphs (CUDA only)"),
+    Variant(name="cudagraphs", steps=(CudaGraphs(),), description="explicit CUDA graph capture of the eager model"),
+    Variant(name="autocast-bf16", steps=(Autocast(dtype=torch.bfloat16),), description="torch.autocast bf16"),
+    Variant(name="autocast-fp16", steps=(Autocast(dtype=torch.float16),), description="torch.autocast fp16"),
+    Variant(name="bf16", steps=(Cast(dtype=torch.bfloat16),), description="weights and inputs cast to bf16"),
+    Variant(name="int8-weight-only", steps=(Quantize(scheme="int8-weight-only"),), description="torchao Int8WeightOnlyConfig"),
+    Variant(name="int8-dynamic", steps=(Quantize(scheme="int8-dynamic"),), description="torchao Int8DynamicActivationInt8WeightConfig"),
+    Variant(name="fp8-rowwise+compile", steps=(Quantize(scheme="fp8-rowwise"), Compile()), description="torchao FP8 dynamic, per-row scales, then compile"),
+    Variant(name="fp8-tensorwise+compile", steps=(Quantize(scheme="fp8-tensorwise"), Compile()), description="torchao FP8 dynamic, per-tensor scales, then compile (the Self Forcing demo)"),
+    Variant(name="tensorrt", steps=(TensorRT(),), description="torch-tensorrt AOT, fp32 engine"),
+    Variant(name="tensorrt-bf16", steps=(Cast(dtype=torch.bfloat16), TensorRT()), description="torch-tensorrt AOT on the bf16 model (strongly typed)"),
+    Variant(name="autocast-bf16+compile", steps=(Autocast(dtype=torch.bfloat16), Compile()), description="autocast bf16 inside the compiled graph"),
+    Variant(name="bf16+compile", steps=(Cast(dtype=torch.bfloat16), Compile()), description="bf16 weights, compiled"),
+    Variant(name="int8-dynamic+compile", steps=(Quantize(scheme="int8-dynamic"), Compile()), description="torchao int8 dynamic, compiled"),
+):
+    register_variant(_v)
+
+
+def get_variant(name: str) -> Variant:
+    try:
+        return VARIANTS[name]
+    except KeyError:
+        raise KeyError(f"unknown variant {name!r}; known: {', '.join(VARIANTS)}") from None
+
+
+def set_inductor_cache(path: str | os.PathLike[str]) -> Path:
+    """Point inductor at a persistent cache the suite manages (minutes become seconds)."""
+    p = Path(path).resolve()
+    p.mkdir(parents=True, exist_ok=True)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(p)
+    return p

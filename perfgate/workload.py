@@ -1,0 +1,236 @@
+"""Model registry and workloads: what one benchmark step of a model family computes.
+
+A family lives in one file of model code that provides, by name: `CONFIGS` (size presets),
+the model class, `example_inputs(config, *, batch, seed, device, dtype, **options)`,
+`step_info(config, *, batch, **options)` (throughput items per step, primary unit first) and
+`OUTPUT_KIND` ("image", "audio" or "tensor"). A `ModelSpec` names that file; the spec's name is
+the pytest id and the baseline key, so it never changes once baselines exist.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable, Mapping
+
+import torch
+from torch import nn
+
+STEP_KINDS = ("inference", "train")
+DATA_PATHS = ("static", "host", "device")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    name: str
+    module: str  # importable module holding the family's model code
+    model_class: str
+    default_sizes: Mapping[str, str]  # device type -> size preset used when none is given
+    step: str = "inference"  # "train": forward, loss, backward, SGD with momentum
+    data: str = "static"  # "host"/"device": a fresh batch generated each step (train only)
+    options: Mapping[str, Any] = field(default_factory=dict)  # fixed options for this entry
+    sweep: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)  # option values benchmarked
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if self.step not in STEP_KINDS:
+            raise ValueError(f"model {self.name!r}: step must be one of {STEP_KINDS}, got {self.step!r}")
+        if self.data not in DATA_PATHS:
+            raise ValueError(f"model {self.name!r}: data must be one of {DATA_PATHS}, got {self.data!r}")
+        if self.data != "static" and self.step != "train":
+            raise ValueError(f"model {self.name!r}: generated data paths are for train steps")
+
+
+MODELS: dict[str, ModelSpec] = {}
+
+
+def register_model(spec: ModelSpec) -> ModelSpec:
+    """Add a model family to the registry; its name must be new."""
+    if spec.name in MODELS and MODELS[spec.name] != spec:
+        raise ValueError(f"model {spec.name!r} is already registered (from {MODELS[spec.name].module})")
+    MODELS[spec.name] = spec
+    return spec
+
+
+def load_model_file(path: str | Path) -> ModuleType:
+    """Import a user's model file (which calls register_model) by path."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"model file {path} does not exist: fix the path in [tool.perfgate] model_files or --perfgate-model-file")
+    name = f"perfgate_user_{path.stem}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # registered before exec so the file can name itself in a ModelSpec
+    spec.loader.exec_module(module)
+    return module
+
+
+def get_model(name: str) -> ModelSpec:
+    import models  # noqa: F401  (registers the built-in families)
+
+    try:
+        return MODELS[name]
+    except KeyError:
+        raise KeyError(f"unknown model {name!r}; known: {', '.join(sorted(MODELS))}") from None
+
+
+def family(spec: ModelSpec) -> ModuleType:
+    return importlib.import_module(spec.module)
+
+
+def sizes(spec: ModelSpec) -> list[str]:
+    return list(family(spec).CONFIGS)
+
+
+def default_size(spec: ModelSpec, device_type: str) -> str:
+    return spec.default_sizes.get(device_type, spec.default_sizes.get("cpu", "tiny"))
+
+
+def config(spec: ModelSpec, size: str) -> Any:
+    configs = family(spec).CONFIGS
+    if size not in configs:
+        raise KeyError(f"model {spec.name!r} has no size {size!r}; sizes: {', '.join(configs)}")
+    return configs[size]
+
+
+def build_module(spec: ModelSpec, size: str, *, device: torch.device | str = "cpu", seed: int = 0) -> nn.Module:
+    """The model at `size` with deterministic random weights, on `device`, fp32."""
+    fam = family(spec)
+    torch.manual_seed(seed)
+    with torch.device(device):
+        module = getattr(fam, spec.model_class)(fam.CONFIGS[size])
+    return module.eval() if spec.step == "inference" else module.train()
+
+
+def load_checkpoint(module: nn.Module, path: str | Path) -> None:
+    """Load a real checkpoint strictly: every key must match the model's state dict."""
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    for key in ("state_dict", "model", "ema"):
+        if isinstance(state, dict) and key in state and isinstance(state[key], dict):
+            state = state[key]
+    module.load_state_dict(state, strict=True)
+
+
+def count_parameters(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+@dataclass(kw_only=True)
+class Workload:
+    """One model at one size on one device, with its inputs, ready to be converted and stepped."""
+
+    spec: ModelSpec
+    size: str
+    config: Any
+    device: torch.device
+    module: nn.Module
+    inputs: tuple[torch.Tensor, ...]
+    options: dict[str, Any]
+    throughput: dict[str, float]  # items per step, primary unit first
+    output_kind: str
+    params: int
+    seed: int = 0
+
+    @property
+    def unit(self) -> str:
+        return next(iter(self.throughput))
+
+
+def build_workload(
+    spec: ModelSpec,
+    size: str,
+    device: torch.device | str,
+    *,
+    batch: int = 1,
+    seed: int = 0,
+    checkpoint: str | Path | None = None,
+    **options: Any,
+) -> Workload:
+    fam = family(spec)
+    cfg = config(spec, size)
+    device = torch.device(device)
+    opts = {**spec.options, **options}
+    module = build_module(spec, size, device=device, seed=seed)
+    if checkpoint is not None:
+        load_checkpoint(module, checkpoint)
+    inputs = fam.example_inputs(cfg, batch=batch, seed=seed, device=device, dtype=torch.float32, **opts)
+    return Workload(
+        spec=spec,
+        size=size,
+        config=cfg,
+        device=device,
+        module=module,
+        inputs=tuple(inputs),
+        options=opts,
+        throughput=dict(fam.step_info(cfg, batch=batch, **opts)),
+        output_kind=getattr(fam, "OUTPUT_KIND", "tensor"),
+        params=count_parameters(module),
+        seed=seed,
+    )
+
+
+def train_loss(out: torch.Tensor) -> torch.Tensor:
+    """The tutorial's loss: mean over the batch of each sample's sum of squares."""
+    return out.float().pow(2).flatten(1).sum(dim=1).mean()
+
+
+def make_batch_source(wl: Workload) -> Callable[[int], tuple[torch.Tensor, ...]]:
+    """Inputs for the i-th step: the fixed inputs, or a batch generated on the host or the device."""
+    if wl.spec.data == "static":
+        return lambda i: wl.inputs
+    fam = family(wl.spec)
+    gen = fam.host_batch if wl.spec.data == "host" else fam.device_batch
+    shape = tuple(wl.inputs[0].shape)
+    return lambda i: (gen(shape, index=i, device=wl.device, dtype=wl.inputs[0].dtype),)
+
+
+def make_step(
+    wl: Workload,
+    module: nn.Module,
+    inputs: tuple[torch.Tensor, ...],
+    context: Callable[[], Any],
+) -> Callable[[], Any]:
+    """The zero-argument step the measurement core times.
+
+    Inference runs under inference_mode; a train step runs forward, loss, backward and an SGD
+    step with momentum (lr 1e-4, momentum 0.9, as in the tutorial) and returns the loss before
+    the update, so its first output is comparable with the reference loss.
+    """
+    if wl.spec.step == "inference":
+
+        def infer() -> Any:
+            with torch.inference_mode(), context():
+                return module(*inputs)
+
+        return infer
+
+    opt = torch.optim.SGD(module.parameters(), lr=1e-4, momentum=0.9)
+    source = make_batch_source(wl)
+    counter = iter(range(sys.maxsize))
+    static = wl.spec.data == "static"
+
+    def train() -> torch.Tensor:
+        batch = inputs if static else tuple(t.to(inputs[0].dtype) for t in source(next(counter)))
+        with context():
+            loss = train_loss(module(*batch))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    return train
+
+
+def reference_output(wl: Workload) -> Any:
+    """The fp32 eager output the variants are checked against (the loss for a train step)."""
+    first = make_batch_source(wl)(0)
+    with torch.no_grad():
+        out = wl.module(*first)
+        return train_loss(out) if wl.spec.step == "train" else out
