@@ -95,6 +95,7 @@ def pytest_configure(config: pytest.Config) -> None:
         fail_on_improvement=config.getoption("perfgate_ratchet"),
     )
     session.default_variants = table.get("variants")
+    session.cases = _expand(config, session)  # bad selections fail here, before collection
     config.stash[_KEY] = session
     # pytest-benchmark reads its storage when it configures (trylast): point it at this
     # fingerprint's folder so --benchmark-compare never meets another machine's numbers.
@@ -106,13 +107,10 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(f"perfgate: {exc}") from None
 
 
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "case" not in metafunc.fixturenames:
-        return
-    session = metafunc.config.stash[_KEY]
-    o = metafunc.config.getoption
+def _expand(config: pytest.Config, session: Session) -> list[Case]:
+    o = config.getoption
     try:
-        cases = expand_cases(
+        return expand_cases(
             session.device,
             models=_split(o("perfgate_models")),
             sizes_=_split(o("perfgate_sizes")),
@@ -120,8 +118,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         )
     except (KeyError, ValueError) as exc:
         raise pytest.UsageError(f"perfgate: {exc}") from None
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "case" not in metafunc.fixturenames:
+        return
+    session = metafunc.config.stash[_KEY]
     params = []
-    for case in cases:
+    for case in session.cases:
         reason = case.skip_reason(session.env)
         marks = [pytest.mark.skip(reason=f"{case.variant}: {reason}")] if reason else []
         if reason:

@@ -16,10 +16,22 @@ def fmt(v: Any, spec: str = ".3f") -> str:
     return str(v)
 
 
+def _numeric(cell: str) -> bool:
+    try:
+        float(cell.split()[0].rstrip("x%").replace(",", ""))
+        return True
+    except (ValueError, IndexError):
+        return cell == "-"
+
+
 def text_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    """A plain aligned table: numbers to the right, text to the left."""
     rows = [list(map(str, r)) for r in rows]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-    line = lambda cells: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.rjust(w) if _numeric(c) else c.ljust(w) for c, w in zip(cells, widths)).rstrip()
+
     return [line(headers), "  ".join("-" * w for w in widths), *(line(r) for r in rows)]
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
+import logging
 import os
 import tempfile
 import time
@@ -55,10 +56,18 @@ def probe_import(module: str) -> str | None:
     """
     if importlib.util.find_spec(module) is None:
         return f"{module} is not installed"
+    # torchao logs (not warns) every CUDA extension it cannot load on a CPU build: not news here.
+    quiet = [logging.getLogger(n) for n in ("torchao", "torch.utils._pytree")]
+    levels = [q.level for q in quiet]
+    for q in quiet:
+        q.setLevel(logging.CRITICAL)
     try:
         importlib.import_module(module)
     except Exception as exc:  # noqa: BLE001 - see docstring
         return f"import {module} failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")
+    finally:
+        for q, lvl in zip(quiet, levels):
+            q.setLevel(lvl)
     return None
 
 
@@ -167,7 +176,7 @@ class Quantize:
         if converted == 0:
             raise VariantError(
                 f"{self.scheme}: torchao converted none of the {total} Linear layers "
-                "(dims must be multiples of 16); timing it would time the baseline"
+                "(FP8 needs dims that are multiples of 16; conv layers are not quantised); timing it would time the baseline"
             )
         return Converted(module, inputs, {**c.info, "quantized_linears": converted, "linears": total})
 

@@ -1,0 +1,55 @@
+"""`perfgate compare BASELINE.json CURRENT.json`: the gate outside pytest."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from perfgate import baseline as store
+from perfgate import gate, policy as policy_mod
+from perfgate.cli import EXIT_REGRESSION, CommandError
+from perfgate.fingerprint import differences
+from perfgate.summary import text_table, VERDICT_HEADERS, verdict_rows
+
+HELP = "apply the regression gate to two pytest-benchmark JSON files (baseline first)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("baseline", type=Path, help="baseline JSON (a recorded baseline or --benchmark-json output)")
+    p.add_argument("current", type=Path, help="current JSON")
+    p.add_argument("--pyproject", type=Path, default=Path("pyproject.toml"), help="where [tool.perfgate] is read (default ./pyproject.toml)")
+    p.add_argument("--allow-other-fingerprint", action="store_true", help="compare runs from different machines (speedups stay meaningful, milliseconds do not)")
+    p.add_argument("--ratchet", action="store_true", help="fail on an unexpected improvement too")
+    p.add_argument("--json", type=Path, default=None, help="also write the verdicts as JSON here")
+
+
+def compare_files(base_path: Path, cur_path: Path, policy: policy_mod.Policy, *, allow_other: bool = False) -> list[gate.Verdict]:
+    try:
+        base, cur = store.load(base_path), store.load(cur_path)
+    except store.BaselineError as exc:
+        raise CommandError(str(exc)) from None
+    diff = differences(base["perfgate"]["fingerprint"], cur["perfgate"]["fingerprint"])
+    if diff and not allow_other:
+        what = ", ".join(f"{k}: {a!r} vs {b!r}" for k, (a, b) in diff.items())
+        raise CommandError(f"{cur_path}: other fingerprint than {base_path} ({what}); compare runs of one machine or pass --allow-other-fingerprint")
+    base_by = store.by_name(base)
+    verdicts: list[gate.Verdict] = []
+    for entry in cur["benchmarks"]:
+        verdicts += gate.compare_case(entry, base_by.get(entry["fullname"]), policy)
+    return gate.sort_verdicts(verdicts)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        policy = policy_mod.load(args.pyproject)
+    except policy_mod.PolicyError as exc:
+        raise CommandError(str(exc)) from None
+    verdicts = compare_files(args.baseline, args.current, policy, allow_other=args.allow_other_fingerprint)
+    print("\n".join(text_table(VERDICT_HEADERS, verdict_rows(verdicts))))
+    if args.json:
+        store.atomic_write_json(args.json, {"verdicts": [v.as_dict() for v in verdicts]})
+    bad = gate.failing(verdicts, fail_on_improvement=args.ratchet)
+    for v in bad:
+        print(f"FAIL {v.case} {v.metric}: {v.message or v.verdict}")
+    return EXIT_REGRESSION if bad else 0

@@ -1,0 +1,43 @@
+"""`perfgate doctor`: which variants can run on this machine, and for each that cannot, why."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from perfgate.fingerprint import fingerprint, fingerprint_id
+from perfgate.session import default_device
+from perfgate.summary import text_table
+from perfgate.variants import VARIANTS, Env
+
+HELP = "show which optimisation variants run here and what is missing for the others"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda if available, else cpu)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def report(device: str) -> dict:
+    env = Env.detect(device)
+    fp = fingerprint(device)
+    return {
+        "device": device,
+        "fingerprint_id": fingerprint_id(fp),
+        "fingerprint": fp,
+        "variants": {name: {"available": (r := v.unavailable(env)) is None, "reason": r, "description": v.description} for name, v in VARIANTS.items()},
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    data = report(args.device or default_device())
+    if args.json:
+        print(json.dumps(data, indent=2, default=str))
+        return 0
+    fp = data["fingerprint"]
+    print(f"device {data['device']}  fingerprint {data['fingerprint_id']}")
+    print(f"torch {fp['torch']}  torchao {fp['torchao']}  torch-tensorrt {fp['torch_tensorrt']}  cuda {fp['cuda']}  "
+          f"gpu {fp['gpu_name']} (cc {fp['compute_capability']})  cpu {fp['cpu_model']} {' '.join(fp['cpu_flags'])}  threads {fp['threads']}")
+    rows = [[n, "yes" if v["available"] else "no", v["reason"] or v["description"]] for n, v in data["variants"].items()]
+    print("\n".join(text_table(("variant", "runs here", "why not / what it is"), rows)))
+    return 0

@@ -1,0 +1,32 @@
+# shellcheck shell=bash
+# Sourced by scripts/bench and scripts/test: make sure an environment with perfgate exists and
+# set PY to its python. Usage: source scripts/_venv.sh [EXTRAS]
+#   PERFGATE_SKIP_INSTALL=1  use $PERFGATE_PYTHON (default python3) as it is, install nothing
+#   PERFGATE_VENV=DIR        where the virtual environment lives (default .venv)
+#   PERFGATE_EXTRAS=a,b      extra extras (e.g. tensorrt on a GPU runner)
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+if [ "${PERFGATE_SKIP_INSTALL:-0}" = 1 ]; then
+  PY="${PERFGATE_PYTHON:-python3}"
+else
+  VENV="${PERFGATE_VENV:-.venv}"
+  extras="${1:-}"
+  if [ -n "${PERFGATE_EXTRAS:-}" ]; then extras="${extras:+$extras,}$PERFGATE_EXTRAS"; fi
+  spec="."
+  if [ -n "$extras" ]; then spec=".[$extras]"; fi
+  if [ ! -x "$VENV/bin/python" ]; then
+    echo "perfgate: creating $VENV" >&2
+    python3 -m venv "$VENV"
+  fi
+  PY="$VENV/bin/python"
+  # Re-install only when pyproject.toml or the extras changed: a no-op pip run still costs seconds.
+  stamp="$VENV/.perfgate-installed"
+  want="$(sha256sum pyproject.toml | cut -c1-16) $spec"
+  if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    echo "perfgate: installing $spec into $VENV (torch==2.13.0 and friends; about a minute)" >&2
+    "$PY" -m pip install --disable-pip-version-check -q -e "$spec"
+    echo "$want" > "$stamp"
+  fi
+fi
+export PY

@@ -1,0 +1,121 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from perfgate import baseline as store
+from tests.helpers import FP, bench, run_json
+
+
+def _write(path, data):
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_record_appends_numbered_history_and_latest_reads_newest(tmp_path):
+    d = tmp_path / "fp"
+    p1 = store.record(d, run_json([bench("a", [1, 2, 3])], commit="c1"), "first")
+    p2 = store.record(d, run_json([bench("a", [2, 3, 4])], commit="c2"), "second run")
+    assert [p1.name, p2.name] == ["0001_first.json", "0002_second-run.json"]
+    path, data = store.latest(d, FP)
+    assert path == p2 and data["perfgate"]["commit"] == "c2"
+    assert json.loads(p1.read_text())["perfgate"]["commit"] == "c1"  # never overwritten
+
+
+def test_no_baseline_is_none_not_an_error(tmp_path):
+    assert store.latest(tmp_path / "missing", FP) is None
+
+
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        ('{"benchmarks": [', "truncated JSON"),
+        ('{"benchmarks": [}', "corrupt JSON"),
+        ('[1, 2]', "not a pytest-benchmark file"),
+        ('{"benchmarks": []}', "no 'perfgate' block"),
+    ],
+    ids=["truncated", "corrupt", "not-benchmark", "no-block"],
+)
+def test_bad_files_give_one_line_naming_file_problem_and_fix(tmp_path, content, problem):
+    p = tmp_path / "0001_x.json"
+    p.write_text(content)
+    with pytest.raises(store.BaselineError) as e:
+        store.load(p, FP)
+    msg = str(e.value)
+    assert "\n" not in msg and str(p) in msg and problem in msg and "record one with" in msg
+
+
+def test_wrong_schema_and_missing_samples(tmp_path):
+    data = run_json([bench("a", [1, 2, 3])])
+    data["perfgate"]["schema"] = 99
+    with pytest.raises(store.BaselineError, match="schema 99"):
+        store.load(_write(tmp_path / "0001_a.json", data), FP)
+    data = run_json([bench("a", [1, 2, 3])])
+    data["benchmarks"][0]["extra_info"].pop("samples_ms")
+    with pytest.raises(store.BaselineError, match="no raw samples"):
+        store.load(_write(tmp_path / "0002_a.json", data), FP)
+
+
+def test_other_fingerprint_is_refused_with_the_differing_fields(tmp_path):
+    other = dict(FP, cpu_model="Other CPU", threads=8)
+    p = _write(tmp_path / "0001_a.json", run_json([bench("a", [1, 2])], fp=other))
+    with pytest.raises(store.BaselineError) as e:
+        store.load(p, FP)
+    assert "another machine" in str(e.value) and "cpu_model" in str(e.value) and "threads" in str(e.value)
+
+
+def test_broken_newest_is_an_error_not_a_silent_fallback(tmp_path):
+    store.record(tmp_path, run_json([bench("a", [1, 2])]), "ok")
+    (tmp_path / "0002_broken.json").write_text("{")
+    with pytest.raises(store.BaselineError, match="0002_broken"):
+        store.latest(tmp_path, FP)
+
+
+def test_interrupted_write_leaves_the_old_file_intact(tmp_path, monkeypatch):
+    target = tmp_path / "b.json"
+    store.atomic_write_json(target, {"v": 1})
+
+    def boom(fd):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "fsync", boom)
+    with pytest.raises(KeyboardInterrupt):
+        store.atomic_write_json(target, {"v": 2})
+    assert json.loads(target.read_text()) == {"v": 1}
+    assert list(tmp_path.iterdir()) == [target]  # the temporary file was removed
+
+
+def test_killed_writer_leaves_the_old_baseline_intact(tmp_path):
+    """SIGKILL a process in the middle of recording: the earlier baseline still loads."""
+    d = tmp_path / "fp"
+    first = store.record(d, run_json([bench("a", [1, 2, 3])]), "old")
+    code = f"""
+import sys, time
+sys.path.insert(0, {os.getcwd()!r})
+from perfgate import baseline as store
+class Slow:
+    pass
+def slow(o):
+    print("writing", flush=True); time.sleep(30); return 0
+import json
+data = {{"benchmarks": [Slow()]}}
+import perfgate.baseline as b
+orig = json.dump
+def dump(obj, fh, **kw):
+    fh.write('{{"benchmarks": [')  # part of the file is out when the process dies
+    fh.flush()
+    slow(None)
+b.json.dump = dump
+store.record(__import__("pathlib").Path({str(d)!r}), data, "new")
+"""
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "writing"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    path, data = store.latest(d, FP)
+    assert path == first and data["benchmarks"][0]["fullname"].endswith("[a]")
+    assert [p.name for p in store.numbered_files(d)] == ["0001_old.json"]

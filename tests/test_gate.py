@@ -1,0 +1,75 @@
+import numpy as np
+import pytest
+
+from perfgate import gate
+from perfgate.policy import GateSettings, Policy, parse
+from tests.helpers import bench
+
+S = GateSettings()
+
+
+def _samples(med, n=30, cv=0.03, seed=0):
+    return list(np.random.default_rng(seed).normal(med, med * cv, n))
+
+
+def test_known_shift_is_a_regression_with_a_p_value():
+    v = gate.judge_latency("c", _samples(11.0, seed=1), _samples(10.0, seed=2), S)
+    assert v.verdict == gate.REGRESSION and v.p_value < S.alpha and v.change_pct == pytest.approx(10, abs=3)
+
+
+def test_identical_distributions_alarm_no_more_than_the_stated_rate():
+    alarms = sum(
+        gate.judge_latency("c", _samples(10.0, seed=2 * i), _samples(10.0, seed=2 * i + 1), S).verdict == gate.REGRESSION
+        for i in range(200)
+    )
+    assert alarms <= 2  # alpha 0.01 and a 5% effect floor
+
+
+def test_big_but_noisy_change_is_inconclusive_and_small_significant_one_unchanged():
+    noisy = gate.judge_latency("c", [10, 30, 9, 31, 10], [10, 11, 29, 9, 30], S)
+    assert noisy.verdict in (gate.INCONCLUSIVE, gate.UNCHANGED)
+    tiny = gate.judge_latency("c", _samples(10.2, n=200, cv=0.01, seed=3), _samples(10.0, n=200, cv=0.01, seed=4), S)
+    assert tiny.verdict == gate.UNCHANGED  # significant, but under the 5% tolerance
+    assert gate.judge_latency("c", [10, 30, 10, 30], [10, 10, 10, 10], S).verdict == gate.INCONCLUSIVE
+
+
+def test_improvement():
+    assert gate.judge_latency("c", _samples(8.0, seed=5), _samples(10.0, seed=6), S).verdict == gate.IMPROVEMENT
+
+
+def test_memory_tolerance_with_absolute_slack():
+    assert gate.judge_memory("c", 125.0, 100.0, S).verdict == gate.REGRESSION
+    assert gate.judge_memory("c", 110.0, 100.0, S).verdict == gate.UNCHANGED  # 5% + 16 MiB slack
+    assert gate.judge_memory("c", 10.0, 100.0, S).verdict == gate.IMPROVEMENT
+
+
+def test_accuracy_and_speedup():
+    assert gate.judge_accuracy("c", 0.01, 0.001, S).verdict == gate.REGRESSION
+    assert gate.judge_accuracy("c", float("nan"), 0.001, S).verdict == gate.REGRESSION
+    assert gate.judge_accuracy("c", 0.0015, 0.001, S).verdict == gate.UNCHANGED
+    assert gate.judge_speedup("c", 1.5, 2.0, S).verdict == gate.REGRESSION
+    assert gate.judge_speedup("c", 2.0, 2.05, S).verdict == gate.UNCHANGED
+
+
+def test_compare_case_end_to_end_and_ordering():
+    base = bench("a", _samples(10, seed=7), peak_mem_mib=100, rel_l2=1e-3, speedup=2.0)
+    cur = bench("a", _samples(20, seed=8), peak_mem_mib=300, rel_l2=1e-3, speedup=2.0)
+    verdicts = gate.sort_verdicts(gate.compare_case(cur, base, Policy()))
+    assert {v.metric: v.verdict for v in verdicts} == {"latency": "regression", "memory": "regression", "accuracy": "unchanged", "speedup": "unchanged"}
+    assert verdicts[0].verdict == gate.REGRESSION
+    assert gate.compare_case(cur, None, Policy())[0].verdict == gate.NO_BASELINE
+    cur["extra_info"]["unreliable"] = "neighbour busy"
+    assert gate.compare_case(cur, base, Policy())[0].verdict == gate.UNRELIABLE
+
+
+def test_budgets_are_asserted_whatever_the_baseline():
+    policy = parse({"budget": [{"model": "m", "gpu": "*Test*", "min_fps": 30, "max_p90_ms": 33}]})
+    cur = bench("a", [40.0] * 5, fps=25.0)
+    v = {x.metric: x.verdict for x in gate.judge_budgets(cur, policy, "Test GPU")}
+    assert v == {"budget:fps": gate.BUDGET, "budget:p90_ms": gate.BUDGET}
+    assert gate.judge_budgets(cur, policy, "Other GPU") == []
+
+
+def test_ratchet_fails_improvements_only_when_asked():
+    vs = [gate.Verdict(case="c", metric="latency", verdict=gate.IMPROVEMENT)]
+    assert gate.failing(vs) == [] and gate.failing(vs, fail_on_improvement=True) == vs

@@ -1,0 +1,157 @@
+"""The pytest integration, driven with pytester: JSON, recording, compare, gate, notices, bad input."""
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ("pytester",)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# A model from outside models/, as a user would add one: a step of known cost and known memory.
+USER_MODEL = '''
+"""A stand-in model with a 20 ms step (mostly a sleep: steady under load) that touches 64 MiB.
+
+64 MiB is above glibc's largest dynamic mmap threshold, so each step maps fresh pages and the
+high-water mark sees exactly the touched size."""
+import time
+from dataclasses import dataclass
+import torch
+from torch import nn
+from perfgate import ModelSpec, register_model
+
+@dataclass(frozen=True, kw_only=True)
+class SleepyConfig:
+    sleep_s: float = 0.020
+    mib: int = 64
+
+CONFIGS = {"tiny": SleepyConfig()}
+
+class Sleepy(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.w = nn.Parameter(torch.ones(4))
+
+    def forward(self, x):
+        buf = torch.empty(self.config.mib * 2**20, dtype=torch.uint8).fill_(1)
+        time.sleep(self.config.sleep_s)
+        return x * self.w + buf[:1].float() * 0
+
+def example_inputs(config, *, batch=1, seed=0, device="cpu", dtype=torch.float32, **options):
+    return (torch.ones(batch, 4, device=device, dtype=dtype),)
+
+def step_info(config, *, batch=1, **options):
+    return {"frames": float(batch)}
+
+OUTPUT_KIND = "tensor"
+
+register_model(ModelSpec(name="sleepy", module=__name__, model_class="Sleepy", default_sizes={"cpu": "tiny"}))
+'''
+
+PYPROJECT = """
+[tool.perfgate]
+model_files = ["user_model.py"]
+[tool.perfgate.gate]
+contention_max = 1000.0  # the test machine is shared; contention is tested elsewhere
+remeasure = 2  # as by default: a shared machine can fake one slowdown
+memory_slack_mib = 1.0
+"""
+
+ARGS = ["-p", "perfgate.plugin", "--perfgate-models", "sleepy", "--perfgate-variants", "baseline",
+        "--perfgate-min-rounds", "15", "--perfgate-max-rounds", "15", "-p", "no:cacheprovider"]
+
+
+@pytest.fixture
+def suite(pytester):
+    pytester.makepyfile(test_models=(ROOT / "benchmarks" / "test_models.py").read_text())
+    pytester.path.joinpath("user_model.py").write_text(USER_MODEL)
+    pytester.path.joinpath("pyproject.toml").write_text(PYPROJECT)
+    return pytester
+
+
+def _baseline_file(pytester) -> Path:
+    files = sorted(pytester.path.joinpath("baselines").glob("*/0*.json"))
+    assert len(files) == 1, files
+    return files[0]
+
+
+def test_run_writes_json_with_extra_info_and_fingerprint(suite):
+    r = suite.runpytest_subprocess(*ARGS, "--benchmark-json", "out.json")
+    r.assert_outcomes(passed=1)
+    data = json.loads(suite.path.joinpath("out.json").read_text())
+    info = data["benchmarks"][0]["extra_info"]
+    for key in ("model", "size", "variant", "device", "dtype", "params", "peak_mem_mib", "first_call_s",
+                "throughput", "unit", "samples_ms", "median_ms", "p90_ms", "p99_ms", "accuracy"):
+        assert key in info, key
+    assert info["model"] == "sleepy" and info["variant"] == "baseline" and info["device"] == "cpu"
+    assert info["median_ms"] >= 20.0 and info["unit"] == "frames" and info["params"] == 4
+    assert info["reserved_mem_mib"] is None  # no CUDA figure from a CPU run
+    assert len(info["samples_ms"]) == 15 == len(data["benchmarks"][0]["stats"]["data"])
+    fp = data["machine_info"]["perfgate"]["fingerprint"]
+    assert fp["device_type"] == "cpu" and "cpu_flags" in fp and fp["threads"] >= 1
+    assert data["perfgate"]["schema"] == 1
+    r.stdout.fnmatch_lines(["*no baseline recorded for this machine's fingerprint*--perfgate-record*"])
+
+
+def test_record_then_compare_passes_unchanged_and_fails_on_edited_baselines(suite):
+    suite.runpytest_subprocess(*ARGS, "--perfgate-record").assert_outcomes(passed=1)
+    path = _baseline_file(suite)
+    assert path.name == "0001_baseline.json"
+
+    r = suite.runpytest_subprocess(*ARGS, "--benchmark-compare")
+    r.assert_outcomes(passed=1)
+    r.stderr.fnmatch_lines(["*Comparing against benchmarks from: 0001_baseline.json*"])
+    r.stdout.fnmatch_lines(["*sleepy-tiny-baseline*latency*"])
+    r.stdout.no_fnmatch_line("*latency*regression*")
+
+    data = json.loads(path.read_text())
+    original = json.dumps(data)
+    info = data["benchmarks"][0]["extra_info"]
+    info["samples_ms"] = [s / 2 for s in info["samples_ms"]]  # the baseline claims twice as fast
+    path.write_text(json.dumps(data))
+    r = suite.runpytest_subprocess(*ARGS, "--benchmark-compare")
+    r.assert_outcomes(failed=1)
+    r.stdout.fnmatch_lines(["*latency regression: median*"])
+
+    data = json.loads(original)
+    data["benchmarks"][0]["extra_info"]["peak_mem_mib"] /= 2  # ... or to use half the memory
+    path.write_text(json.dumps(data))
+    r = suite.runpytest_subprocess(*ARGS)
+    r.assert_outcomes(failed=1)
+    r.stdout.fnmatch_lines(["*memory regression: peak*"])
+
+
+def test_recording_appends_history(suite):
+    suite.runpytest_subprocess(*ARGS, "--perfgate-record=first", "--perfgate-no-gate").assert_outcomes(passed=1)
+    suite.runpytest_subprocess(*ARGS, "--perfgate-record=second", "--perfgate-no-gate").assert_outcomes(passed=1)
+    names = sorted(p.name for p in suite.path.joinpath("baselines").glob("*/0*.json"))
+    assert names == ["0001_first.json", "0002_second.json"]
+
+
+@pytest.mark.parametrize("content, problem", [("{", "truncated JSON"), ('{"benchmarks": []}', "no 'perfgate' block")])
+def test_bad_baseline_is_one_line_and_a_usage_error(suite, content, problem):
+    suite.runpytest_subprocess(*ARGS, "--perfgate-record", "--perfgate-no-gate").assert_outcomes(passed=1)
+    path = _baseline_file(suite)
+    path.write_text(content)
+    r = suite.runpytest_subprocess(*ARGS)
+    assert r.ret == pytest.ExitCode.USAGE_ERROR  # not 1: a broken file is not a regression
+    r.stderr.fnmatch_lines([f"*perfgate: {path}: {problem}*record one with*"])
+
+
+def test_bad_options_are_one_line_usage_errors(suite):
+    r = suite.runpytest_subprocess("-p", "perfgate.plugin", "--perfgate-models", "nosuch")
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    r.stderr.fnmatch_lines(["*--perfgate-models 'nosuch' matches no model*"])
+    r = suite.runpytest_subprocess("-p", "perfgate.plugin", "--perfgate-precision", "2")
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    r.stderr.fnmatch_lines(["*precision must be in (0, 1)*"])
+
+
+def test_unavailable_variant_is_skipped_with_its_reason(suite):
+    r = suite.runpytest_subprocess("-p", "perfgate.plugin", "--perfgate-models", "sleepy", "--perfgate-variants", "tensorrt,cudagraphs", "-rs")
+    r.assert_outcomes(skipped=2)
+    r.stdout.fnmatch_lines(["*skipped variants:*", "*1 x TensorRT needs a CUDA device*"])
+    r.stdout.fnmatch_lines(["*SKIPPED*tensorrt: TensorRT needs a CUDA device*"])

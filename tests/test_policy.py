@@ -1,0 +1,45 @@
+import pytest
+
+from perfgate.policy import GateSettings, PolicyError, load, parse
+
+
+def test_overrides_by_glob_later_wins():
+    p = parse({
+        "gate": {"latency_tolerance": 0.03},
+        "override": [
+            {"model": "wan-*", "latency_tolerance": 0.10},
+            {"model": "wan-*", "variant": "compile*", "metric": "latency", "latency_tolerance": 0.20},
+            {"metric": "memory", "memory_slack_mib": 64},
+        ],
+    })
+    assert p.settings("owl-world-model", "baseline", "latency").latency_tolerance == 0.03
+    assert p.settings("wan-vae-decoder", "baseline", "latency").latency_tolerance == 0.10
+    assert p.settings("wan-vae-decoder", "compile-max-autotune", "latency").latency_tolerance == 0.20
+    assert p.settings("wan-vae-decoder", "compile", "memory").latency_tolerance == 0.10
+    assert p.settings("x", "y", "memory").memory_slack_mib == 64
+    assert parse({}).defaults == GateSettings()
+
+
+@pytest.mark.parametrize("table, match", [
+    ({"gate": {"latency_tolerence": 0.1}}, "unknown key 'latency_tolerence'"),
+    ({"gate": {"alpha": "0.01"}}, "alpha must be a float"),
+    ({"gate": {"alpha": -1}}, "must not be negative"),
+    ({"override": [{"metric": "latncy", "alpha": 0.1}]}, "metric 'latncy'"),
+    ({"budget": [{"min_fsp": 30}]}, "unknown key 'min_fsp'"),
+])
+def test_bad_policy_names_the_key(table, match):
+    with pytest.raises(PolicyError, match=match):
+        parse(table)
+
+
+def test_load_from_pyproject(tmp_path):
+    f = tmp_path / "pyproject.toml"
+    f.write_text('[tool.perfgate.gate]\nalpha = 0.05\n[[tool.perfgate.override]]\nvariant = "bf16"\nlatency_tolerance = 0.2\n')
+    p = load(f)
+    assert p.defaults.alpha == 0.05 and p.settings("m", "bf16", "latency").latency_tolerance == 0.2
+    f.write_text("[tool.perfgate\n")
+    with pytest.raises(PolicyError, match="invalid TOML"):
+        load(f)
+    f.write_text('[tool.perfgate]\nvariantz = ["x"]\n')
+    with pytest.raises(PolicyError, match="unknown key 'variantz'"):
+        load(f)
