@@ -20,7 +20,6 @@ from typing import Any, Callable, Mapping
 import torch
 from torch import nn
 
-STEP_KINDS = ("inference", "train")
 DATA_PATHS = ("static", "host", "device")
 
 
@@ -37,11 +36,11 @@ class ModelSpec:
     description: str = ""
 
     def __post_init__(self) -> None:
-        if self.step not in STEP_KINDS:
-            raise ValueError(f"model {self.name!r}: step must be one of {STEP_KINDS}, got {self.step!r}")
+        if self.step not in STEP_BUILDERS:
+            raise ValueError(f"model {self.name!r}: step must be one of {', '.join(STEP_BUILDERS)}, got {self.step!r}")
         if self.data not in DATA_PATHS:
             raise ValueError(f"model {self.name!r}: data must be one of {DATA_PATHS}, got {self.data!r}")
-        if self.data != "static" and self.step != "train":
+        if self.data != "static" and not is_training(self.step):
             raise ValueError(f"model {self.name!r}: generated data paths are for train steps")
 
 
@@ -106,7 +105,7 @@ def build_module(spec: ModelSpec, size: str, *, device: torch.device | str = "cp
     torch.manual_seed(seed)
     with torch.device(device):
         module = getattr(fam, spec.model_class)(fam.CONFIGS[size])
-    return module.eval() if spec.step == "inference" else module.train()
+    return module.train() if is_training(spec.step) else module.eval()
 
 
 def load_checkpoint(module: nn.Module, path: str | Path) -> None:
@@ -191,26 +190,36 @@ def make_batch_source(wl: Workload) -> Callable[[int], tuple[torch.Tensor, ...]]
     return lambda i: (gen(shape, index=i, device=wl.device, dtype=wl.inputs[0].dtype),)
 
 
+StepBuilder = Callable[["Workload", nn.Module, tuple[torch.Tensor, ...], Callable[[], Any]], Callable[[], Any]]
+
+
 def make_step(
     wl: Workload,
     module: nn.Module,
     inputs: tuple[torch.Tensor, ...],
     context: Callable[[], Any],
 ) -> Callable[[], Any]:
-    """The zero-argument step the measurement core times.
+    """The zero-argument step the measurement core times, built by the spec's step kind."""
+    return STEP_BUILDERS[wl.spec.step](wl, module, inputs, context)
 
-    Inference runs under inference_mode; a train step runs forward, loss, backward and an SGD
-    step with momentum (lr 1e-4, momentum 0.9, as in the tutorial) and returns the loss before
-    the update, so its first output is comparable with the reference loss.
-    """
-    if wl.spec.step == "inference":
 
-        def infer() -> Any:
-            with torch.inference_mode(), context():
-                return module(*inputs)
+def is_training(step: str) -> bool:
+    return step in TRAINING_STEPS
 
-        return infer
 
+def inference_step(wl: Workload, module: nn.Module, inputs: tuple[torch.Tensor, ...], context: Callable[[], Any]) -> Callable[[], Any]:
+    """Forward only, under inference_mode."""
+
+    def infer() -> Any:
+        with torch.inference_mode(), context():
+            return module(*inputs)
+
+    return infer
+
+
+def train_step(wl: Workload, module: nn.Module, inputs: tuple[torch.Tensor, ...], context: Callable[[], Any]) -> Callable[[], Any]:
+    """Forward, loss, backward and an SGD step with momentum (lr 1e-4, momentum 0.9, as in the
+    tutorial); returns the loss before the update, comparable with the reference loss."""
     opt = torch.optim.SGD(module.parameters(), lr=1e-4, momentum=0.9)
     source = make_batch_source(wl)
     counter = iter(range(sys.maxsize))
@@ -228,9 +237,14 @@ def make_step(
     return train
 
 
+# Step kinds by name; another module (e.g. perfgate.distributed) may add its own.
+STEP_BUILDERS: dict[str, StepBuilder] = {"inference": inference_step, "train": train_step}
+TRAINING_STEPS: set[str] = {"train"}
+
+
 def reference_output(wl: Workload) -> Any:
     """The fp32 eager output the variants are checked against (the loss for a train step)."""
     first = make_batch_source(wl)(0)
     with torch.no_grad():
         out = wl.module(*first)
-        return train_loss(out) if wl.spec.step == "train" else out
+        return train_loss(out) if is_training(wl.spec.step) else out
