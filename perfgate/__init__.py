@@ -1,10 +1,20 @@
 """perfgate: a pytest-benchmark regression suite for real-time generative video and world models.
 
 Importable without pytest: the measurement core, registries, baselines, the gate and reports.
+Names are imported lazily so that `perfgate history` and `perfgate report` start without torch.
 """
 
-from perfgate.measure import measure
-from perfgate.workload import ModelSpec, register_model
+from __future__ import annotations
 
-__all__ = ["ModelSpec", "measure", "register_model"]
+import importlib
+from typing import Any
+
 __version__ = "0.1.0"
+_LAZY = {"measure": "perfgate.measure", "ModelSpec": "perfgate.workload", "register_model": "perfgate.workload"}
+__all__ = list(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'perfgate' has no attribute {name!r}")

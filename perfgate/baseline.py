@@ -97,6 +97,7 @@ def atomic_write_json(path: Path, data: Any, *, clobber: bool = True) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a baseline is a file to share
         with os.fdopen(fd, "w", encoding="utf8") as fh:
             json.dump(data, fh, indent=2, sort_keys=False, default=str)
             fh.write("\n")
@@ -112,6 +113,12 @@ def atomic_write_json(path: Path, data: Any, *, clobber: bool = True) -> Path:
             os.unlink(tmp)
         raise
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def record(folder: Path, data: dict[str, Any], label: str) -> Path:

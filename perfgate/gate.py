@@ -14,7 +14,6 @@ from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-from scipy import stats as sps
 
 from perfgate.policy import GateSettings, Policy
 
@@ -50,6 +49,8 @@ def _pct(cur: float, base: float) -> float | None:
 
 def latency_test(current: Sequence[float], baseline: Sequence[float]) -> tuple[float, float, float]:
     """(median ratio current/baseline, p slower, p faster): one-sided Mann-Whitney U on raw samples."""
+    from scipy import stats as sps  # imported here: history and report start faster without scipy
+
     cur, base = np.asarray(current, float), np.asarray(baseline, float)
     ratio = float(np.median(cur) / np.median(base))
     p_slower = float(sps.mannwhitneyu(cur, base, alternative="greater").pvalue)

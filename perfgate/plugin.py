@@ -43,7 +43,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--perfgate-model-file", action="append", default=[], help="python file registering extra models (repeatable)")
     g.addoption("--perfgate-checkpoint", default=None, help="checkpoint to load strictly into the selected model")
     g.addoption("--perfgate-verdicts", default=None, help="write the verdicts as JSON here (default .perfgate/verdicts.json)")
-    g.addoption("--perfgate-inductor-cache", default=None, help="persistent inductor cache folder (default .perfgate/inductor-cache)")
+    g.addoption("--perfgate-inductor-cache", default=None, help="persistent inductor cache folder (default $PERFGATE_INDUCTOR_CACHE, else .perfgate/inductor-cache)")
 
 
 def _table(config: pytest.Config) -> dict[str, Any]:
@@ -85,7 +85,11 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"perfgate: {exc}") from None
     device = config.getoption("perfgate_device") or default_device()
     root = Path(config.getoption("perfgate_baselines") or Path(config.rootpath) / "baselines")
-    set_inductor_cache(config.getoption("perfgate_inductor_cache") or Path(config.rootpath) / ".perfgate" / "inductor-cache")
+    set_inductor_cache(
+        config.getoption("perfgate_inductor_cache")
+        or os.environ.get("PERFGATE_INDUCTOR_CACHE")
+        or Path(config.rootpath) / ".perfgate" / "inductor-cache"
+    )
     session = Session(
         device=device,
         baselines_root=root,
@@ -199,7 +203,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if s is None or not s.results and not s.skips:
         return
     if config.getoption("perfgate_record") and s.results:
-        s.recorded = _record(config, s)
+        if exitstatus == 0:
+            s.recorded = _record(config, s)
+        else:  # a failing run (accuracy, build error, ...) must not become the reference
+            s.record_refused = f"perfgate: not recording a baseline: the run failed (exit {int(exitstatus)}); fix it and record again"
     out = Path(config.getoption("perfgate_verdicts") or Path(config.rootpath) / ".perfgate" / "verdicts.json")
     baseline_store.atomic_write_json(out, summary.verdict_json(s))
     s.verdict_file = out
@@ -218,6 +225,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         tr.write_line(line)
     if getattr(s, "recorded", None):
         tr.write_line(f"perfgate: recorded baseline {s.recorded}")
+    if getattr(s, "record_refused", None):
+        tr.write_line(s.record_refused)
     if getattr(s, "verdict_file", None):
         tr.write_line(f"perfgate: verdicts written to {s.verdict_file}")
 

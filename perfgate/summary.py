@@ -104,7 +104,10 @@ def markdown(session: Any) -> str:
     """Short job-summary / PR-comment Markdown: regressions first."""
     verdicts = gate.sort_verdicts(session.verdicts)
     bad = [v for v in verdicts if v.verdict in gate.FAILING]
-    head = f"### perfgate: {len(bad)} regression(s)" if bad else "### perfgate: no regression"
+    if not session.gate_enabled:
+        head = "### perfgate: measured only (gate off)"
+    else:
+        head = f"### perfgate: {len(bad)} regression(s)" if bad else "### perfgate: no regression"
     out = [head, "", f"fingerprint `{session.fingerprint_id}`", ""]
     if verdicts:
         out += ["| " + " | ".join(VERDICT_HEADERS) + " |", "|" + "---|" * len(VERDICT_HEADERS)]

@@ -22,7 +22,7 @@ else
   PY="$VENV/bin/python"
   # Re-install only when pyproject.toml or the extras changed: a no-op pip run still costs seconds.
   stamp="$VENV/.perfgate-installed"
-  want="$(sha256sum pyproject.toml | cut -c1-16) $spec"
+  want="$(sha256sum pyproject.toml | cut -c1-16) $spec $("$PY" -c 'import sys; print(sys.version.split()[0])')"
   if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     echo "perfgate: installing $spec into $VENV (torch==2.13.0 and friends; about a minute)" >&2
     "$PY" -m pip install --disable-pip-version-check -q -e "$spec"
