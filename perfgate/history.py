@@ -1,0 +1,589 @@
+"""History of saved runs: one metric per case over time and commit, pure and pytest-free.
+
+Reads pytest-benchmark JSON wherever it was saved: numbered baselines and autosaves under
+`baselines/<fingerprint_id>/` (pytest-benchmark nests autosaves one folder deeper, under its
+machine id), `.benchmarks/`, or files named by the user. A file that cannot be read becomes one
+line in `History.unreadable` and is skipped: one truncated file must not hide months of history.
+Series are keyed by fingerprint as well as case, so numbers from two machines never share a line.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import math
+import os
+import re
+from dataclasses import asdict, dataclass, field, replace
+from datetime import date, datetime, time, timezone
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    unit: str
+    better: str  # "lower", "higher" or "" (no direction)
+    label: str
+
+
+_METRIC_LIST = (
+    Metric("median_ms", "ms", "lower", "median latency"),
+    Metric("mean_ms", "ms", "lower", "mean latency"),
+    Metric("min_ms", "ms", "lower", "min latency"),
+    Metric("max_ms", "ms", "lower", "max latency"),
+    Metric("std_ms", "ms", "lower", "latency std"),
+    Metric("p90_ms", "ms", "lower", "p90 latency"),
+    Metric("p99_ms", "ms", "lower", "p99 latency"),
+    Metric("first_call_s", "s", "lower", "first call"),
+    Metric("peak_mem_mib", "MiB", "lower", "peak memory"),
+    Metric("reserved_mem_mib", "MiB", "lower", "reserved memory"),
+    Metric("speedup", "x", "higher", "speedup over eager baseline"),
+    Metric("fps", "frames/s", "higher", "frames per second"),
+    Metric("throughput", "items/s", "higher", "throughput"),
+    Metric("rel_l2", "", "lower", "relative L2 error"),
+    Metric("max_abs", "", "lower", "max abs error"),
+    Metric("cosine", "", "higher", "cosine similarity"),
+    Metric("psnr_db", "dB", "higher", "PSNR"),
+    Metric("warm_compile_s", "s", "lower", "warm compile time"),
+    Metric("graph_breaks", "", "lower", "graph breaks"),
+    Metric("engine_build_s", "s", "lower", "TensorRT engine build"),
+)
+METRICS: dict[str, Metric] = {m.name: m for m in _METRIC_LIST}
+_ACCURACY = {"rel_l2", "max_abs", "cosine", "psnr_db"}
+# Plain pytest-benchmark files have no extra_info: latency comes from `stats` (seconds).
+_STATS_S = {"median_ms": "median", "mean_ms": "mean", "min_ms": "min", "max_ms": "max", "std_ms": "stddev"}
+_PERCENTILES = {"p90_ms": 90, "p99_ms": 99}
+
+
+# Units in names (style.md): the suffix of a key is its unit.
+UNIT_SUFFIXES = (("_ms", "ms"), ("_s", "s"), ("_mib", "MiB"), ("_mb", "MB"), ("_pct", "%"), ("_db", "dB"), ("_w", "W"),
+                 ("_c", "°C"), ("_mhz", "MHz"))
+
+
+def unit_of(key: str) -> str:
+    """'%' for gpu_util_pct and gpu_util_pct_mean, 'MiB' for rss_mib, '' when the name has no unit."""
+    tail = re.sub(r"_(mean|median|min|max|avg|std|p\d+)$", "", key.rsplit(".", 1)[-1])
+    return next((u for suffix, u in UNIT_SUFFIXES if tail.endswith(suffix)), "")
+
+
+def metric_info(name: str) -> Metric:
+    """The known metric, or an ad-hoc one for a dotted extra_info path (unit read from its suffix)."""
+    return METRICS.get(name) or Metric(name, unit_of(name), "", name)
+
+
+class RunError(Exception):
+    """A result file that cannot be used; the message is one line naming the file and the problem."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """One loaded pytest-benchmark result file."""
+
+    path: str
+    data: dict[str, Any]
+    folder_fingerprint_id: str | None = None  # the baselines/<fp>/ folder it was found in
+
+    @property
+    def benchmarks(self) -> list[dict[str, Any]]:
+        return self.data["benchmarks"]
+
+    @property
+    def label(self) -> str:
+        return Path(self.path).stem
+
+    @property
+    def fingerprint_id(self) -> str | None:
+        return run_fingerprint_id(self.data) or self.folder_fingerprint_id
+
+    @property
+    def fingerprint(self) -> dict[str, Any] | None:
+        block = self.data.get("perfgate") or {}
+        fp = block.get("fingerprint") or ((self.data.get("machine_info") or {}).get("perfgate") or {}).get("fingerprint")
+        return fp if isinstance(fp, dict) else None
+
+    @property
+    def commit(self) -> str | None:
+        info = self.data.get("commit_info") or {}
+        return info.get("id") or (self.data.get("perfgate") or {}).get("commit")
+
+    @property
+    def dirty(self) -> bool:
+        return bool((self.data.get("commit_info") or {}).get("dirty"))
+
+    @property
+    def branch(self) -> str | None:
+        return (self.data.get("commit_info") or {}).get("branch")
+
+    @property
+    def commit_time(self) -> datetime | None:
+        info = self.data.get("commit_info") or {}
+        return parse_time(info.get("time") or info.get("author_time"))
+
+    @property
+    def run_time(self) -> datetime | None:
+        block = self.data.get("perfgate") or {}
+        return parse_time(self.data.get("datetime")) or parse_time(block.get("recorded_at"))
+
+    def order_key(self) -> tuple:
+        """Commit time first (history follows the commits), then when the run happened."""
+        run_t = self.run_time or self.commit_time or _EPOCH
+        return (self.commit_time or run_t, run_t, self.path)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def parse_time(value: Any) -> datetime | None:
+    """An ISO-8601 time as an aware UTC datetime; naive times are taken as UTC (pytest-benchmark
+    wrote naive UTC before 4.0); None when absent or unparsable."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        t = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc)
+
+
+def run_fingerprint_id(data: Mapping[str, Any]) -> str | None:
+    block = data.get("perfgate") or {}
+    mi = (data.get("machine_info") or {}).get("perfgate") or {}
+    return block.get("fingerprint_id") or mi.get("fingerprint_id")
+
+
+# Raw sample arrays are most of a result file and most of its parse time (json makes a float
+# object per number); history needs none of them, so they are emptied before parsing. Only
+# arrays of number characters match, so no string can be cut.
+_SAMPLE_ARRAYS = re.compile(r'"(samples_ms|data)":\s*\[[-0-9.eE+,\s]*\]')
+
+
+def load_run(path: str | os.PathLike[str], *, samples: bool = True) -> Run:
+    """Read one result file; RunError (one line: file, problem) when it cannot be used.
+    `samples=False` empties extra_info.samples_ms and stats.data (4-5x faster on real files)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf8")
+    except OSError as exc:
+        raise RunError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise RunError(f"{path}: cannot read (not UTF-8 text)") from None
+    try:
+        data = json.loads(text if samples else _SAMPLE_ARRAYS.sub(r'"\1": []', text))
+    except json.JSONDecodeError:
+        try:  # the whole text: its error position is the file's, not the lean copy's
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            what = "truncated" if _truncated(text) else "corrupt"
+            raise RunError(f"{path}: {what} JSON at line {exc.lineno} column {exc.colno}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
+        raise RunError(f"{path}: not a pytest-benchmark file (no 'benchmarks' list)")
+    for i, b in enumerate(data["benchmarks"]):
+        if not isinstance(b, dict) or not isinstance(b.get("name") or b.get("fullname"), str):
+            raise RunError(f"{path}: benchmark #{i} has no name")
+        if not isinstance(b.get("extra_info"), dict) and not isinstance(b.get("stats"), dict):
+            raise RunError(f"{path}: benchmark {b.get('name') or b.get('fullname')!r} has neither extra_info nor stats")
+    return Run(str(path), data)
+
+
+def _truncated(text: str) -> bool:
+    """Whether broken JSON is a cut-off file (every bracket so far matched, some left open: a
+    killed writer) rather than a corrupt one (mismatched brackets, stray text)."""
+    stack: list[str] = []
+    in_str = esc = False
+    for ch in text:
+        if in_str:
+            esc, in_str = (False, True) if esc else (ch == "\\", ch != '"')
+        elif ch == '"':
+            in_str = True
+        elif ch in "[{":
+            stack.append("]" if ch == "[" else "}")
+        elif ch in "]}":
+            if not stack or stack.pop() != ch:
+                return False
+    return bool(stack) or in_str
+
+
+def load_runs(paths: Iterable[str | os.PathLike[str]], *, samples: bool = True) -> tuple[list[Run], list[str]]:
+    """(runs that loaded, one line per file that did not)."""
+    runs, errors = [], []
+    for p in paths:
+        try:
+            runs.append(load_run(p, samples=samples))
+        except RunError as exc:
+            errors.append(str(exc))
+    return runs, errors
+
+
+# ----------------------------------------------------------------------------- discovery
+
+
+def _json_files(folder: Path) -> list[Path]:
+    """Every *.json below `folder`, hidden files (atomic-write temporaries) excluded."""
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.rglob("*.json") if not p.name.startswith(".") and p.is_file())
+
+
+def discover(
+    *,
+    baselines_root: str | os.PathLike[str] = "baselines",
+    fingerprint_id: str | None = None,
+    storage_dirs: Sequence[str | os.PathLike[str]] = (".benchmarks",),
+    paths: Sequence[str | os.PathLike[str]] = (),
+) -> tuple[list[Path], list[Path]]:
+    """(files under this fingerprint's baseline folder or explicitly named, files whose fingerprint
+    must be read from their content: pytest-benchmark storage shared by every machine).
+
+    With `fingerprint_id=None` every fingerprint folder is included.
+    """
+    root = Path(baselines_root)
+    own = _json_files(root / fingerprint_id) if fingerprint_id else _json_files(root)
+    for p in map(Path, paths):
+        own += _json_files(p) if p.is_dir() else [p]
+    own = _unique(own)
+    taken = {o.resolve() for o in own}
+    return own, [f for f in _unique(f for d in storage_dirs for f in _json_files(Path(d))) if f.resolve() not in taken]
+
+
+def _unique(paths: Iterable[Path]) -> list[Path]:
+    seen, out = set(), []
+    for p in paths:
+        key = p.resolve()
+        if key not in seen:
+            seen.add(key)
+            out.append(p)
+    return out
+
+
+# ----------------------------------------------------------------------------- values
+
+
+def _lookup(mapping: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        if not isinstance(mapping, Mapping) or part not in mapping:
+            return None
+        mapping = mapping[part]
+    return mapping
+
+
+def _number(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    return float(v)
+
+
+def metric_value(bench: Mapping[str, Any], metric: str) -> float | None:
+    """One metric of one benchmark entry: perfgate's extra_info first, pytest-benchmark's stats
+    (seconds) for plain files; None when the entry does not have it."""
+    info = bench.get("extra_info") or {}
+    if metric in _ACCURACY:
+        v = _number((info.get("accuracy") or {}).get(metric))
+    elif metric == "throughput":
+        v = _number((info.get("throughput") or {}).get(info.get("unit", "")))
+    else:
+        v = _number(_lookup(info, metric))
+    if v is not None:
+        return v
+    stats = bench.get("stats") or {}
+    if metric in _STATS_S:
+        s = _number(stats.get(_STATS_S[metric]))
+        return None if s is None else s * 1e3
+    if metric in _PERCENTILES and isinstance(stats.get("data"), list) and stats["data"]:
+        return float(np.percentile(np.asarray(stats["data"], float), _PERCENTILES[metric])) * 1e3
+    if metric == "fps" and info.get("unit") == "frames":
+        return _number((info.get("throughput") or {}).get("frames"))
+    return None
+
+
+def case_label(bench: Mapping[str, Any]) -> str:
+    """'model [size opts] variant' from extra_info, else pytest's test name."""
+    info = bench.get("extra_info") or {}
+    if info.get("model") and info.get("variant"):
+        opts = "".join(f" {k}={v}" for k, v in sorted((info.get("options") or {}).items()))
+        size = f" [{info['size']}{opts}]" if info.get("size") else ""
+        return f"{info['model']}{size} {info['variant']}"
+    return str(bench.get("name") or bench.get("fullname"))
+
+
+# ----------------------------------------------------------------------------- history
+
+
+@dataclass(frozen=True)
+class Point:
+    value: float
+    change_pct: float | None  # against the previous point of the same series, after filtering
+    commit: str | None
+    commit_time: str | None
+    run_time: str | None
+    dirty: bool
+    branch: str | None
+    source: str
+    unreliable: bool = False  # the run flagged its own timing (contention): read the change with care
+
+
+@dataclass
+class Series:
+    fingerprint_id: str
+    fullname: str
+    name: str
+    label: str
+    model: str | None
+    size: str | None
+    variant: str | None
+    unit: str
+    points: list[Point] = field(default_factory=list)
+
+    def values(self) -> list[float]:
+        return [p.value for p in self.points]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**{k: v for k, v in asdict(self).items() if k != "points"}, "points": [asdict(p) for p in self.points]}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Filters:
+    models: tuple[str, ...] = ()  # globs
+    variants: tuple[str, ...] = ()
+    cases: tuple[str, ...] = ()  # globs over the test name and the readable label
+    since: datetime | None = None
+    until: datetime | None = None
+
+    def keep_run(self, run: Run) -> bool:
+        t = run.run_time or run.commit_time
+        if t is None:
+            return self.since is None and self.until is None
+        return (self.since is None or t >= self.since) and (self.until is None or t <= self.until)
+
+    def keep_bench(self, bench: Mapping[str, Any]) -> bool:
+        info = bench.get("extra_info") or {}
+        if self.models and not _match(info.get("model"), self.models):
+            return False
+        if self.variants and not _match(info.get("variant"), self.variants):
+            return False
+        if self.cases and not (_match(bench.get("name"), self.cases) or _match(case_label(bench), self.cases)):
+            return False
+        return True
+
+
+def _match(value: Any, patterns: Sequence[str]) -> bool:
+    return isinstance(value, str) and any(fnmatch.fnmatchcase(value, p) for p in patterns)
+
+
+def parse_day(text: str, *, end: bool = False) -> datetime:
+    """A --since/--until value: a date (the whole day, UTC) or an ISO time; ValueError otherwise."""
+    text = text.strip()
+    if len(text) == 10:  # YYYY-MM-DD
+        d = date.fromisoformat(text)
+        return datetime.combine(d, time.max if end else time.min, tzinfo=timezone.utc)
+    t = parse_time(text)
+    if t is None:
+        raise ValueError(f"{text!r} is neither a date (2026-11-21) nor an ISO time (2026-11-21T18:00:00+00:00)")
+    return t
+
+
+@dataclass
+class History:
+    metric: Metric
+    series: list[Series]
+    unreadable: list[str]
+    other_fingerprints: int = 0  # readable files skipped because they belong to another fingerprint
+    files: int = 0  # files read
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "metric": asdict(self.metric),
+            "files": self.files,
+            "other_fingerprints": self.other_fingerprints,
+            "unreadable": self.unreadable,
+            "series": [s.as_dict() for s in self.series],
+        }
+
+
+def build_series(runs: Sequence[Run], metric: str, filters: Filters = Filters()) -> list[Series]:
+    """Group entries by (fingerprint, case), ordered by commit time then run time, with the change
+    from the previous entry. The same run seen twice (a baseline also passed by path) counts once."""
+    m = metric_info(metric)
+    series: dict[tuple[str, str], Series] = {}
+    seen: set[tuple[str, str, str, str]] = set()
+    for run in sorted(runs, key=Run.order_key):
+        if not filters.keep_run(run):
+            continue
+        fp = run.fingerprint_id or "unknown"
+        run_t, commit_t = run.run_time, run.commit_time
+        run_iso, commit_iso = run_t.isoformat() if run_t else None, commit_t.isoformat() if commit_t else None
+        commit, dirty, branch = run.commit, run.dirty, run.branch
+        for bench in run.benchmarks:
+            if not filters.keep_bench(bench):
+                continue
+            value = metric_value(bench, metric)
+            if value is None or not math.isfinite(value):
+                continue
+            fullname = str(bench.get("fullname") or bench.get("name"))
+            dedup = (fp, fullname, str(run_iso), str(commit))
+            if dedup in seen:
+                continue
+            seen.add(dedup)
+            s = series.get((fp, fullname))
+            if s is None:
+                info = bench.get("extra_info") or {}
+                s = series[(fp, fullname)] = Series(
+                    fingerprint_id=fp, fullname=fullname, name=str(bench.get("name") or fullname), label=case_label(bench),
+                    model=info.get("model"), size=info.get("size"), variant=info.get("variant"), unit=m.unit,
+                )
+            prev = s.points[-1].value if s.points else None
+            s.points.append(Point(
+                value=value, change_pct=(value / prev - 1) * 100 if prev else None, commit=commit,
+                commit_time=commit_iso, run_time=run_iso, dirty=dirty, branch=branch, source=run.path,
+                unreliable=bool((bench.get("extra_info") or {}).get("unreliable")),
+            ))
+    return sorted(series.values(), key=lambda s: (s.fingerprint_id, s.model or "~", s.size or "", s.label))
+
+
+@dataclass
+class Gathered:
+    runs: list[Run]
+    unreadable: list[str]
+    other_fingerprints: int  # readable shared-storage files of another fingerprint, left out
+    files: int  # files read
+
+
+def gather(
+    *,
+    baselines_root: str | os.PathLike[str] = "baselines",
+    fingerprint_id: str | None = None,
+    storage_dirs: Sequence[str | os.PathLike[str]] = (".benchmarks",),
+    paths: Sequence[str | os.PathLike[str]] = (),
+    samples: bool = False,
+) -> Gathered:
+    """Discover and read every saved run for one fingerprint (or all with None); unreadable files
+    become one line each. A file in baselines/<fp>/ without a fingerprint block belongs to <fp>."""
+    own, shared = discover(baselines_root=baselines_root, fingerprint_id=fingerprint_id, storage_dirs=storage_dirs, paths=paths)
+    runs, unreadable = load_runs([*own, *shared], samples=samples)
+    shared_set = {str(p) for p in shared}
+    root = Path(baselines_root).resolve()
+    kept, other = [], 0
+    for r in runs:
+        folder_fp = _folder_fingerprint(Path(r.path), root)
+        if folder_fp and not run_fingerprint_id(r.data):
+            r = replace(r, folder_fingerprint_id=folder_fp)
+        if fingerprint_id and r.path in shared_set and r.fingerprint_id != fingerprint_id:
+            other += 1
+            continue
+        kept.append(r)
+    return Gathered(kept, unreadable, other, len(runs))
+
+
+def collect(
+    *,
+    metric: str = "median_ms",
+    filters: Filters = Filters(),
+    baselines_root: str | os.PathLike[str] = "baselines",
+    fingerprint_id: str | None = None,
+    storage_dirs: Sequence[str | os.PathLike[str]] = (".benchmarks",),
+    paths: Sequence[str | os.PathLike[str]] = (),
+) -> History:
+    """The history of one metric over every saved run for one fingerprint (or all with None)."""
+    g = gather(baselines_root=baselines_root, fingerprint_id=fingerprint_id, storage_dirs=storage_dirs, paths=paths,
+               samples=metric in _PERCENTILES)  # p90/p99 of plain files need stats.data
+    return History(metric=metric_info(metric), series=build_series(g.runs, metric, filters),
+                   unreadable=g.unreadable, other_fingerprints=g.other_fingerprints, files=g.files)
+
+
+def _folder_fingerprint(path: Path, root: Path) -> str | None:
+    try:
+        rel = path.resolve().relative_to(root)
+    except ValueError:
+        return None
+    return rel.parts[0] if len(rel.parts) > 1 else None
+
+
+# ----------------------------------------------------------------------------- text
+
+
+def sparkline(values: Sequence[float | None]) -> str:
+    """Unicode block sparkline scaled to the values' own range; a gap for a missing value."""
+    nums = [v for v in values if v is not None and math.isfinite(v)]
+    if not nums:
+        return ""
+    lo, hi = min(nums), max(nums)
+    top = len(SPARK_BLOCKS) - 1
+    out = []
+    for v in values:
+        if v is None or not math.isfinite(v):
+            out.append(" ")
+        elif hi == lo:
+            out.append(SPARK_BLOCKS[top // 2])
+        else:
+            out.append(SPARK_BLOCKS[round((v - lo) / (hi - lo) * top)])
+    return "".join(out)
+
+
+def last_points(s: Series, n: int) -> list[Point]:
+    return s.points[-n:] if n > 0 else list(s.points)
+
+
+def change_word(change_pct: float | None, metric: Metric, noise_pct: float = 0.0) -> str:
+    """'+3.2% worse' style tag for a change, by the metric's direction."""
+    if change_pct is None:
+        return "-"
+    tag = ""
+    if metric.better and abs(change_pct) > noise_pct:
+        worse = change_pct > 0 if metric.better == "lower" else change_pct < 0
+        tag = " worse" if worse else " better"
+    return f"{change_pct:+.1f}%{tag}"
+
+
+def value_format(values: Sequence[float]) -> str:
+    """One format spec for a column: about four significant digits of its largest value."""
+    big = max((abs(v) for v in values), default=0.0)
+    if big == 0 or big >= 1000:
+        return ".0f" if big else ".3g"
+    if big < 0.01:
+        return ".2e"
+    return f".{max(0, 3 - math.floor(math.log10(big)))}f"
+
+
+def _when(p: Point) -> str:
+    t = p.run_time or p.commit_time
+    return t[:16].replace("T", " ") if t else "-"
+
+
+def text_lines(history: History, *, last: int = 20, brief: bool = False) -> list[str]:
+    """The terminal view: per case a sparkline and the entries with their change."""
+    from perfgate.summary import text_table  # the project's one table formatter
+
+    m = history.metric
+    unit = f" {m.unit}" if m.unit else ""
+    direction = f", {m.better} is better" if m.better else ""
+    lines = [f"{m.name} ({m.label}{', ' + m.unit if m.unit else ''}{direction}); "
+             f"{history.files} file(s), {len(history.series)} case(s)" + (f", last {last} entries" if last > 0 else "")]
+    by_fp: dict[str, list[Series]] = {}
+    for s in history.series:
+        by_fp.setdefault(s.fingerprint_id, []).append(s)
+    for fp, series in by_fp.items():
+        lines += ["", f"fingerprint {fp}"]
+        if brief:
+            rows = []
+            for s in series:
+                pts = last_points(s, last)
+                rows.append([s.label, sparkline([p.value for p in pts]), str(len(s.points)),
+                             format(pts[-1].value, value_format([pts[-1].value])) + unit, change_word(pts[-1].change_pct, m)])
+            lines += ["  " + r for r in text_table(("case", "trend", "entries", "last", "change"), rows)]
+            continue
+        for s in series:
+            pts = last_points(s, last)
+            spec = value_format([p.value for p in pts])
+            n = len(s.points)
+            lines += ["", f"{s.label}  {sparkline([p.value for p in pts])}  ({n} {'entry' if n == 1 else 'entries'})"]
+            rows = [[_when(p), (p.commit or "-")[:8] + ("*" if p.dirty else ""), format(p.value, spec), change_word(p.change_pct, m),
+                     Path(p.source).name, "unreliable" if p.unreliable else ""] for p in pts]
+            lines += ["  " + r.rstrip() for r in text_table(("run time (UTC)", "commit", f"{m.name}", "change", "file", "note"), rows)]
+    if any(p.dirty for s in history.series for p in s.points) and not brief:
+        lines += ["", "* run from a working tree with uncommitted changes"]
+    return lines
