@@ -76,3 +76,8 @@ register_model(ModelSpec(
     data="host",
     description="PhysicsNeMo tutorial training step, batches generated with numpy on the host (the bottleneck)",
 ))
+
+# Data-parallel workloads (DDP training step, sharded inference) for torchrun runs.
+from perfgate.distributed import register_workloads  # noqa: E402
+
+register_workloads()

@@ -13,6 +13,7 @@ one rank, the plugin only registers the distributed workloads.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,6 +112,7 @@ def _start(config: pytest.Config, topo: pd.Topology) -> DistState:
             old.unlink(missing_ok=True)
     else:
         o.verbose = min(o.verbose, 0) - 1  # -q: rank 0 reports for the job
+        os.environ.pop("GITHUB_STEP_SUMMARY", None)  # one job summary, rank 0's
         if hasattr(o, "perfgate_verdicts"):
             o.perfgate_verdicts = str(folder / f"verdicts.rank{topo.rank}.json")
     dist.barrier()  # no rank writes its file before rank 0 cleared the old ones
@@ -158,7 +160,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     own = json.loads(own_file.read_text(encoding="utf8")) if own_file.is_file() else None
     gathered: list[Any] | None = [None] * state.topo.world_size if state.topo.rank == 0 else None
     try:
-        dist.gather_object(own, gathered, dst=0)
+        dist.gather_object((int(exitstatus), own), gathered, dst=0)
     except (RuntimeError, ValueError) as exc:  # a peer died: aggregate what reached the folder
         gathered = None
         state.lines.append(f"perfgate: gathering the ranks' results failed ({str(exc).splitlines()[0]}); "
@@ -172,8 +174,10 @@ def _aggregate(config: pytest.Config, state: DistState, gathered: list[Any] | No
     from perfgate import baseline as store
     from perfgate.plugin import _KEY
 
+    statuses: dict[int, int] = {}
     if gathered is not None:
-        runs = {r: d for r, d in enumerate(gathered) if d is not None}
+        statuses = {r: g[0] for r, g in enumerate(gathered) if g is not None}
+        runs = {r: g[1] for r, g in enumerate(gathered) if g is not None and g[1] is not None}
         for r, d in runs.items():  # ranks of other nodes wrote to their own disks
             if not pd.rank_file(state.folder, r).is_file():
                 store.atomic_write_json(pd.rank_file(state.folder, r), d)
@@ -198,7 +202,11 @@ def _aggregate(config: pytest.Config, state: DistState, gathered: list[Any] | No
         state.lines.append(f"perfgate: aggregated results written to {state.user_json}")
     s = config.stash.get(_KEY, None)
     if state.record and s is not None:
-        state.lines.append(f"perfgate: recorded baseline {store.record(s.baseline_dir, agg, state.record)}")
+        refused = pd.record_refusal(statuses, state.topo.world_size)
+        if refused:  # as in a single-process run: a failing run must not become the reference
+            state.lines.append(f"perfgate: not recording a baseline: {refused}; fix it and record again")
+        else:
+            state.lines.append(f"perfgate: recorded baseline {store.record(s.baseline_dir, agg, state.record)}")
     bs = getattr(config, "_benchmarksession", None)
     if state.save and bs is not None:
         bs.storage.save(agg, state.save)

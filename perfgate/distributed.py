@@ -291,10 +291,12 @@ def register_step_kinds() -> None:
     workload.STEP_BUILDERS["ddp-train"] = ddp_train_step
     workload.STEP_BUILDERS["dp-inference"] = dp_inference_step
     workload.TRAINING_STEPS.add("ddp-train")
+    workload.DATA_PARALLEL_STEPS.update(("ddp-train", "dp-inference"))
 
 
 def register_workloads() -> None:
     """The distributed step kinds and the two data-parallel workloads; idempotent."""
+    import models  # noqa: F401  (the single-process families register first, in their order)
     from perfgate.workload import ModelSpec, register_model
 
     register_step_kinds()
@@ -388,6 +390,18 @@ def load_rank_runs(folder: str | os.PathLike[str]) -> dict[int, dict[str, Any]]:
         if extra:
             raise AggregateError(f"{rank_file(folder, extra[0])}: rank {extra[0]} is outside the world size {world} of the other files; remove it")
     return runs
+
+
+def record_refusal(exit_statuses: Mapping[int, int], world_size: int) -> str | None:
+    """Why the aggregate of a run must not be recorded as a baseline (None: it may): every rank
+    must have reported and passed."""
+    unknown = [r for r in range(world_size) if r not in exit_statuses]
+    if unknown:
+        return f"no exit status from rank(s) {', '.join(map(str, unknown))}"
+    failed = {r: s for r, s in sorted(exit_statuses.items()) if s != 0}
+    if failed:
+        return "the run failed on " + ", ".join(f"rank {r} (exit {s})" for r, s in failed.items())
+    return None
 
 
 # ----------------------------------------------------------------------------- aggregation

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
+import os
 import platform
 import re
 from pathlib import Path
@@ -33,6 +34,7 @@ KEY_FIELDS = (
     "cpu_model",
     "cpu_flags",
     "threads",
+    "world_size",
 )
 
 
@@ -88,6 +90,8 @@ def fingerprint(device: torch.device | str) -> dict[str, Any]:
         "cpu_model": model,
         "cpu_flags": flags,
         "threads": torch.get_num_threads(),
+        # An 8-rank torchrun case is not comparable with a single-process one.
+        "world_size": int(os.environ.get("WORLD_SIZE", "1")),
         "python": platform.python_version(),
         "platform": platform.platform(),
     }

@@ -44,6 +44,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--perfgate-checkpoint", default=None, help="checkpoint to load strictly into the selected model")
     g.addoption("--perfgate-verdicts", default=None, help="write the verdicts as JSON here (default .perfgate/verdicts.json)")
     g.addoption("--perfgate-inductor-cache", default=None, help="persistent inductor cache folder (default $PERFGATE_INDUCTOR_CACHE, else .perfgate/inductor-cache)")
+    g.addoption("--perfgate-telemetry-interval-ms", type=float, default=100.0,
+                help="GPU (NVML) and CPU telemetry sampling interval while measuring; 0 turns it off (default 100)")
+    g.addoption("--perfgate-no-flops", action="store_true", help="do not count FLOPs or time the matmul peak")
+    g.addoption("--perfgate-trace", choices=("off", "all", "regressed"), default="off",
+                help="write a profiler trace (and on CUDA a memory snapshot) for every case or only regressed ones")
+    g.addoption("--perfgate-evidence-dir", default=None, help="where --perfgate-trace writes (default .perfgate/evidence)")
 
 
 def _table(config: pytest.Config) -> dict[str, Any]:
@@ -64,12 +70,17 @@ def _run_options(config: pytest.Config, table: dict[str, Any]) -> RunOptions:
     except ValueError as exc:
         raise pytest.UsageError(f"perfgate: {exc}; fix the --perfgate-* option") from None
     tolerances = {k: Tolerance(**v) for k, v in table.get("tolerance", {}).items()}
+    interval_ms = config.getoption("perfgate_telemetry_interval_ms")
+    if interval_ms < 0:
+        raise pytest.UsageError(f"perfgate: --perfgate-telemetry-interval-ms must be >= 0, got {interval_ms:g}")
     return RunOptions(
         stop=stop,
         checkpoint=config.getoption("perfgate_checkpoint"),
         fail_on_graph_break=config.getoption("perfgate_fail_on_graph_break"),
         tolerances=tolerances,
         warm_compile=not smoke,
+        telemetry_interval_s=interval_ms / 1e3 or None,
+        count_flops=not config.getoption("perfgate_no_flops"),
     )
 
 
@@ -97,6 +108,8 @@ def pytest_configure(config: pytest.Config) -> None:
         run_options=opts,
         gate_enabled=not config.getoption("perfgate_no_gate"),
         fail_on_improvement=config.getoption("perfgate_ratchet"),
+        trace=config.getoption("perfgate_trace"),
+        evidence_dir=Path(config.getoption("perfgate_evidence_dir") or Path(config.rootpath) / ".perfgate" / "evidence"),
     )
     session.default_variants = table.get("variants")
     session.cases = _expand(config, session)  # bad selections fail here, before collection
@@ -229,6 +242,10 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         tr.write_line(s.record_refused)
     if getattr(s, "verdict_file", None):
         tr.write_line(f"perfgate: verdicts written to {s.verdict_file}")
+    for name, r in s.results.items():
+        ev = r.extra_info.get("evidence")
+        if ev:
+            tr.write_line(f"perfgate: evidence for {name.split('::')[-1]}: {ev['trace']}; reproduce: {ev['reproduce']['pytest']}")
 
 
 def run_benchmark(case: Case, benchmark: Any, request: pytest.FixtureRequest) -> dict[str, Any]:

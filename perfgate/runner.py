@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import torch
 
-from perfgate import accuracy
+from perfgate import accuracy, flops, telemetry
 from perfgate.measure import Measurement, StopRule, WarmupRule, measure
 from perfgate.variants import Converted, Env, Variant, get_variant
 from perfgate.workload import ModelSpec, Workload, build_workload, get_model, make_step, reference_output
@@ -56,6 +56,8 @@ class RunOptions:
     tolerances: dict[str, accuracy.Tolerance] = field(default_factory=dict)
     fail_on_graph_break: bool = False
     warm_compile: bool = True  # also time a second compile against the warm inductor cache
+    telemetry_interval_s: float | None = 0.1  # background GPU/CPU sampler during measure(); None: off
+    count_flops: bool = True  # GFLOP per step, achieved TFLOP/s and the share of a measured matmul peak
 
 
 @dataclass(kw_only=True)
@@ -64,6 +66,7 @@ class CaseResult:
     measurement: Measurement
     extra_info: dict[str, Any]
     accuracy_violations: list[str]
+    step: Callable[[], Any] | None = field(default=None, repr=False)  # for evidence traces of this case
 
 
 def isolate(device: torch.device) -> None:
@@ -110,12 +113,26 @@ def run_case(
     from torch._dynamo.utils import counters
 
     counters.clear()
+    # Model FLOPs of the eager fp32 step, counted before a variant changes the module in place.
+    flop_count, flops_error = None, None
+    if opts.count_flops:
+        try:
+            flop_count = flops.count_step_flops(wl.module, wl.inputs, step=wl.spec.step)
+        except Exception as exc:  # noqa: BLE001 - a model FlopCounterMode cannot run is still benchmarked
+            flops_error = f"{type(exc).__name__}: {exc}"
     t0 = time.perf_counter()
     prepared_module = variant.prepare(wl.module, wl.inputs)
     conv = variant.finish(prepared_module)
     convert_s = time.perf_counter() - t0
     step = make_step(wl, conv.module, conv.inputs, variant.context(device.type))
-    m = measure(step, device, stop=opts.stop, warmup=opts.warmup, progress=progress)
+    sampler = telemetry.TelemetrySampler(device, interval_s=opts.telemetry_interval_s) if opts.telemetry_interval_s else None
+    if sampler is not None:
+        sampler.start()
+    try:
+        m = measure(step, device, stop=opts.stop, warmup=opts.warmup, progress=progress)
+    finally:
+        if sampler is not None:
+            sampler.stop()
 
     acc = accuracy.metrics(m.output, ref, kind=wl.output_kind)
     tol = accuracy.tolerance_for(case.variant, opts.tolerances)
@@ -151,6 +168,12 @@ def run_case(
     info["items_per_step"] = wl.throughput
     if wl.unit == "frames":
         info["fps"] = info["throughput"]["frames"]
+    if sampler is not None:
+        info["telemetry"] = sampler.summary()
+    if flop_count is not None:
+        info.update(flops.flops_extra_info(flop_count, info["median_ms"], device, conv.info))
+    elif flops_error:
+        info["flops_error"] = flops_error
     if variant.compiles:
         info["graph_breaks"] = _graph_breaks()
         info["compile_cache"] = _cache_hits()
@@ -158,7 +181,7 @@ def run_case(
             info["warm_compile_s"] = warm_compile_s(wl, variant, prepared_module, device)
         if opts.fail_on_graph_break and info["graph_breaks"]:
             violations.append(f"{info['graph_breaks']} graph break(s) (--perfgate-fail-on-graph-break)")
-    return CaseResult(case=case, measurement=m, extra_info=info, accuracy_violations=violations)
+    return CaseResult(case=case, measurement=m, extra_info=info, accuracy_violations=violations, step=step)
 
 
 def warm_compile_s(wl: Workload, variant: Variant, prepared: Converted, device: torch.device) -> float:

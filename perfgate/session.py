@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable
 import torch
 
 from perfgate import baseline as baseline_store
-from perfgate import gate
+from perfgate import gate, profile_run, telemetry
 from perfgate.fingerprint import fingerprint, fingerprint_id
 from perfgate.policy import Policy
 from perfgate.runner import Case, CaseResult, RunOptions, run_case
@@ -58,8 +58,13 @@ def expand_cases(
     if "baseline" in variant_names:
         variant_names.remove("baseline")
         variant_names.insert(0, "baseline")
+    from perfgate.workload import DATA_PARALLEL_STEPS
+
+    single_process = int(os.environ.get("WORLD_SIZE", "1")) == 1
     for name in select(MODELS, models or [], "models"):
         spec = MODELS[name]
+        if not models and single_process and spec.step in DATA_PARALLEL_STEPS:
+            continue  # data-parallel workloads duplicate their single-process twins outside torchrun
         known = sizes(spec)
         chosen = [s for s in (sizes_ or [default_size(spec, device_type)]) if s in known]
         for s in sizes_ or []:
@@ -84,6 +89,8 @@ class Session:
     results: dict[str, CaseResult] = field(default_factory=dict)
     verdicts: list[gate.Verdict] = field(default_factory=list)
     skips: dict[str, str] = field(default_factory=dict)
+    trace: str = "off"  # evidence on failure: "off", "all" cases or only "regressed" ones
+    evidence_dir: Path = Path(".perfgate/evidence")
 
     def __post_init__(self) -> None:
         self.fingerprint = fingerprint(self.device)
@@ -122,11 +129,17 @@ class Session:
         info = result.extra_info
         info["contention_cores"] = result.measurement.contention_cores
         settings = self.policy.settings(case.model, case.variant, "latency")
+        problems = []
         if device_is_cpu(case.device) and result.measurement.contention_cores > settings.contention_max:
-            info["unreliable"] = (
+            problems.append(
                 f"other processes used {result.measurement.contention_cores:.2f} cores during the measurement "
                 f"(> {settings.contention_max:g}): timings are not trustworthy"
             )
+        if info.get("telemetry"):
+            # Throttled clocks or other processes on the GPU make the sample unreliable too.
+            problems.append(telemetry.unreliable_reason(info["telemetry"]))
+        if any(problems):
+            info["unreliable"] = "; ".join(p for p in problems if p)
         if case.variant == "baseline":
             self._eager_median[self._group(case)] = info["median_ms"]
         eager = self._eager_median.get(self._group(case))
@@ -158,9 +171,25 @@ class Session:
             result = self.run(case, progress)
             result.extra_info["remeasured"] = attempt + 1
             verdicts = self.judge(fullname, {"fullname": fullname, "extra_info": result.extra_info})
+        if self.trace == "all" or (self.trace == "regressed" and self.failing(verdicts, case)):
+            verdicts = self.attach_evidence(case, fullname, result, verdicts, progress)
+        result.step = None  # the step holds the model: do not keep it past the case
         self.results[fullname] = result
         self.verdicts.extend(verdicts)
         return result, verdicts
+
+    def attach_evidence(
+        self, case: Case, fullname: str, result: CaseResult, verdicts: list[gate.Verdict], progress: Callable[[str], None] | None
+    ) -> list[gate.Verdict]:
+        """A profiler trace (and on CUDA a memory snapshot) of the case, named by its failing verdicts."""
+        if result.step is None:
+            return verdicts
+        if progress:
+            progress("writing a profiler trace as evidence")
+        evidence = profile_run.capture_evidence(result.step, case.device, self.evidence_dir / case.id)
+        evidence["reproduce"] = profile_run.reproduce_commands(case, nodeid=fullname)
+        result.extra_info["evidence"] = evidence
+        return [profile_run.with_evidence(v, evidence) if v.verdict in gate.FAILING else v for v in verdicts]
 
     def failing(self, verdicts: list[gate.Verdict], case: Case) -> list[gate.Verdict]:
         ratchet = self.fail_on_improvement or self.policy.settings(case.model, case.variant, "latency").fail_on_improvement

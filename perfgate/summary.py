@@ -43,7 +43,14 @@ def _accuracy(info: dict[str, Any]) -> str:
     return " ".join(p for p in parts if p)
 
 
-OPT_HEADERS = ("variant", "mean ms", "min ms", "max ms", "std ms", "p90 ms", "peak MiB", "throughput", "speedup", "accuracy")
+OPT_HEADERS = ("variant", "mean ms", "min ms", "max ms", "std ms", "p90 ms", "peak MiB", "throughput", "TFLOP/s (of peak)", "speedup", "accuracy")
+
+
+def _tflops(info: dict[str, Any]) -> str:
+    if info.get("achieved_tflops") is None:
+        return "-"
+    share = info.get("peak_share")
+    return f"{info['achieved_tflops']:.3g}" + (f" ({share:.0%})" if share is not None else "")
 
 
 def optimisation_rows(infos: Sequence[dict[str, Any]]) -> list[list[str]]:
@@ -54,7 +61,7 @@ def optimisation_rows(infos: Sequence[dict[str, Any]]) -> list[list[str]]:
         thr = i.get("throughput", {}).get(unit)
         rows.append([
             i["variant"], fmt(i["mean_ms"]), fmt(i["min_ms"]), fmt(i["max_ms"]), fmt(i["std_ms"]), fmt(i["p90_ms"]),
-            fmt(i.get("peak_mem_mib"), ".1f"), f"{thr:.1f} {unit}/s" if thr else "-",
+            fmt(i.get("peak_mem_mib"), ".1f"), f"{thr:.1f} {unit}/s" if thr else "-", _tflops(i),
             f"{i['speedup']:.2f}x" if i.get("speedup") else "-", _accuracy(i),
         ])
     return rows

@@ -240,6 +240,7 @@ def train_step(wl: Workload, module: nn.Module, inputs: tuple[torch.Tensor, ...]
 # Step kinds by name; another module (e.g. perfgate.distributed) may add its own.
 STEP_BUILDERS: dict[str, StepBuilder] = {"inference": inference_step, "train": train_step}
 TRAINING_STEPS: set[str] = {"train"}
+DATA_PARALLEL_STEPS: set[str] = set()  # selected by default only under torchrun
 
 
 def reference_output(wl: Workload) -> Any:

@@ -12,7 +12,7 @@ from perfgate.baseline import SCHEMA
 FP = {
     "device_type": "cpu", "gpu_name": None, "compute_capability": None, "driver": None, "cuda": None,
     "torch": "2.13.0+cpu", "torchao": "0.18.0", "torch_tensorrt": None, "cpu_model": "Test CPU",
-    "cpu_flags": ["avx2"], "threads": 2,
+    "cpu_flags": ["avx2"], "threads": 2, "world_size": 1,
 }
 
 

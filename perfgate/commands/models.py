@@ -40,10 +40,16 @@ def describe(name: str, size: str, *, flops: bool = True) -> dict[str, Any]:
         "step": spec.step,
     }
     if flops:
-        from perfgate.flops import count_gflop
+        from perfgate.flops import count_step_flops
 
-        row["gflop"] = count_gflop(module, inputs, train=spec.step == "train")
+        row["gflop"] = count_step_flops(module, inputs, step=spec.step).total / 1e9
     return row
+
+
+def _shapes(shapes: list[list[int]], most: int = 3) -> str:
+    """Input shapes, the first few only: a feature cache can be dozens of tensors."""
+    text = " ".join("x".join(map(str, s)) for s in shapes[:most])
+    return text + (f" +{len(shapes) - most} more" if len(shapes) > most else "")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -63,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    table = [[r["model"], r["size"], f"{r['params']:,}", " ".join("x".join(map(str, s)) for s in r["inputs"]),
+    table = [[r["model"], r["size"], f"{r['params']:,}", _shapes(r["inputs"]),
               ", ".join(f"{v:g} {k}" for k, v in r["throughput"].items()), f"{r['gflop']:.3f}" if "gflop" in r else "-"] for r in rows]
     print("\n".join(text_table(("model", "size", "params", "inputs", "per step", "GFLOP/step"), table)))
     return 0

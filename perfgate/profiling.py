@@ -1,0 +1,528 @@
+"""Leave-in profiling tools: `annotate`, `profile` and `Profiler` (the PhysicsNeMo tutorial's API).
+
+    from perfgate.profiling import Profiler, annotate, profile
+
+    @profile                                   # line_profiler, when that tool is on
+    def forward(self, x): ...
+
+    with annotate("forward", color="blue"):    # an NVTX range where NVTX exists
+        out = model(x)
+
+    p = Profiler()                             # one per process
+    p.enable("torch")                          # or p.configure({"torch": True}), or PERFGATE_PROFILE=torch
+    p.output_dir("runs/profile")
+    with p:                                    # initialises on entry, writes outputs on exit
+        for batch in loader:
+            step(batch)
+            p.step()
+
+Tools by name: "torch" (torch.profiler: a Perfetto / chrome://tracing trace and an operator
+table), "line_profiler" (per-line times of @profile functions), "nvtx" (an NVTX range for every
+torch op, for Nsight Systems) and "cuda_memory" (a CUDA allocator snapshot for
+pytorch.org/memory_viz). `register_tool` adds others.
+
+Disabled, the tools cost (nearly) nothing:
+- `@profile` returns the function itself: a call does no extra work at all. The function is only
+  remembered, and handed to line_profiler when that tool starts (line_profiler then times the
+  registered code objects without a wrapper).
+- `annotate` checks one module flag on entry and exit; it emits an NVTX range only where NVTX
+  exists (a CUDA build of torch or the `nvtx` package; PERFGATE_NVTX=0 turns that off) and a
+  torch.profiler range only while the "torch" tool runs. Measured overhead is in
+  `disabled_overhead_ns()`.
+- `Profiler()` with no tool enabled starts nothing on `initialize()`.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import logging
+import os
+import timeit
+from pathlib import Path
+from typing import Any, Callable, Mapping, Protocol, TypeVar
+
+import torch
+
+log = logging.getLogger("perfgate.profiling")
+
+F = TypeVar("F", bound=Callable[..., Any])
+DEFAULT_OUTPUT_DIR = Path("perfgate_profiling_outputs")
+
+
+# --- NVTX backends -----------------------------------------------------------------------------
+
+
+class _NvtxPackage:
+    """The `nvtx` package: colours and domains are kept."""
+
+    name = "nvtx"
+
+    def __init__(self, mod: Any) -> None:
+        self._nvtx = mod
+
+    def push(self, message: str, color: str | None, domain: str | None) -> None:
+        self._nvtx.push_range(message=message, color=color, domain=domain)
+
+    def pop(self, domain: str | None) -> None:
+        self._nvtx.pop_range(domain=domain)
+
+
+class _NvtxTorch:
+    """torch.cuda.nvtx (CUDA builds of torch): message only."""
+
+    name = "torch.cuda.nvtx"
+
+    def push(self, message: str, color: str | None, domain: str | None) -> None:
+        torch.cuda.nvtx.range_push(message)
+
+    def pop(self, domain: str | None) -> None:
+        torch.cuda.nvtx.range_pop()
+
+
+def find_nvtx() -> _NvtxPackage | _NvtxTorch | None:
+    """The NVTX backend of this process, or None (the CPU build of torch has none)."""
+    if os.environ.get("PERFGATE_NVTX", "").lower() in ("0", "false", "no"):
+        return None
+    try:
+        import nvtx  # optional package
+
+        return _NvtxPackage(nvtx)
+    except ImportError:
+        pass
+    if torch.version.cuda is None:
+        return None
+    try:  # NVTX is a separate library from the CUDA runtime: probing it creates no CUDA context
+        torch.cuda.nvtx.range_push("perfgate-probe")
+        torch.cuda.nvtx.range_pop()
+    except (RuntimeError, AttributeError):
+        return None
+    return _NvtxTorch()
+
+
+class _State:
+    """What `annotate` emits; `active` is the one flag the disabled path reads."""
+
+    __slots__ = ("nvtx", "record", "active")
+
+    def __init__(self) -> None:
+        self.nvtx = find_nvtx()
+        self.record = False  # torch.profiler is running: also emit record_function ranges
+        self.active = self.nvtx is not None
+
+    def update(self) -> None:
+        self.active = self.nvtx is not None or self.record
+
+
+_STATE = _State()
+
+
+# --- annotate ----------------------------------------------------------------------------------
+
+
+class annotate:  # noqa: N801 - lower case like nvtx.annotate, which it stands in for
+    """An NVTX range (and a torch.profiler range while that runs), as a context or a decorator.
+
+    `with annotate("forward"):`, `@annotate(domain="forward", color="blue")`, or `@annotate()`
+    (the range is named after the function). Where neither is on, it does nothing.
+    """
+
+    __slots__ = ("message", "color", "domain", "_opened")
+
+    def __init__(self, message: str | None = None, color: str | None = None, domain: str | None = None, category: Any = None) -> None:
+        self.message = message
+        self.color = color
+        self.domain = domain
+        self._opened: list[tuple[bool, Any]] | None = None  # made only when a range opens
+
+    def __enter__(self) -> "annotate":
+        if not _STATE.active:
+            return self
+        name = self.message or self.domain or "annotate"
+        pushed = _STATE.nvtx is not None
+        if pushed:
+            _STATE.nvtx.push(name, self.color, self.domain)
+        rf = None
+        if _STATE.record:
+            rf = torch.profiler.record_function(name)
+            rf.__enter__()
+        if self._opened is None:
+            self._opened = []
+        self._opened.append((pushed, rf))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self._opened:  # entered while disabled: nothing to close
+            return
+        pushed, rf = self._opened.pop()
+        if rf is not None:
+            rf.__exit__(None, None, None)
+        if pushed and _STATE.nvtx is not None:
+            _STATE.nvtx.pop(self.domain)
+
+    def __call__(self, func: F) -> F:
+        message = self.message or self.domain or getattr(func, "__qualname__", "annotate")
+        color, domain = self.color, self.domain
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if not _STATE.active:
+                return func(*args, **kwargs)
+            with annotate(message, color, domain):
+                return func(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+
+# --- profile -----------------------------------------------------------------------------------
+
+_PROFILED: list[Callable[..., Any]] = []
+_LINE_PROFILER: Any = None  # the running line_profiler.LineProfiler, if any
+
+
+def profile(func: F) -> F:
+    """Mark a function for line_profiler; returns the function itself (no wrapper, no cost).
+
+    Takes no arguments, like the tutorial's `@profile`. Works on plain functions and methods;
+    on a staticmethod / classmethod object the underlying function is registered.
+    """
+    target = getattr(func, "__func__", func)
+    _PROFILED.append(target)
+    if _LINE_PROFILER is not None:
+        _LINE_PROFILER.add_function(target)
+    return func
+
+
+def profiled_functions() -> list[Callable[..., Any]]:
+    return list(_PROFILED)
+
+
+# --- tools -------------------------------------------------------------------------------------
+
+
+class Tool(Protocol):
+    name: str
+
+    def unavailable(self) -> str | None: ...
+
+    def start(self, out_dir: Path) -> None: ...
+
+    def step(self) -> None: ...
+
+    def stop(self) -> list[Path]: ...
+
+
+class TorchProfilerTool:
+    """torch.profiler over the whole initialised span: a chrome trace and an operator table."""
+
+    name = "torch"
+
+    def __init__(self, *, record_shapes: bool = True, profile_memory: bool = True, with_stack: bool = False, row_limit: int = 30) -> None:
+        self.kwargs = dict(record_shapes=record_shapes, profile_memory=profile_memory, with_stack=with_stack)
+        self.row_limit = row_limit
+        self._prof: Any = None
+        self._out: Path | None = None
+
+    def unavailable(self) -> str | None:
+        return None
+
+    def start(self, out_dir: Path) -> None:
+        from torch.profiler import ProfilerActivity
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+        self._out = out_dir
+        self._prof = torch.profiler.profile(activities=activities, **self.kwargs)
+        self._prof.__enter__()
+        _STATE.record = True
+        _STATE.update()
+
+    def step(self) -> None:
+        if self._prof is not None:
+            self._prof.step()
+
+    def stop(self) -> list[Path]:
+        if self._prof is None or self._out is None:
+            return []
+        _STATE.record = False
+        _STATE.update()
+        self._prof.__exit__(None, None, None)
+        self._out.mkdir(parents=True, exist_ok=True)
+        trace, table = self._out / "trace.json", self._out / "ops.txt"
+        self._prof.export_chrome_trace(str(trace))
+        sort = "self_device_time_total" if torch.cuda.is_available() else "self_cpu_time_total"
+        table.write_text(self._prof.key_averages().table(sort_by=sort, row_limit=self.row_limit) + "\n")
+        self._prof = None
+        return [trace, table]
+
+
+class LineProfilerTool:
+    """line_profiler over every @profile function; times calls on the thread that initialised it."""
+
+    name = "line_profiler"
+
+    def __init__(self) -> None:
+        self._lp: Any = None
+        self._out: Path | None = None
+
+    def unavailable(self) -> str | None:
+        try:
+            import line_profiler  # noqa: F401
+        except ImportError:
+            return "line_profiler is not installed (pip install line_profiler)"
+        return None
+
+    def start(self, out_dir: Path) -> None:
+        global _LINE_PROFILER
+        from line_profiler import LineProfiler
+
+        self._out = out_dir
+        self._lp = LineProfiler()
+        for f in _PROFILED:
+            self._lp.add_function(f)
+        self._lp.enable_by_count()
+        _LINE_PROFILER = self._lp
+
+    def step(self) -> None:
+        pass
+
+    def stop(self) -> list[Path]:
+        global _LINE_PROFILER
+        if self._lp is None or self._out is None:
+            return []
+        self._lp.disable_by_count()
+        _LINE_PROFILER = None
+        self._out.mkdir(parents=True, exist_ok=True)
+        stats, text = self._out / "profile.lprof", self._out / "profile.txt"
+        self._lp.dump_stats(str(stats))
+        buf = io.StringIO()
+        self._lp.print_stats(stream=buf)
+        text.write_text(buf.getvalue())
+        self._lp = None
+        return [stats, text]
+
+
+class NvtxTool:
+    """torch.autograd.profiler.emit_nvtx: an NVTX range per torch op, for `nsys profile -t cuda,nvtx`."""
+
+    name = "nvtx"
+
+    def __init__(self) -> None:
+        self._ctx: Any = None
+
+    def unavailable(self) -> str | None:
+        if _STATE.nvtx is None or torch.version.cuda is None:
+            return "NVTX needs a CUDA build of torch (this one has none)" if torch.version.cuda is None else "NVTX is turned off (PERFGATE_NVTX=0)"
+        return None
+
+    def start(self, out_dir: Path) -> None:
+        self._ctx = torch.autograd.profiler.emit_nvtx(record_shapes=True)
+        self._ctx.__enter__()
+
+    def step(self) -> None:
+        pass
+
+    def stop(self) -> list[Path]:
+        if self._ctx is not None:
+            self._ctx.__exit__(None, None, None)
+            self._ctx = None
+        return []  # the ranges live in the Nsight Systems report, which nsys writes
+
+
+class CudaMemoryTool:
+    """The CUDA caching allocator's history, dumped as a snapshot for pytorch.org/memory_viz."""
+
+    name = "cuda_memory"
+
+    def __init__(self, max_entries: int = 100_000) -> None:
+        self.max_entries = max_entries
+        self._out: Path | None = None
+
+    def unavailable(self) -> str | None:
+        return None if torch.cuda.is_available() else "a CUDA memory snapshot needs a CUDA device"
+
+    def start(self, out_dir: Path) -> None:
+        self._out = out_dir
+        torch.cuda.memory._record_memory_history(max_entries=self.max_entries)
+
+    def step(self) -> None:
+        pass
+
+    def stop(self) -> list[Path]:
+        if self._out is None:
+            return []
+        self._out.mkdir(parents=True, exist_ok=True)
+        path = self._out / "snapshot.pickle"
+        torch.cuda.memory._dump_snapshot(str(path))
+        torch.cuda.memory._record_memory_history(enabled=None)
+        self._out = None
+        return [path]
+
+
+TOOLS: dict[str, Callable[[], Tool]] = {
+    "torch": TorchProfilerTool,
+    "line_profiler": LineProfilerTool,
+    "nvtx": NvtxTool,
+    "cuda_memory": CudaMemoryTool,
+}
+
+
+def register_tool(name: str, factory: Callable[[], Tool]) -> None:
+    """Add a profiler the `Profiler` can switch on by name."""
+    if name in TOOLS:
+        raise ValueError(f"profiling tool {name!r} is already registered")
+    TOOLS[name] = factory
+
+
+# --- Profiler ----------------------------------------------------------------------------------
+
+
+class Profiler:
+    """The process's one profiler: which tools are on, where they write, and their lifetime.
+
+    Nothing starts until `initialize()` (or entering `with Profiler():`). Tools that cannot run
+    here are skipped with their reason in `skipped` (and a log warning), not silently.
+    Environment: PERFGATE_PROFILE="torch,line_profiler" enables tools, PERFGATE_PROFILE_DIR sets
+    the output folder (default ./perfgate_profiling_outputs).
+    """
+
+    _instance: "Profiler | None" = None
+
+    def __new__(cls) -> "Profiler":
+        if cls._instance is None:
+            inst = super().__new__(cls)
+            inst._setup()
+            cls._instance = inst
+        return cls._instance
+
+    def _setup(self) -> None:
+        self._enabled: list[str] = []
+        self._running: dict[str, Tool] = {}
+        self._dir = Path(os.environ.get("PERFGATE_PROFILE_DIR") or DEFAULT_OUTPUT_DIR)
+        self.initialized = False
+        self.skipped: dict[str, str] = {}
+        self.outputs: dict[str, list[Path]] = {}
+        for name in filter(None, (n.strip() for n in os.environ.get("PERFGATE_PROFILE", "").split(","))):
+            self.enable(name)
+
+    # configuration
+
+    def enable(self, name: str) -> "Profiler":
+        if name not in TOOLS:
+            raise KeyError(f"unknown profiling tool {name!r}; known: {', '.join(TOOLS)}")
+        if name not in self._enabled:
+            self._enabled.append(name)
+            if self.initialized:
+                self._start(name)
+        return self
+
+    def disable(self, name: str) -> "Profiler":
+        if name in self._enabled:
+            self._enabled.remove(name)
+        if name in self._running:
+            self.outputs[name] = self._running.pop(name).stop()
+        return self
+
+    def configure(self, config: Mapping[str, Any]) -> "Profiler":
+        """{"torch": True, "line_profiler": False, "output_dir": "runs/p"}: switches by name."""
+        for key, value in config.items():
+            if key == "output_dir":
+                self.output_dir(value)
+            elif value:
+                self.enable(key)
+            else:
+                self.disable(key)
+        return self
+
+    def output_dir(self, path: str | os.PathLike[str] | None = None) -> Path:
+        """The output folder; with `path`, set it (before initialising)."""
+        if path is not None:
+            if self.initialized:
+                raise RuntimeError("set the profiler's output folder before initialize()")
+            self._dir = Path(path)
+        return self._dir
+
+    @property
+    def enabled(self) -> tuple[str, ...]:
+        return tuple(self._enabled)
+
+    @property
+    def running(self) -> tuple[str, ...]:
+        return tuple(self._running)
+
+    # lifetime
+
+    def _start(self, name: str) -> None:
+        tool = TOOLS[name]()
+        reason = tool.unavailable()
+        if reason:
+            self.skipped[name] = reason
+            log.warning("perfgate profiler: %s skipped: %s", name, reason)
+            return
+        tool.start(self._dir / name)
+        self._running[name] = tool
+
+    def initialize(self) -> "Profiler":
+        if not self.initialized:
+            self.initialized = True
+            for name in self._enabled:
+                self._start(name)
+        return self
+
+    def step(self) -> None:
+        for tool in self._running.values():
+            tool.step()
+
+    def finalize(self) -> dict[str, list[Path]]:
+        """Stop the tools (last started, first stopped) and return the files each wrote."""
+        for name in reversed(list(self._running)):
+            self.outputs[name] = self._running.pop(name).stop()
+        self.initialized = False
+        return dict(self.outputs)
+
+    def reset(self) -> None:
+        """Stop everything and forget the configuration (tests, notebooks)."""
+        self.finalize()
+        self._setup()
+
+    def __enter__(self) -> "Profiler":
+        return self.initialize()
+
+    def __exit__(self, *exc: object) -> None:
+        self.finalize()
+
+    def __repr__(self) -> str:
+        state = "initialized" if self.initialized else "not initialized"
+        return f"Profiler({state}, enabled={list(self._enabled)}, running={list(self._running)}, output_dir={str(self._dir)!r})"
+
+
+# --- overhead ----------------------------------------------------------------------------------
+
+
+def disabled_overhead_ns(number: int = 200_000, repeat: int = 5) -> dict[str, float]:
+    """Nanoseconds each leave-in tool adds per call with profiling off (best of `repeat`).
+
+    The baseline is an empty function call; differences below ~10 ns are timer noise.
+    """
+
+    def bare() -> None:
+        pass
+
+    profiled = profile(bare)  # the same object
+    annotated = annotate("overhead")(bare)
+
+    def with_annotate() -> None:
+        with annotate("overhead"):
+            pass
+
+    def best_ns(fn: Callable[[], None]) -> float:
+        return min(timeit.repeat(fn, number=number, repeat=repeat)) / number * 1e9
+
+    base = best_ns(bare)
+    _PROFILED.remove(bare)
+    return {
+        "call_ns": base,
+        "profile_decorator_ns": best_ns(profiled) - base,
+        "annotate_decorator_ns": best_ns(annotated) - base,
+        "annotate_context_ns": best_ns(with_annotate) - base,
+        "active": float(_STATE.active),
+    }

@@ -1,0 +1,301 @@
+"""`perfgate profile` on the tiny PhysicsNeMo block: report, trace, layer breakdown, CLI, evidence."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import shlex
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import torch
+from torch import nn
+
+from perfgate import cli, profile_run
+from perfgate.commands import profile as profile_cmd
+from perfgate.gate import Verdict
+from perfgate.profile_run import BREAKDOWN_MARGIN, ProfileConfig, ProfileError, ProfileUnavailable
+from perfgate.runner import Case
+from perfgate.workload import build_workload, get_model, make_step
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    # A 1-thread run is not slowed by one busy neighbour on this 2-core machine (environment.md).
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any], str]:
+    stream = io.StringIO()
+    cfg = ProfileConfig(model="physicsnemo-block", size="tiny", device="cpu", iterations=5, warmup=1, layer_rounds=5,
+                        trace_steps=2, precisions=("fp32", "bf16"), telemetry_interval_s=0.02,
+                        out_dir=tmp_path_factory.mktemp("profiles"), command="perfgate profile physicsnemo-block --device cpu")
+    run_dir, report = profile_run.run_profile(cfg, stream=stream)
+    return run_dir, report, stream.getvalue()
+
+
+def test_run_folder_holds_json_and_self_contained_html(profiled: tuple[Path, dict[str, Any], str]) -> None:
+    run_dir, report, _ = profiled
+    on_disk = json.loads((run_dir / "report.json").read_text())
+    assert on_disk["model"] == "physicsnemo-block" and len(on_disk["points"]) == 1
+    page = (run_dir / "report.html").read_text()
+    assert page.startswith("<!doctype html>") and "Layer-by-layer breakdown" in page and "Precision comparison" in page
+    assert "<script" not in page and "src=" not in page and "<link" not in page  # nothing to fetch
+    p = report["points"][0]
+    b = p["benchmark"]
+    assert b["n"] == 5 and b["min_ms"] <= b["median_ms"] <= b["max_ms"] and b["steps_per_s"] > 0
+    assert p["flops"]["gflop_per_step"] == pytest.approx(0.014680064)
+    assert p["flops"]["achieved_tflops"] > 0 and 0 < p["flops"]["peak_share"]
+    assert p["telemetry"]["source"] == "psutil" and p["telemetry"]["n_samples"] >= 1
+    assert p["memory"]["method"] in ("vmhwm", "rss_sampler") and p["memory"]["weights_mib"] > 0
+    rows = p["precision"]["rows"]
+    assert rows["bf16"]["speedup"] > 0 and rows["bf16"]["interpretation"] in p["precision"]["bands"].values()
+    assert rows["bf16"]["accuracy"]["rel_l2"] < 0.05
+    assert all({"rule", "severity", "finding", "fixes"} <= set(s) for s in p["suggestions"])
+
+
+def test_trace_parses_and_has_events(profiled: tuple[Path, dict[str, Any], str]) -> None:
+    run_dir, report, _ = profiled
+    trace = report["points"][0]["trace"]
+    events = json.loads((run_dir / trace["trace"]).read_text())["traceEvents"]
+    complete = [e for e in events if e.get("ph") == "X"]
+    names = {e["name"] for e in complete}
+    assert len(complete) > 20
+    assert {"perfgate.step", "module:attn", "module:mlp"} <= names  # steps and layers are labelled
+    assert any(n.startswith("aten::") for n in names)
+    ops = trace["top_ops"]
+    assert ops and ops[0]["self_cpu_ms"] >= ops[-1]["self_cpu_ms"]
+    assert not any(o["name"].startswith(("module:", "perfgate.", "ProfilerStep")) for o in ops)
+    assert (run_dir / trace["ops_table"]).read_text().strip()
+
+
+def test_progress_goes_to_the_stream(profiled: tuple[Path, dict[str, Any], str]) -> None:
+    text = profiled[2]
+    assert "[1/7]" in text and "layer breakdown" in text and "[7/7] writing report" in text
+
+
+def test_layer_breakdown_adds_up_to_the_measured_total(one_thread: None) -> None:
+    wl = build_workload(get_model("physicsnemo-block"), "tiny", "cpu")
+    import contextlib
+
+    lay = profile_run.layer_breakdown(wl.module, wl.inputs, torch.device("cpu"), contextlib.nullcontext, rounds=15)
+    names = {c["name"] for c in lay["components"]}
+    assert names == {"norm1", "attn", "norm2", "mlp"}
+    # The parts plus the root's own ops are the instrumented forward, exactly.
+    assert lay["parts_sum_ms"] + lay["unattributed_ms"] == pytest.approx(lay["total_mean_ms"], rel=1e-9)
+    assert sum(c["share"] for c in lay["components"]) <= 1.0 + 1e-9
+    # And the parts account for the un-instrumented forward within the stated margin.
+    assert abs(lay["sum_vs_plain"] - 1.0) <= BREAKDOWN_MARGIN, lay
+    assert lay["consistent"]
+    assert lay["attention"]["modules"] == ["attn"] and 0 < lay["attention"]["share"] < 1
+    assert lay["blocks"] == [] and lay["patch_embedding"]["share"] is None
+
+
+class Toy(nn.Module):
+    """A generic shape: patch embedding, a ModuleList of blocks with attention inside, a head."""
+
+    def __init__(self, n_blocks: int = 6) -> None:
+        super().__init__()
+        self.patch_embed = nn.Conv2d(3, 16, 4, stride=4)
+        self.blocks = nn.ModuleList(nn.ModuleDict({"attn": nn.MultiheadAttention(16, 2, batch_first=True), "mlp": nn.Linear(16, 16)}) for _ in range(n_blocks))
+        self.norm = nn.LayerNorm(16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = self.patch_embed(x).flatten(2).transpose(1, 2)  # (B, N, C)
+        for b in self.blocks:
+            t = t + b["attn"](t, t, t, need_weights=False)[0]
+            t = t + b["mlp"](t)
+        return self.norm(t)
+
+
+def test_layer_plan_is_generic() -> None:
+    plan = profile_run.layer_plan(Toy())
+    assert plan.top["blocks"] == [f"blocks.{i}.{m}" for i in range(6) for m in ("attn", "mlp")]  # a ModuleDict has no forward
+    assert plan.top["patch_embed"] == ["patch_embed"] and plan.patch == ["patch_embed"]
+    assert plan.blocks == {"blocks": {f"blocks.{i}": [f"blocks.{i}.attn", f"blocks.{i}.mlp"] for i in range(6)}}
+    assert plan.attention == [f"blocks.{i}.attn" for i in range(6)]
+
+
+def test_nested_module_lists_are_timed_through_their_members() -> None:
+    class Stages(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.stages = nn.ModuleList(nn.ModuleList(nn.Linear(8, 8) for _ in range(2)) for _ in range(2))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for stage in self.stages:
+                for layer in stage:
+                    x = layer(x)
+            return x
+
+    import contextlib
+
+    plan = profile_run.layer_plan(Stages())
+    assert plan.top == {"stages": ["stages.0.0", "stages.0.1", "stages.1.0", "stages.1.1"]}
+    assert plan.blocks == {
+        "stages": {"stages.0": ["stages.0.0", "stages.0.1"], "stages.1": ["stages.1.0", "stages.1.1"]},
+        "stages.0": {"stages.0.0": ["stages.0.0"], "stages.0.1": ["stages.0.1"]},
+        "stages.1": {"stages.1.0": ["stages.1.0"], "stages.1.1": ["stages.1.1"]},
+    }
+    lay = profile_run.layer_breakdown(Stages(), (torch.randn(4, 8),), torch.device("cpu"), contextlib.nullcontext, rounds=3, warmup=1)
+    assert lay["components"][0]["mean_ms"] > 0 and all(g["total_ms"] > 0 for g in lay["blocks"])
+    assert lay["main_blocks"] == "stages"
+
+
+def test_block_statistics_and_slowest_five() -> None:
+    import contextlib
+
+    lay = profile_run.layer_breakdown(Toy(), (torch.randn(2, 3, 32, 32),), torch.device("cpu"), contextlib.nullcontext, rounds=4, warmup=1)
+    (group,) = lay["blocks"]
+    assert group["list"] == "blocks" and group["n"] == 6 and len(group["per_block"]) == 6
+    slow = [b["median_ms"] for b in group["slowest"]]
+    assert len(slow) == 5 and slow == sorted(slow, reverse=True)
+    blocks = next(c for c in lay["components"] if c["name"] == "blocks")
+    assert blocks["modules"] == 12 and blocks["blocks"] == 6 and blocks["mean_ms"] == pytest.approx(group["total_ms"])
+    assert lay["main_blocks"] == "blocks"
+    assert lay["patch_embedding"]["share"] is not None and lay["attention"]["share"] is not None
+
+
+def test_sweep_points() -> None:
+    base = dict(model="physicsnemo-block", device="cpu")
+    assert [p.label for p in profile_run.points(ProfileConfig(**base))] == [""]
+    pts = profile_run.points(ProfileConfig(**base, sweep=("img_size", (128, 256))))
+    assert [p.options for p in pts] == [{"img_size": 128}, {"img_size": 256}] and pts[0].slug == "img_size-128"
+    assert [p.size for p in profile_run.points(ProfileConfig(**base, sweep=("size", ("tiny", "medium"))))] == ["tiny", "medium"]
+    assert [p.batch for p in profile_run.points(ProfileConfig(**base, sweep=("batch", (1, 2))))] == [1, 2]
+    with pytest.raises(ProfileError, match="unknown model"):
+        profile_run.points(ProfileConfig(model="nope", device="cpu"))
+
+
+def test_bad_configurations_are_reported_before_profiling(tmp_path: Path) -> None:
+    base = dict(model="physicsnemo-block", device="cpu", out_dir=tmp_path)
+    with pytest.raises(ProfileError, match="known precisions are fp32, bf16, fp16"):
+        profile_run.run_profile(ProfileConfig(**base, precisions=("fp8",)))
+    with pytest.raises(ProfileError, match="has no size 'huge'"):
+        profile_run.run_profile(ProfileConfig(**base, size="huge"))
+    with pytest.raises(ProfileError, match="unknown variant"):
+        profile_run.run_profile(ProfileConfig(**base, variant="turbo"))
+    if not torch.cuda.is_available():
+        with pytest.raises(ProfileUnavailable, match="no CUDA device"):
+            profile_run.run_profile(ProfileConfig(**{**base, "device": "cuda"}))
+    assert list(tmp_path.iterdir()) == []  # no half-made run folder
+
+
+def test_cli_quick_benchmark(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(["profile", "physicsnemo-block", "--device", "cpu", "--skip-detailed", "--iterations", "3", "--warmup", "1", "--out", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert code == 0
+    assert "Mean" in out and "Median" in out and "GFLOP/step" in out and "report:" in out
+    assert "[1/4]" in err and "[4/4] writing report" in err
+    (run_dir,) = tmp_path.iterdir()
+    report = json.loads((run_dir / "report.json").read_text())
+    assert "layers" not in report["points"][0] and "trace" not in report["points"][0]
+    assert report["command"].startswith("perfgate profile physicsnemo-block --device cpu --iterations 3 --warmup 1")
+
+
+@pytest.mark.parametrize(("argv", "code", "message"), [
+    (["profile", "nope"], 2, "unknown model 'nope'"),
+    (["profile", "physicsnemo-block", "--device", "cpu", "--skip-detailed", "--iterations", "1", "--option", "img_size=64"], 2, "takes no option 'img_size'"),
+    (["profile", "physicsnemo-block", "--option", "oops"], 2, "write it as KEY=VALUE"),
+    (["profile", "physicsnemo-block", "--sweep", "img_size"], 2, "write it as KEY=V1,V2"),
+], ids=["unknown-model", "unknown-option", "bad-option", "bad-sweep"])
+def test_cli_bad_input_is_one_line(argv: list[str], code: int, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main([*argv, "--out", str(tmp_path)]) == code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) >= 1 and message in err[-1] and err[-1].startswith("perfgate profile:")
+
+
+def test_cli_cuda_on_a_cpu_machine_cannot_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    assert cli.main(["profile", "physicsnemo-block", "--device", "cuda", "--out", str(tmp_path)]) == cli.EXIT_UNAVAILABLE
+    assert "no CUDA device" in capsys.readouterr().err
+
+
+def _args(argv: list[str]) -> argparse.Namespace:
+    return cli.build_parser().parse_args(argv)
+
+
+def test_command_line_round_trips() -> None:
+    args = _args(["profile", "vjepa2-encoder", "--size", "tiny", "--num-frames", "8", "--option", "img_size=(64)", "--sweep", "batch=1,2", "--skip-detailed", "--iterations", "7"])
+    line = profile_cmd.command_line(args)
+    again = _args(shlex.split(line)[1:])
+    assert vars(again) == vars(args) | {"_run": again._run}
+    assert profile_cmd.parse_options(["a=1", "b=(2, 3)", "c=name", "d=None"]) == {"a": 1, "b": (2, 3), "c": "name", "d": None}
+    assert profile_cmd.parse_sweep("img-size=256,384") == ("img_size", (256, 384))
+
+
+def test_torch_trace_reruns_the_command_with_the_variable_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, Any] = {}
+
+    def fake_call(argv: list[str], env: dict[str, str]) -> int:
+        seen.update(argv=argv, env=env)
+        return 0
+
+    monkeypatch.delenv("TORCH_TRACE", raising=False)
+    monkeypatch.setattr(profile_cmd.subprocess, "call", fake_call)
+    code = cli.main(["profile", "physicsnemo-block", "--variant", "compile", "--torch-trace", str(tmp_path / "tt")])
+    assert code == 0
+    assert seen["env"]["TORCH_TRACE"] == str((tmp_path / "tt").resolve())
+    assert seen["argv"][1:] == ["-m", "perfgate", "profile", "physicsnemo-block", "--variant", "compile"]
+
+
+def test_evidence_for_a_regressed_case(tmp_path: Path) -> None:
+    case = Case(model="physicsnemo-block", size="tiny", variant="baseline", device="cpu")
+    wl = build_workload(case.spec, case.size, "cpu")
+    import contextlib
+
+    step = make_step(wl, wl.module, wl.inputs, contextlib.nullcontext)
+    ev = profile_run.capture_evidence(step, "cpu", tmp_path / case.id, steps=2)
+    assert json.loads(Path(ev["trace"]).read_text())["traceEvents"]
+    assert "memory_snapshot" not in ev  # CUDA only
+    ev["reproduce"] = profile_run.reproduce_commands(case)
+    assert ev["reproduce"]["pytest"].startswith("python -m pytest 'benchmarks/test_models.py::test_step[physicsnemo-block-tiny-baseline]'")
+    assert ev["reproduce"]["profile"] == "perfgate profile physicsnemo-block --size tiny --variant baseline --device cpu"
+    v = Verdict(case="benchmarks/test_models.py::test_step[x]", metric="latency", verdict="regression", message="median 2 ms vs 1 ms")
+    named = profile_run.with_evidence(v, ev)
+    assert named.message.startswith("median 2 ms vs 1 ms [trace: ") and ev["trace"] in named.message
+    assert "reproduce: python -m pytest" in named.message and named.verdict == "regression"
+
+
+def test_reproduce_commands_carry_options() -> None:
+    case = Case(model="owl-world-model", size="tiny", variant="compile", device="cuda", options=(("cache_frames", 0),))
+    cmds = profile_run.reproduce_commands(case, nodeid="benchmarks/test_models.py::test_step[owl-world-model-tiny-cacheframes0-compile]")
+    assert "test_step[owl-world-model-tiny-cacheframes0-compile]" in cmds["pytest"]
+    assert cmds["profile"].endswith("--device cuda --option cache_frames=0")
+
+
+def test_suite_integration_telemetry_flops_and_evidence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The benchmark suite's side (runner / session, /tmp/issue6_integration.diff): each case's
+    extra_info gets telemetry and FLOPs, and a regressed case's verdict names its trace."""
+    import dataclasses
+
+    from perfgate import gate
+    from perfgate.runner import RunOptions
+    from perfgate.session import Session
+    from perfgate.stats import StopRule
+
+    if "telemetry_interval_s" not in {f.name for f in dataclasses.fields(RunOptions)}:
+        pytest.skip("the suite integration of issue 6 (runner/session/plugin) is not applied yet")
+    opts = RunOptions(stop=StopRule(min_rounds=3, max_rounds=3, budget_s=1.0), warm_compile=False, telemetry_interval_s=0.02)
+    session = Session(device="cpu", baselines_root=tmp_path / "baselines", run_options=opts, gate_enabled=False,
+                      trace="regressed", evidence_dir=tmp_path / "evidence")
+    case = Case(model="physicsnemo-block", size="tiny", variant="baseline", device="cpu")
+    fullname = f"benchmarks/test_models.py::test_step[{case.id}]"
+    regression = Verdict(case=fullname, metric="latency", verdict=gate.REGRESSION, message="median 9 ms vs 1 ms")
+    monkeypatch.setattr(session, "judge", lambda name, entry: [regression])
+    result, verdicts = session.measure_and_judge(case, fullname)
+    info = result.extra_info
+    assert info["telemetry"]["source"] == "psutil" and info["telemetry"]["n_samples"] >= 1
+    assert info["gflop_per_step"] == pytest.approx(0.014680064) and info["peak_dtype"] == "fp32"
+    ev = info["evidence"]
+    assert json.loads(Path(ev["trace"]).read_text())["traceEvents"]
+    (v,) = verdicts
+    assert ev["trace"] in v.message and "reproduce: python -m pytest" in v.message
+    assert result.step is None  # the model is not kept alive past the case

@@ -1,0 +1,216 @@
+"""The leave-in API: annotate, profile, Profiler. Disabled, it starts nothing and adds no work."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import torch
+
+from perfgate import profiling
+from perfgate.profiling import Profiler, annotate, profile
+
+
+@pytest.fixture(autouse=True)
+def clean_profiler(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Profiler]:
+    monkeypatch.delenv("PERFGATE_PROFILE", raising=False)
+    monkeypatch.setenv("PERFGATE_PROFILE_DIR", str(tmp_path / "out"))
+    p = Profiler()
+    p.reset()
+    yield p
+    p.reset()
+
+
+class CountingNvtx:
+    name = "fake"
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, Any]] = []
+
+    def push(self, message: str, color: Any, domain: Any) -> None:
+        self.events.append(("push", message))
+
+    def pop(self, domain: Any) -> None:
+        self.events.append(("pop", domain))
+
+
+def _disabled(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(profiling._STATE, "nvtx", None)
+    monkeypatch.setattr(profiling._STATE, "record", False)
+    monkeypatch.setattr(profiling._STATE, "active", False)
+
+
+def test_profile_returns_the_function_itself() -> None:
+    def f(x: int) -> int:
+        return x + 1
+
+    assert profile(f) is f  # no wrapper: a call does exactly what it did
+    assert f in profiling.profiled_functions()
+
+    class C:
+        @profile
+        @staticmethod
+        def g() -> int:
+            return 2
+
+    assert C.g() == 2 and C.__dict__["g"].__func__ in profiling.profiled_functions()
+
+
+def test_disabled_annotate_calls_no_backend_and_starts_no_profiler(monkeypatch: pytest.MonkeyPatch) -> None:
+    _disabled(monkeypatch)
+
+    def boom(*a: Any, **k: Any) -> None:
+        raise AssertionError("a disabled annotate must not open a range")
+
+    monkeypatch.setattr(torch.profiler, "record_function", boom)
+    monkeypatch.setattr(torch.cuda.nvtx, "range_push", boom)
+
+    @annotate("decorated")
+    def work(x: int) -> int:
+        return x * 2
+
+    with annotate("ctx", color="blue", domain="forward"):
+        assert work(3) == 6
+    assert not torch.autograd.profiler._is_profiler_enabled
+    assert sys.gettrace() is None
+
+
+def test_annotate_emits_nvtx_ranges_where_available(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = CountingNvtx()
+    monkeypatch.setattr(profiling._STATE, "nvtx", fake)
+    monkeypatch.setattr(profiling._STATE, "record", False)
+    monkeypatch.setattr(profiling._STATE, "active", True)
+
+    @annotate(domain="forward", color="blue")
+    def fwd() -> int:
+        return 1
+
+    with annotate("outer"):
+        fwd()
+    assert fake.events == [("push", "outer"), ("push", "forward"), ("pop", "forward"), ("pop", None)]
+
+
+def test_perfgate_nvtx_0_turns_nvtx_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PERFGATE_NVTX", "0")
+    assert profiling.find_nvtx() is None
+
+
+def test_the_cpu_build_has_no_nvtx(monkeypatch: pytest.MonkeyPatch) -> None:
+    if torch.version.cuda is not None:
+        pytest.skip("a CUDA build of torch has NVTX")
+    monkeypatch.setitem(sys.modules, "nvtx", None)  # the optional package, absent
+    assert profiling.find_nvtx() is None
+
+
+def test_nothing_enabled_initialises_nothing(clean_profiler: Profiler) -> None:
+    p = clean_profiler
+    assert Profiler() is p  # one per process
+    with p:
+        assert p.initialized and p.running == ()
+        assert not torch.autograd.profiler._is_profiler_enabled
+        assert sys.gettrace() is None
+    assert p.outputs == {}
+
+
+def test_tools_by_name_configuration_and_environment(clean_profiler: Profiler, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    p = clean_profiler
+    with pytest.raises(KeyError, match="known: torch, line_profiler, nvtx, cuda_memory"):
+        p.enable("perf")
+    p.configure({"torch": True, "line_profiler": False, "output_dir": tmp_path / "cfg"})
+    assert p.enabled == ("torch",) and p.output_dir() == tmp_path / "cfg"
+    monkeypatch.setenv("PERFGATE_PROFILE", "torch,line_profiler")
+    p.reset()
+    assert p.enabled == ("torch", "line_profiler")
+    assert p.output_dir() == tmp_path / "out"
+
+
+def test_torch_tool_writes_a_trace_with_the_annotated_ranges(clean_profiler: Profiler, tmp_path: Path) -> None:
+    p = clean_profiler.enable("torch")
+    p.output_dir(tmp_path / "prof")
+    x = torch.randn(32, 32)
+    with p:
+        assert torch.autograd.profiler._is_profiler_enabled
+        with annotate("my-range"):
+            (x @ x).sum()
+        p.step()
+    assert not torch.autograd.profiler._is_profiler_enabled
+    trace, table = p.outputs["torch"]
+    events = json.loads(trace.read_text())["traceEvents"]
+    names = {e.get("name") for e in events}
+    assert "my-range" in names and "aten::mm" in names
+    assert "aten::mm" in table.read_text()
+    assert not profiling._STATE.record  # annotate is back to its disabled state
+
+
+def test_line_profiler_times_functions_decorated_before_it_started(clean_profiler: Profiler, tmp_path: Path) -> None:
+    pytest.importorskip("line_profiler")
+
+    @profile
+    def hot(n: int) -> int:
+        total = 0
+        for i in range(n):
+            total += i
+        return total
+
+    p = clean_profiler.enable("line_profiler")
+    p.output_dir(tmp_path / "lp")
+    with p:
+        hot(1000)
+    text = p.outputs["line_profiler"][1].read_text()
+    assert "def hot" in text and "total += i" in text
+    assert sys.gettrace() is None
+
+
+def test_unavailable_tools_are_skipped_with_their_reason(clean_profiler: Profiler, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(profiling.LineProfilerTool, "unavailable", lambda self: "line_profiler is not installed (pip install line_profiler)")
+    p = clean_profiler.enable("line_profiler").enable("cuda_memory")
+    p.initialize()
+    assert p.running == ()
+    assert "pip install line_profiler" in p.skipped["line_profiler"]
+    if not torch.cuda.is_available():
+        assert "CUDA" in p.skipped["cuda_memory"]
+
+    def f() -> int:
+        return 1
+
+    assert profile(f) is f  # still a pass-through
+
+
+def test_registered_tools_follow_the_lifetime(clean_profiler: Profiler, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+
+    class Recorder:
+        name = "recorder"
+
+        def unavailable(self) -> str | None:
+            return None
+
+        def start(self, out_dir: Path) -> None:
+            calls.append(f"start {out_dir.name}")
+
+        def step(self) -> None:
+            calls.append("step")
+
+        def stop(self) -> list[Path]:
+            calls.append("stop")
+            return [tmp_path / "r.txt"]
+
+    monkeypatch.setitem(profiling.TOOLS, "recorder", Recorder)
+    p = clean_profiler.enable("recorder")
+    with p:
+        p.step()
+        p.step()
+    assert calls == ["start recorder", "step", "step", "stop"]
+    assert p.outputs["recorder"] == [tmp_path / "r.txt"]
+    with pytest.raises(ValueError, match="already registered"):
+        profiling.register_tool("recorder", Recorder)
+
+
+def test_overhead_measurement_leaves_no_registered_function_behind() -> None:
+    before = profiling.profiled_functions()
+    out = profiling.disabled_overhead_ns(number=2000, repeat=2)
+    assert set(out) == {"call_ns", "profile_decorator_ns", "annotate_decorator_ns", "annotate_context_ns", "active"}
+    assert profiling.profiled_functions() == before
