@@ -64,9 +64,10 @@ class CudaEventTimer:
 
     def time_ms(self, step: Callable[[], Any]) -> tuple[float, Any]:
         torch.cuda.synchronize(self.device)
-        self._start.record()
+        stream = torch.cuda.current_stream(self.device)
+        self._start.record(stream)
         out = step()
-        self._end.record()
+        self._end.record(stream)
         self._end.synchronize()
         return float(self._start.elapsed_time(self._end)), out
 
@@ -129,6 +130,8 @@ def measure(
     device = torch.device(device)
     timer = make_timer(device)
     first_ms, output = timer.time_ms(step)
+    # CUDA-graph variants overwrite this output on the next call: keep a private copy for accuracy.
+    output = torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: t.detach().clone(), output)
 
     warm: list[float] = []
     t0 = time.perf_counter()

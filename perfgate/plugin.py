@@ -16,7 +16,7 @@ from perfgate import summary
 from perfgate.accuracy import Tolerance
 from perfgate.measure import StopRule
 from perfgate.runner import Case, RunOptions
-from perfgate.session import Session, _split, default_device, expand_cases
+from perfgate.session import Session, _split, default_device, device_error, expand_cases
 from perfgate.variants import set_inductor_cache
 from perfgate.workload import load_model_file
 
@@ -57,19 +57,31 @@ def _table(config: pytest.Config) -> dict[str, Any]:
     return policy_mod.load_table(path)
 
 
+def _given(config: pytest.Config, name: str, default: Any) -> Any:
+    value = config.getoption(name)
+    return default if value is None else value
+
+
 def _run_options(config: pytest.Config, table: dict[str, Any]) -> RunOptions:
     smoke = config.getoption("perfgate_smoke")
     base = StopRule(min_rounds=3, max_rounds=5, budget_s=0.5) if smoke else StopRule()
     try:
         stop = StopRule(
-            precision=config.getoption("perfgate_precision") or base.precision,
-            min_rounds=config.getoption("perfgate_min_rounds") or base.min_rounds,
-            max_rounds=config.getoption("perfgate_max_rounds") or base.max_rounds,
-            budget_s=config.getoption("perfgate_budget_s") or base.budget_s,
+            precision=_given(config, "perfgate_precision", base.precision),
+            min_rounds=_given(config, "perfgate_min_rounds", base.min_rounds),
+            max_rounds=_given(config, "perfgate_max_rounds", base.max_rounds),
+            budget_s=_given(config, "perfgate_budget_s", base.budget_s),
         )
     except ValueError as exc:
         raise pytest.UsageError(f"perfgate: {exc}; fix the --perfgate-* option") from None
-    tolerances = {k: Tolerance(**v) for k, v in table.get("tolerance", {}).items()}
+    tolerances = {}
+    for pattern, values in table.get("tolerance", {}).items():
+        try:
+            tolerances[pattern] = Tolerance(**values)
+        except TypeError:
+            raise pytest.UsageError(
+                f"perfgate: pyproject.toml [tool.perfgate.tolerance.{pattern!r}]: keys are rel_l2, cosine and psnr_db, got {', '.join(values)}"
+            ) from None
     interval_ms = config.getoption("perfgate_telemetry_interval_ms")
     if interval_ms < 0:
         raise pytest.UsageError(f"perfgate: --perfgate-telemetry-interval-ms must be >= 0, got {interval_ms:g}")
@@ -95,6 +107,8 @@ def pytest_configure(config: pytest.Config) -> None:
     except (policy_mod.PolicyError, FileNotFoundError, TypeError) as exc:
         raise pytest.UsageError(f"perfgate: {exc}") from None
     device = config.getoption("perfgate_device") or default_device()
+    if (err := device_error(device)) is not None:
+        raise pytest.UsageError(f"perfgate: --perfgate-device {err}")
     root = Path(config.getoption("perfgate_baselines") or Path(config.rootpath) / "baselines")
     set_inductor_cache(
         config.getoption("perfgate_inductor_cache")
@@ -266,12 +280,12 @@ def run_benchmark(case: Case, benchmark: Any, request: pytest.FixtureRequest) ->
     try:
         result, verdicts = session.measure_and_judge(case, fullname, progress)
     except VariantError as exc:
+        session.skips[case.id] = str(exc)
         pytest.skip(f"{case.variant}: {exc}")
     except torch.OutOfMemoryError as exc:
         pytest.fail(f"{case.id}: out of memory on {case.device}: {str(exc).splitlines()[0]}", pytrace=False)
     feed_benchmark(benchmark, result.measurement.samples_ms, result.extra_info)
-    problems = [f"accuracy: {v}" for v in result.accuracy_violations]
-    problems += [f"{v.metric} {v.verdict}: {v.message}" for v in session.failing(verdicts, case)]
+    problems = [f"{v.metric} {v.verdict}: {v.message}" for v in session.failing(verdicts, case)]
     if problems:
         pytest.fail(f"{case.id}: " + "; ".join(problems), pytrace=False)
     return result.extra_info

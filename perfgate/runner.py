@@ -15,8 +15,8 @@ import torch
 
 from perfgate import accuracy, flops, telemetry
 from perfgate.measure import Measurement, StopRule, WarmupRule, measure
-from perfgate.variants import Converted, Env, Variant, get_variant
-from perfgate.workload import ModelSpec, Workload, build_workload, get_model, make_step, reference_output
+from perfgate.variants import Converted, Env, Variant, VariantError, get_variant
+from perfgate.workload import ModelSpec, Workload, build_workload, get_model, is_training, make_step, reference_output
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,7 +43,12 @@ class Case:
         return get_variant(self.variant)
 
     def skip_reason(self, env: Env | None = None) -> str | None:
-        return self.variant_obj.unavailable(env or Env.detect(self.device))
+        reason = self.variant_obj.unavailable(env or Env.detect(self.device))
+        if reason is None and is_training(self.spec.step) and self.variant_obj.inference_only:
+            # CUDA graphs and TensorRT capture under inference mode (no grad); torchao freezes
+            # quantised weights, so SGD would not update them: not the same training step.
+            reason = f"{self.variant} is an inference-only optimisation; {self.model} times a training step"
+        return reason
 
 
 @dataclass(kw_only=True)
@@ -107,6 +112,8 @@ def run_case(
     prepared: tuple[Workload, Any] | None = None,
 ) -> CaseResult:
     device = torch.device(case.device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # events, side streams and graph capture use the current device
     isolate(device)
     wl, ref = prepared or prepare(case, opts)
     variant = case.variant_obj
@@ -174,7 +181,16 @@ def run_case(
         info.update(flops.flops_extra_info(flop_count, info["median_ms"], device, conv.info))
     elif flops_error:
         info["flops_error"] = flops_error
+    if variant.uses_cuda_graphs:
+        # Activations live in the graph's private pool, reserved but not allocated during replay:
+        # the reserved peak is the honest figure for graph variants.
+        info["peak_mem_mib"] = m.memory.reserved_mem_mib
+        info["mem_method"] = "cuda_reserved (graph pool)"
     if variant.compiles:
+        skips = int(counters["inductor"].get("cudagraph_skips", 0))
+        info["cudagraph_skips"] = skips
+        if skips and variant.uses_cuda_graphs:
+            raise VariantError(f"inductor skipped CUDA graphs {skips}x (mutated inputs?); timing it would time plain compile")
         info["graph_breaks"] = _graph_breaks()
         info["compile_cache"] = _cache_hits()
         if opts.warm_compile:

@@ -28,6 +28,19 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def device_error(device: str) -> str | None:
+    """Why `device` cannot be benchmarked here, or None."""
+    try:
+        d = torch.device(device)
+    except RuntimeError:
+        return f"{device!r} is not a device: use cpu, cuda or cuda:N"
+    if d.type not in ("cpu", "cuda"):
+        return f"{device!r}: perfgate measures cpu, cuda or cuda:N"
+    if d.type == "cuda" and (not torch.cuda.is_available() or (d.index or 0) >= torch.cuda.device_count()):
+        return f"{device}: no such CUDA device here (torch.cuda.is_available() is {torch.cuda.is_available()}); use cpu"
+    return None
+
+
 def _split(value: str | None) -> list[str]:
     return [v.strip() for v in (value or "").split(",") if v.strip()]
 
@@ -141,7 +154,10 @@ class Session:
         if any(problems):
             info["unreliable"] = "; ".join(p for p in problems if p)
         if case.variant == "baseline":
-            self._eager_median[self._group(case)] = info["median_ms"]
+            if info.get("unreliable"):
+                self._eager_median.pop(self._group(case), None)  # no speedups from a contended eager run
+            else:
+                self._eager_median[self._group(case)] = info["median_ms"]
         eager = self._eager_median.get(self._group(case))
         if eager:
             info["speedup"] = eager / info["median_ms"]
@@ -171,9 +187,15 @@ class Session:
             result = self.run(case, progress)
             result.extra_info["remeasured"] = attempt + 1
             verdicts = self.judge(fullname, {"fullname": fullname, "extra_info": result.extra_info})
+        verdicts += [
+            gate.Verdict(case=fullname, metric="accuracy", verdict=gate.REGRESSION,
+                         current=result.extra_info["accuracy"].get("rel_l2"), message=msg)
+            for msg in result.accuracy_violations
+        ]
         if self.trace == "all" or (self.trace == "regressed" and self.failing(verdicts, case)):
             verdicts = self.attach_evidence(case, fullname, result, verdicts, progress)
         result.step = None  # the step holds the model: do not keep it past the case
+        result.measurement.output = None  # device tensors would count in later cases' absolute peaks
         self.results[fullname] = result
         self.verdicts.extend(verdicts)
         return result, verdicts

@@ -110,7 +110,7 @@ def terminal_lines(session: Any) -> list[str]:
 def markdown(session: Any) -> str:
     """Short job-summary / PR-comment Markdown: regressions first."""
     verdicts = gate.sort_verdicts(session.verdicts)
-    bad = [v for v in verdicts if v.verdict in gate.FAILING]
+    bad = gate.failing(verdicts, fail_on_improvement=session.fail_on_improvement)
     if not session.gate_enabled:
         head = "### perfgate: measured only (gate off)"
     else:
@@ -129,7 +129,7 @@ def verdict_json(session: Any) -> dict[str, Any]:
     return {
         "fingerprint_id": session.fingerprint_id,
         "fingerprint": session.fingerprint,
-        "failed": any(v.verdict in gate.FAILING for v in verdicts),
+        "failed": bool(gate.failing(verdicts, fail_on_improvement=session.fail_on_improvement)),
         "verdicts": [v.as_dict() for v in verdicts],
         "skipped": session.skips,
     }

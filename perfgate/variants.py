@@ -157,11 +157,13 @@ class Quantize:
             PerTensor,
         )
 
+        # set_inductor_config=False: torchao's default changes inductor settings for the whole
+        # process, which would make every later case's compile differ by selection order.
         return {
-            "int8-weight-only": lambda: Int8WeightOnlyConfig(),
-            "int8-dynamic": lambda: Int8DynamicActivationInt8WeightConfig(),
-            "fp8-rowwise": lambda: Float8DynamicActivationFloat8WeightConfig(granularity=PerRow()),
-            "fp8-tensorwise": lambda: Float8DynamicActivationFloat8WeightConfig(granularity=PerTensor()),
+            "int8-weight-only": lambda: Int8WeightOnlyConfig(set_inductor_config=False),
+            "int8-dynamic": lambda: Int8DynamicActivationInt8WeightConfig(set_inductor_config=False),
+            "fp8-rowwise": lambda: Float8DynamicActivationFloat8WeightConfig(granularity=PerRow(), set_inductor_config=False),
+            "fp8-tensorwise": lambda: Float8DynamicActivationFloat8WeightConfig(granularity=PerTensor(), set_inductor_config=False),
         }[self.scheme]()
 
     def convert(self, c: Converted) -> Converted:
@@ -178,7 +180,10 @@ class Quantize:
                 f"{self.scheme}: torchao converted none of the {total} Linear layers "
                 "(FP8 needs dims that are multiples of 16; conv layers are not quantised); timing it would time the baseline"
             )
-        return Converted(module, inputs, {**c.info, "quantized_linears": converted, "linears": total})
+        info = {**c.info, "quantized_linears": converted, "linears": total}
+        if self.scheme.startswith("fp8"):
+            info["dtype"] = "bfloat16"
+        return Converted(module, inputs, info)
 
     def context(self, device_type: str) -> ContextManager:
         return contextlib.nullcontext()
@@ -212,7 +217,8 @@ class CudaGraphs:
         return None if env.device_type == "cuda" else "CUDA graphs need a CUDA device"
 
     def convert(self, c: Converted) -> Converted:
-        return Converted(CudaGraphModule(c.module, c.inputs), c.inputs, {**c.info, "cuda_graph": True})
+        g = CudaGraphModule(c.module, c.inputs)
+        return Converted(g, g.static_inputs, {**c.info, "cuda_graph": True})
 
     def context(self, device_type: str) -> ContextManager:
         return contextlib.nullcontext()
@@ -224,7 +230,7 @@ class CudaGraphModule(nn.Module):
     def __init__(self, module: nn.Module, inputs: tuple[torch.Tensor, ...], warmup: int = 3) -> None:
         super().__init__()
         self.module = module
-        self.static_inputs = tuple(t.clone() for t in inputs)
+        self.static_inputs = tuple(inputs)  # the step feeds these same tensors: no copy per replay
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         # Warm up on a side stream so lazy initialisation is not captured.
@@ -341,6 +347,14 @@ class Variant:
             return stack
 
         return ctx
+
+    @property
+    def uses_cuda_graphs(self) -> bool:
+        return any(isinstance(s, CudaGraphs) or (isinstance(s, Compile) and s.mode in ("reduce-overhead", "max-autotune")) for s in self.steps)
+
+    @property
+    def inference_only(self) -> bool:
+        return any(isinstance(s, (CudaGraphs, TensorRT, Quantize)) for s in self.steps)
 
     @property
     def compiles(self) -> bool:

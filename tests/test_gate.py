@@ -73,3 +73,16 @@ def test_budgets_are_asserted_whatever_the_baseline():
 def test_ratchet_fails_improvements_only_when_asked():
     vs = [gate.Verdict(case="c", metric="latency", verdict=gate.IMPROVEMENT)]
     assert gate.failing(vs) == [] and gate.failing(vs, fail_on_improvement=True) == vs
+
+
+def test_unreliable_case_still_gates_memory_and_accuracy_but_not_timing():
+    base = bench("a", _samples(10, seed=9), peak_mem_mib=100, rel_l2=1e-3, speedup=2.0)
+    cur = bench("a", _samples(30, seed=10), peak_mem_mib=300, rel_l2=1e-3, speedup=0.5, unreliable="neighbour busy")
+    v = {x.metric: x.verdict for x in gate.compare_case(cur, base, Policy())}
+    assert v == {"latency": gate.UNRELIABLE, "memory": gate.REGRESSION, "accuracy": gate.UNCHANGED}
+
+
+def test_an_unreliable_baseline_is_no_latency_reference():
+    base = bench("a", _samples(10, seed=11), unreliable="recorded on a busy machine")
+    v = gate.compare_case(bench("a", _samples(20, seed=12)), base, Policy())
+    assert v[0].verdict == gate.INCONCLUSIVE and "re-record" in v[0].message

@@ -126,3 +126,23 @@ def test_tolerances_by_variant_and_overrides():
     assert accuracy.tolerance_for("bf16", over).rel_l2 == 0.5
     wrong = accuracy.metrics(torch.randn(100), torch.randn(100))
     assert accuracy.violations(wrong, accuracy.tolerance_for("int8-dynamic"))  # a wrong fast variant fails
+
+
+@pytest.mark.parametrize("variant", ["cudagraphs", "tensorrt", "int8-dynamic", "fp8-rowwise+compile"])
+def test_training_steps_skip_inference_only_variants(variant):
+    from perfgate.runner import Case
+
+    case = Case(model="physicsnemo-train", size="tiny", variant=variant, device="cuda")
+    reason = case.skip_reason(env(cc=(9, 0)))
+    assert "inference-only optimisation" in reason and "training step" in reason
+    assert Case(model="physicsnemo-block", size="tiny", variant=variant, device="cuda").skip_reason(env(cc=(9, 0))) is None
+
+
+def test_device_errors_are_one_line():
+    from perfgate.session import device_error
+
+    assert device_error("cpu") is None
+    assert "perfgate measures cpu, cuda" in device_error("meta")
+    assert "not a device" in device_error("gpu0")
+    if not torch.cuda.is_available():
+        assert "no such CUDA device here" in device_error("cuda:0")

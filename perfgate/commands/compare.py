@@ -34,9 +34,12 @@ def compare_files(base_path: Path, cur_path: Path, policy: policy_mod.Policy, *,
         what = ", ".join(f"{k}: {a!r} vs {b!r}" for k, (a, b) in diff.items())
         raise CommandError(f"{cur_path}: other fingerprint than {base_path} ({what}); compare runs of one machine or pass --allow-other-fingerprint")
     base_by = store.by_name(base)
+    fp = cur["perfgate"]["fingerprint"]
+    hardware = fp.get("gpu_name") or fp.get("cpu_model") or ""
     verdicts: list[gate.Verdict] = []
     for entry in cur["benchmarks"]:
         verdicts += gate.compare_case(entry, base_by.get(entry["fullname"]), policy)
+        verdicts += gate.judge_budgets(entry, policy, hardware)
     return gate.sort_verdicts(verdicts)
 
 

@@ -6,7 +6,8 @@ import argparse
 import json
 
 from perfgate.fingerprint import fingerprint, fingerprint_id
-from perfgate.session import default_device
+from perfgate.cli import CommandError
+from perfgate.session import default_device, device_error
 from perfgate.summary import text_table
 from perfgate.variants import VARIANTS, Env
 
@@ -30,7 +31,10 @@ def report(device: str) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    data = report(args.device or default_device())
+    device = args.device or default_device()
+    if (err := device_error(device)) is not None:
+        raise CommandError(f"--device {err}")
+    data = report(device)
     if args.json:
         print(json.dumps(data, indent=2, default=str))
         return 0

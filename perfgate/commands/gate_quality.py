@@ -1,0 +1,135 @@
+"""`perfgate gate-quality`: false-alarm and detection rates of the gate, measured on this machine."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import asdict, fields, replace
+from pathlib import Path
+from typing import Any
+
+HELP = "measure the gate's false-alarm rate on unchanged code and its detection rate of injected slowdowns"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from perfgate.quality import DEFAULT_SLOWDOWNS_PCT
+
+    p.add_argument("--comparisons", type=int, default=50, metavar="N", help="judged comparisons per slowdown (default 50)")
+    p.add_argument("--slowdowns", default=",".join(f"{s:g}" for s in DEFAULT_SLOWDOWNS_PCT), metavar="PCT,...",
+                   help="injected slowdowns in %% of work; 0 is unchanged code (default %(default)s)")
+    p.add_argument("--depth", type=int, default=100, help="layers of the unchanged chain; slowdowns must give whole layers (default 100)")
+    p.add_argument("--width", type=int, default=128, help="features of each Linear layer (default 128)")
+    p.add_argument("--batch", type=int, default=32, help="rows of the input (default 32)")
+    p.add_argument("--threads", type=int, default=None, metavar="N", help="torch threads (default: torch's default, as the suite runs)")
+    p.add_argument("--isolation", choices=("process", "inprocess"), default="process",
+                   help="measure each run in a fresh process (default, as separate CI runs are) or all in this one")
+    p.add_argument("--precision", type=float, default=None, metavar="REL",
+                   help="stop rule precision (relative CI half-width of the median) of every run (default: the suite's, 0.02)")
+    p.add_argument("--pyproject", type=Path, default=Path("pyproject.toml"), help="policy to test: its [tool.perfgate] latency settings (default ./pyproject.toml)")
+    p.add_argument("--also", action="append", default=[], metavar="KEY=V,...",
+                   help="also judge the same runs with the policy changed, e.g. latency_tolerance=0.03,remeasure=3 (repeatable)")
+    p.add_argument("--json", type=Path, default=None, metavar="PATH", help="write the rates, settings and raw runs here")
+    p.add_argument("--no-samples", action="store_true", help="leave the raw samples out of --json")
+
+
+def _slowdowns(text: str) -> list[float]:
+    from perfgate.cli import CommandError
+
+    try:
+        out = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise CommandError(f"--slowdowns {text!r}: give comma-separated percentages, e.g. 0,5,10,20") from None
+    if not out or any(v < 0 for v in out) or len(set(out)) != len(out):
+        raise CommandError(f"--slowdowns {text!r}: give distinct percentages >= 0, e.g. 0,5,10,20")
+    return [int(v) if v == int(v) else v for v in out]
+
+
+def _variant(spec: str, base: Any) -> Any:
+    """GateSettings `base` changed by 'key=value,...'."""
+    from perfgate.cli import CommandError
+
+    known = {f.name: type(getattr(base, f.name)) for f in fields(base)}
+    changes: dict[str, Any] = {}
+    for part in filter(None, (x.strip() for x in spec.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep or key not in known:
+            raise CommandError(f"--also {spec!r}: expected KEY=VALUE pairs with KEY one of {', '.join(known)}")
+        try:
+            changes[key] = value.lower() in ("1", "true", "yes") if known[key] is bool else known[key](value)
+        except ValueError:
+            raise CommandError(f"--also {spec!r}: {key} needs a {known[key].__name__}, got {value!r}") from None
+    if not changes:
+        raise CommandError(f"--also {spec!r}: name at least one KEY=VALUE")
+    return replace(base, **changes)
+
+
+def run(args: argparse.Namespace) -> int:
+    from perfgate import policy as policy_mod
+    from perfgate import quality as q
+    from perfgate.baseline import atomic_write_json
+    from perfgate.cli import CommandError
+    from perfgate.summary import text_table
+
+    slowdowns = _slowdowns(args.slowdowns)
+    if args.comparisons < 1:
+        raise CommandError(f"--comparisons {args.comparisons}: give at least 1 (50 for a stated rate)")
+    try:
+        workload = q.ChainWorkload(depth=args.depth, width=args.width, batch=args.batch, threads=args.threads)
+        for s in slowdowns:
+            q.layers_for(args.depth, s)
+    except ValueError as exc:
+        raise CommandError(f"--depth/--slowdowns: {exc}") from None
+    try:
+        settings = policy_mod.load(args.pyproject).settings("gate-quality", "baseline", "latency")
+    except policy_mod.PolicyError as exc:
+        raise CommandError(str(exc)) from None
+    from perfgate.stats import StopRule
+
+    try:
+        stop = StopRule() if args.precision is None else StopRule(precision=args.precision)
+    except ValueError as exc:
+        raise CommandError(f"--precision {args.precision:g}: {exc}") from None
+    rules = [q.GateRule(name="default", settings=settings)]
+    rules += [q.GateRule(name=spec, settings=_variant(spec, settings)) for spec in args.also]
+
+    def progress(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    load_before = q.machine_load()
+    progress(f"gate-quality: {args.comparisons} comparisons x slowdowns {', '.join(f'{s:g}%' for s in slowdowns)}; "
+             f"load average {load_before['loadavg_1m']:.2f} on {load_before['cpu_count']} cores")
+    comparisons = q.run_experiment(q.make_measurer(workload, args.isolation, stop), depth=args.depth, slowdowns_pct=slowdowns,
+                                   comparisons=args.comparisons, rules=rules, progress=progress)
+    config = {"workload": asdict(workload) | {"kind": "Linear+GELU chain"}, "slowdowns_pct": slowdowns,
+              "comparisons": args.comparisons, "isolation": args.isolation, "stop_rule": asdict(stop), "load_before": load_before,
+              "load_after": q.machine_load(), "threads": _threads(args.threads)}
+    data = q.report(comparisons, rules, depth=args.depth, config=config, samples=not args.no_samples)
+
+    noise = data["noise"]
+    if "between_run_cv" in noise:
+        print(f"unchanged chain: median {noise['median_ms']:.3f} ms over {noise['runs']} runs, between-run CV "
+              f"{noise['between_run_cv']:.1%} (5-95% {noise['between_run_p5_p95_rel'][0]:+.1%}..{noise['between_run_p5_p95_rel'][1]:+.1%}), "
+              f"within-run CI half-width {noise['within_run_ci_halfwidth_rel']:.1%}, {noise['samples_per_run']:g} samples per run")
+    print(f"load average {load_before['loadavg_1m']:.2f} before, {config['load_after']['loadavg_1m']:.2f} after; "
+          f"{config['threads']} torch thread(s); isolation {args.isolation}; stop precision {stop.precision:g}")
+    for rule in rules:
+        res = data["rules"][rule.name]
+        s = rule.settings
+        print(f"\npolicy {rule.name}: latency_tolerance {s.latency_tolerance:g}, alpha {s.alpha:g}, remeasure {s.remeasure}, "
+              f"contention_max {s.contention_max:g}")
+        print("\n".join(text_table(q.RATE_HEADERS, q.rate_rows([q.Rate(**r) for r in res["rates"]], args.depth))))
+        best = res["smallest_detected_pct"]
+        print(f"smallest slowdown detected >= {q.DETECTION_TARGET:.0%} with <= 1/50 false alarms: "
+              + (f"{best:g}%" if best is not None else "none of those measured"))
+    if args.json:
+        atomic_write_json(args.json, data)
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _threads(requested: int | None) -> int:
+    if requested is not None:
+        return requested
+    import torch
+
+    return torch.get_num_threads()

@@ -1,0 +1,413 @@
+"""Measured quality of the gate: how often unchanged code alarms, how often a real slowdown is caught.
+
+The workload is a chain of `depth` Linear(width, width) + GELU layers on a [batch, width] input (an
+MLP trunk, the shape of most blocks in the registered models); a slowdown of s% is the same chain
+with depth * (1 + s/100) layers, i.e. proportionally more real work, not a sleep. One comparison is
+what a developer gets from the gate: an independent baseline measurement and an independent current
+measurement with the real `perfgate.measure.measure` (default StopRule and WarmupRule), judged with
+the real `perfgate.gate.judge_latency`, a contended measurement called unreliable and a suspected
+regression re-measured with fresh current measurements before it stands (`Session.run` and
+`Session.measure_and_judge`). By default every measurement runs in a fresh process, as a baseline
+recorded yesterday and today's run do: between-process differences (memory placement, thread pool
+start-up) are part of the noise the gate must live with.
+
+Slowdowns are measured round-robin and the order inside a comparison alternates (baseline first,
+then current first), so a slow drift of the machine lands on every slowdown alike and does not
+masquerade as a change.
+
+Pure logic here (the measure function is a parameter); `perfgate gate-quality` wires it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Sequence
+
+from perfgate import gate
+from perfgate.policy import GateSettings
+from perfgate.stats import StopRule
+
+DEFAULT_SLOWDOWNS_PCT = (0, 2, 3, 5, 10, 20)
+DETECTION_TARGET = 0.95  # "detected at least 95% of the time"
+FALSE_ALARM_MAX = 1 / 50  # "unchanged code alarms at most once in 50"
+
+
+# --- the workload ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChainWorkload:
+    """`depth` Linear(width, width) + GELU layers on a [batch, width] input, fp32, inference mode."""
+
+    depth: int = 100
+    width: int = 128
+    batch: int = 32
+    threads: int | None = None  # torch intra-op threads; None: torch's default, as the suite runs
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("depth", "width", "batch"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"threads must be at least 1, got {self.threads}")
+
+
+def layers_for(depth: int, slowdown_pct: float) -> int:
+    """Layers of the chain that does `slowdown_pct` % more work than `depth` layers (exactly)."""
+    layers = depth * (100 + slowdown_pct) / 100
+    if slowdown_pct < 0 or abs(layers - round(layers)) > 1e-9:
+        raise ValueError(
+            f"slowdown {slowdown_pct:g}% of depth {depth} is {layers:g} layers, not a whole number; "
+            f"use a depth that is a multiple of 100 (or of 100/gcd(100, slowdown))"
+        )
+    return int(round(layers))
+
+
+def build_chain_step(workload: ChainWorkload, layers: int) -> Callable[[], Any]:
+    """A zero-argument step running `layers` layers of the chain."""
+    import torch
+
+    gen = torch.Generator().manual_seed(workload.seed)
+    blocks = []
+    for _ in range(layers):
+        lin = torch.nn.Linear(workload.width, workload.width)
+        with torch.no_grad():
+            lin.weight.copy_(torch.randn(workload.width, workload.width, generator=gen) / math.sqrt(workload.width))
+            lin.bias.zero_()
+        blocks += [lin, torch.nn.GELU()]
+    chain = torch.nn.Sequential(*blocks).eval()
+    x = torch.randn(workload.batch, workload.width, generator=gen)  # (B, W)
+
+    def step() -> Any:
+        with torch.inference_mode():
+            return chain(x)  # (B, W)
+
+    return step
+
+
+# --- one measurement --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Run:
+    """One measurement of one chain: raw samples and the neighbours' CPU use while it ran."""
+
+    layers: int
+    samples_ms: list[float]
+    contention_cores: float = 0.0
+    stop: str = ""
+    warmup_rounds: int = 0
+
+    @property
+    def median_ms(self) -> float:
+        return float(statistics.median(self.samples_ms))
+
+
+MeasureFn = Callable[[int], Run]  # layers -> Run
+
+
+def measure_chain(workload: ChainWorkload, layers: int, stop: StopRule = StopRule()) -> Run:
+    """Measure the chain in this process with the suite's warm-up rule and (by default) stop rule."""
+    import torch
+
+    from perfgate.measure import measure
+
+    threads = torch.get_num_threads()
+    if workload.threads is not None:
+        torch.set_num_threads(workload.threads)
+    try:
+        m = measure(build_chain_step(workload, layers), "cpu", stop=stop)
+    finally:
+        torch.set_num_threads(threads)  # in-process runs must not change the caller's thread count
+    return Run(layers=layers, samples_ms=m.samples_ms, contention_cores=m.contention_cores, stop=m.stop, warmup_rounds=m.warmup_rounds)
+
+
+def _measure_chain_dict(workload: ChainWorkload, layers: int, stop: StopRule) -> dict[str, Any]:
+    return asdict(measure_chain(workload, layers, stop))
+
+
+class FreshProcessMeasurer:
+    """Each measurement in a new process, forked from a server that has imported torch but run
+    nothing (so no OpenMP pool crosses a fork, and no import time is paid per measurement)."""
+
+    def __init__(self, workload: ChainWorkload, stop: StopRule = StopRule()) -> None:
+        import multiprocessing
+
+        self.workload = workload
+        self.stop = stop
+        self._ctx = multiprocessing.get_context("forkserver")
+        self._ctx.set_forkserver_preload(["torch", "perfgate.measure", "perfgate.quality"])
+
+    def __call__(self, layers: int) -> Run:
+        with ProcessPoolExecutor(max_workers=1, mp_context=self._ctx) as pool:
+            return Run(**pool.submit(_measure_chain_dict, self.workload, layers, self.stop).result())
+
+
+def make_measurer(workload: ChainWorkload, isolation: str = "process", stop: StopRule = StopRule()) -> MeasureFn:
+    if isolation == "process":
+        return FreshProcessMeasurer(workload, stop)
+    if isolation == "inprocess":
+        return lambda layers: measure_chain(workload, layers, stop)
+    raise ValueError(f"isolation {isolation!r}: use 'process' or 'inprocess'")
+
+
+# --- judging: the session's rules for one case ---------------------------------------------------------
+
+
+Judge = Callable[[Sequence[float], Sequence[float], GateSettings], str]  # (current, baseline, settings) -> verdict
+
+
+def gate_judge(current: Sequence[float], baseline: Sequence[float], s: GateSettings) -> str:
+    """The gate's own latency verdict."""
+    return gate.judge_latency("gate-quality", current, baseline, s).verdict
+
+
+@dataclass(frozen=True, kw_only=True)
+class GateRule:
+    """A policy under test: settings plus the latency judge (the gate's unless stated)."""
+
+    name: str
+    settings: GateSettings = GateSettings()
+    judge: Judge = gate_judge
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "judge": getattr(self.judge, "__name__", str(self.judge)), "settings": asdict(self.settings)}
+
+
+def unreliable(run: Run, s: GateSettings) -> bool:
+    """`Session.run`'s CPU rule: neighbours busier than `contention_max` cores make a timing untrustworthy."""
+    return run.contention_cores > s.contention_max
+
+
+def pair_verdict(baseline: Run, current: Run, rule: GateRule) -> str:
+    """One baseline/current judgement. A contended baseline is unreliable too: nobody should gate
+    against it, and it says nothing about the gate."""
+    if unreliable(current, rule.settings) or unreliable(baseline, rule.settings):
+        return gate.UNRELIABLE
+    return rule.judge(current.samples_ms, baseline.samples_ms, rule.settings)
+
+
+def sequential_verdict(baseline: Run, currents: Sequence[Run], rule: GateRule) -> tuple[str | None, int]:
+    """`Session.measure_and_judge`: a latency regression is re-measured (fresh current runs) up to
+    `remeasure` times and the last verdict stands. Returns (verdict, current runs used), or
+    (None, n) when one more current run is needed to decide."""
+    verdict = pair_verdict(baseline, currents[0], rule) if currents else None
+    used = 1 if currents else 0
+    while verdict == gate.REGRESSION and used <= rule.settings.remeasure:
+        if used == len(currents):
+            return None, used
+        verdict = pair_verdict(baseline, currents[used], rule)
+        used += 1
+    return verdict, used
+
+
+@dataclass(kw_only=True)
+class Comparison:
+    """One gate decision per rule on one baseline run and its current run(s)."""
+
+    slowdown_pct: float
+    baseline: Run
+    currents: list[Run]
+    verdicts: dict[str, str]
+    current_first: bool = False
+
+    @property
+    def change_pct(self) -> float:
+        return (self.currents[0].median_ms / self.baseline.median_ms - 1) * 100
+
+    def as_dict(self, *, samples: bool = True) -> dict[str, Any]:
+        def run(r: Run) -> dict[str, Any]:
+            d = {"layers": r.layers, "median_ms": r.median_ms, "n": len(r.samples_ms), "contention_cores": r.contention_cores,
+                 "stop": r.stop, "warmup_rounds": r.warmup_rounds}
+            if samples:
+                d["samples_ms"] = [round(x, 5) for x in r.samples_ms]
+            return d
+
+        return {"slowdown_pct": self.slowdown_pct, "verdicts": self.verdicts, "current_first": self.current_first,
+                "change_pct": self.change_pct, "baseline": run(self.baseline), "currents": [run(r) for r in self.currents]}
+
+
+def compare(measure_fn: MeasureFn, base_layers: int, cur_layers: int, rules: Sequence[GateRule], *,
+            slowdown_pct: float, current_first: bool = False) -> Comparison:
+    """Measure a baseline and a current run (in the given order), then more current runs while any
+    rule still has a regression to confirm; every rule judges the same runs."""
+    if current_first:
+        currents = [measure_fn(cur_layers)]
+        baseline = measure_fn(base_layers)
+    else:
+        baseline = measure_fn(base_layers)
+        currents = [measure_fn(cur_layers)]
+    while any(sequential_verdict(baseline, currents, r)[0] is None for r in rules):
+        currents.append(measure_fn(cur_layers))
+    verdicts = {r.name: sequential_verdict(baseline, currents, r)[0] for r in rules}
+    return Comparison(slowdown_pct=slowdown_pct, baseline=baseline, currents=currents, verdicts=verdicts, current_first=current_first)
+
+
+def run_experiment(
+    measure_fn: MeasureFn,
+    *,
+    depth: int,
+    slowdowns_pct: Sequence[float] = DEFAULT_SLOWDOWNS_PCT,
+    comparisons: int = 50,
+    rules: Sequence[GateRule] = (GateRule(name="default"),),
+    max_attempts_factor: float = 2.0,
+    progress: Callable[[str], None] | None = None,
+) -> list[Comparison]:
+    """`comparisons` judged (reliable under the first rule) comparisons per slowdown, round-robin over
+    the slowdowns; unreliable ones are kept and retried, up to `max_attempts_factor` x as many."""
+    if comparisons < 1:
+        raise ValueError(f"comparisons must be at least 1, got {comparisons}")
+    if not rules:
+        raise ValueError("need at least one rule")
+    layers = {s: layers_for(depth, s) for s in slowdowns_pct}
+    max_attempts = max(comparisons, math.ceil(comparisons * max_attempts_factor))
+    done: list[Comparison] = []
+    judged = {s: 0 for s in slowdowns_pct}
+    attempts = {s: 0 for s in slowdowns_pct}
+    total = comparisons * len(slowdowns_pct)
+    while todo := [s for s in slowdowns_pct if judged[s] < comparisons and attempts[s] < max_attempts]:
+        for s in todo:
+            c = compare(measure_fn, depth, layers[s], rules,
+                        slowdown_pct=s, current_first=attempts[s] % 2 == 1)
+            attempts[s] += 1
+            judged[s] += c.verdicts[rules[0].name] != gate.UNRELIABLE
+            done.append(c)
+            if progress:
+                extra = "".join(f" {r.name}={c.verdicts[r.name]}" for r in rules[1:])
+                progress(f"[{sum(judged.values())}/{total}] +{s:g}%: {c.verdicts[rules[0].name]} "
+                         f"(median {c.change_pct:+.1f}%, {len(c.currents)} current run(s), "
+                         f"contention {max(r.contention_cores for r in [c.baseline, *c.currents]):.2f}){extra}")
+    return done
+
+
+# --- summaries --------------------------------------------------------------------------------------------
+
+
+def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion (scipy); (0, 1) when n is 0."""
+    if n == 0:
+        return 0.0, 1.0
+    from scipy import stats as sps
+
+    ci = sps.binomtest(successes, n).proportion_ci(confidence_level=confidence, method="wilson")
+    return float(ci.low), float(ci.high)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rate:
+    """Alarm rate of one rule at one slowdown (false alarms at 0%, detections above)."""
+
+    slowdown_pct: float
+    n: int  # judged comparisons (reliable)
+    alarms: int  # regression verdicts
+    rate: float
+    ci_lo: float
+    ci_hi: float
+    unreliable: int
+    inconclusive: int
+    improvements: int
+    median_change_pct: float | None  # median over judged comparisons of the first current's median change
+    current_runs: int  # measurements of the current code, re-measurements included
+
+
+def rates(comparisons: Sequence[Comparison], rule: str) -> list[Rate]:
+    out = []
+    for s in sorted({c.slowdown_pct for c in comparisons}):
+        cs = [c for c in comparisons if c.slowdown_pct == s]
+        judged = [c for c in cs if c.verdicts[rule] != gate.UNRELIABLE]
+        alarms = sum(c.verdicts[rule] == gate.REGRESSION for c in judged)
+        lo, hi = wilson_interval(alarms, len(judged))
+        out.append(Rate(
+            slowdown_pct=s, n=len(judged), alarms=alarms, rate=alarms / len(judged) if judged else math.nan,
+            ci_lo=lo, ci_hi=hi, unreliable=len(cs) - len(judged),
+            inconclusive=sum(c.verdicts[rule] == gate.INCONCLUSIVE for c in judged),
+            improvements=sum(c.verdicts[rule] == gate.IMPROVEMENT for c in judged),
+            median_change_pct=float(statistics.median(c.change_pct for c in judged)) if judged else None,
+            current_runs=sum(len(c.currents) for c in cs),
+        ))
+    return out
+
+
+def smallest_detected(rs: Sequence[Rate], *, detection: float = DETECTION_TARGET, false_alarm_max: float = FALSE_ALARM_MAX) -> float | None:
+    """The smallest injected slowdown caught at least `detection` of the time (it and every larger
+    one measured), provided unchanged code (0%) alarmed at most `false_alarm_max` of the time.
+    None when unchanged code was not measured, alarmed too often, or no slowdown qualifies."""
+    by = {r.slowdown_pct: r for r in rs if r.n > 0}
+    if 0 not in by or by[0].rate > false_alarm_max + 1e-12:
+        return None
+    positive = sorted(s for s in by if s > 0)
+    best = None
+    for s in reversed(positive):
+        if by[s].rate < detection:
+            break
+        best = s
+    return best
+
+
+def run_noise(comparisons: Sequence[Comparison], s: GateSettings = GateSettings()) -> dict[str, Any]:
+    """Spread of the unchanged chain's median between runs (processes) and the typical within-run
+    confidence-interval half-width: the first bounds what any gate on one baseline run can see."""
+    from perfgate.stats import relative_ci_halfwidth
+
+    depth_layers = {c.baseline.layers for c in comparisons}
+    runs = [r for c in comparisons for r in [c.baseline, *c.currents] if r.layers in depth_layers and not unreliable(r, s)]
+    medians = [r.median_ms for r in runs]
+    if len(medians) < 2:
+        return {"runs": len(medians)}
+    mid = statistics.median(medians)
+    q = statistics.quantiles(medians, n=20)  # 5% steps
+    return {
+        "runs": len(medians),
+        "median_ms": mid,
+        "between_run_cv": statistics.stdev(medians) / statistics.mean(medians),
+        "between_run_p5_p95_rel": [q[0] / mid - 1, q[-1] / mid - 1],
+        "within_run_ci_halfwidth_rel": statistics.median(relative_ci_halfwidth(r.samples_ms) for r in runs),
+        "samples_per_run": statistics.median(len(r.samples_ms) for r in runs),
+    }
+
+
+def rate_rows(rs: Sequence[Rate], depth: int) -> list[list[str]]:
+    rows = []
+    for r in rs:
+        rows.append([
+            f"+{r.slowdown_pct:g}%" if r.slowdown_pct else "0% (unchanged)",
+            str(layers_for(depth, r.slowdown_pct)), str(r.n), str(r.alarms),
+            f"{r.rate:.0%}" if r.n else "-", f"{r.ci_lo:.0%}-{r.ci_hi:.0%}" if r.n else "-",
+            str(r.unreliable), str(r.inconclusive), str(r.improvements),
+            f"{r.median_change_pct:+.1f}%" if r.median_change_pct is not None else "-", str(r.current_runs),
+        ])
+    return rows
+
+
+RATE_HEADERS = ("slowdown", "layers", "n", "alarms", "rate", "95% CI (Wilson)", "unreliable", "inconclusive",
+                "improvement", "median change", "current runs")
+
+
+def report(comparisons: Sequence[Comparison], rules: Sequence[GateRule], *, depth: int, config: dict[str, Any],
+           samples: bool = True) -> dict[str, Any]:
+    """The experiment as JSON-ready data: per rule the rate table and the smallest slowdown detected."""
+    per_rule = {}
+    for r in rules:
+        rs = rates(comparisons, r.name)
+        per_rule[r.name] = {
+            "rule": r.describe(),
+            "rates": [asdict(x) for x in rs],
+            "smallest_detected_pct": smallest_detected(rs),
+        }
+    return {
+        "config": config,
+        "criterion": {"detection_min": DETECTION_TARGET, "false_alarm_max": FALSE_ALARM_MAX},
+        "noise": run_noise(comparisons, rules[0].settings),
+        "rules": per_rule,
+        "comparisons": [c.as_dict(samples=samples) for c in comparisons],
+    }
+
+
+def machine_load() -> dict[str, Any]:
+    one, five, fifteen = os.getloadavg()
+    return {"loadavg_1m": one, "loadavg_5m": five, "loadavg_15m": fifteen, "cpu_count": os.cpu_count()}

@@ -1,0 +1,188 @@
+"""The gate-quality experiment: logic on synthetic runs, the Wilson interval, the criterion, the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from perfgate import gate, quality as q
+from perfgate.cli import main
+from perfgate.policy import GateSettings
+
+
+class FakeMeasurer:
+    """Deterministic runs: 0.02 ms per layer with 1% Gaussian noise, contention from a schedule."""
+
+    def __init__(self, *, cv: float = 0.01, contention: list[float] | None = None, slow_calls: set[int] | None = None) -> None:
+        self.calls: list[int] = []
+        self.cv = cv
+        self.contention = contention or []
+        self.slow_calls = slow_calls or set()  # call numbers a noisy neighbour makes 30% slower
+
+    def __call__(self, layers: int) -> q.Run:
+        i = len(self.calls)
+        self.calls.append(layers)
+        rng = np.random.default_rng(i)
+        scale = 1.3 if i in self.slow_calls else 1.0
+        samples = 0.02 * layers * scale * (1 + self.cv * rng.standard_normal(60))
+        return q.Run(layers=layers, samples_ms=samples.tolist(), contention_cores=self.contention[i] if i < len(self.contention) else 0.0)
+
+
+def test_layers_scale_the_work_exactly_and_reject_fractions():
+    assert [q.layers_for(100, s) for s in (0, 2, 3, 5, 10, 20)] == [100, 102, 103, 105, 110, 120]
+    assert q.layers_for(20, 5) == 21
+    with pytest.raises(ValueError, match="not a whole number"):
+        q.layers_for(10, 5)
+    with pytest.raises(ValueError):
+        q.layers_for(100, -5)
+
+
+def test_unchanged_code_never_alarms_and_a_20pct_slowdown_always_does():
+    fake = FakeMeasurer()
+    cs = q.run_experiment(fake, depth=100, slowdowns_pct=(0, 20), comparisons=6)
+    by = {r.slowdown_pct: r for r in q.rates(cs, "default")}
+    assert (by[0].n, by[0].alarms, by[0].current_runs) == (6, 0, 6)  # nothing to re-measure
+    assert (by[20].n, by[20].alarms) == (6, 6)
+    assert by[20].current_runs == 6 * 3  # each regression confirmed by both re-measurements
+    assert by[20].median_change_pct == pytest.approx(20, abs=1)
+    assert q.smallest_detected(q.rates(cs, "default")) == 20
+
+
+def test_runs_are_interleaved_round_robin_with_alternating_order():
+    fake = FakeMeasurer()
+    q.run_experiment(fake, depth=100, slowdowns_pct=(0, 5), comparisons=2, rules=(q.GateRule(name="default", settings=GateSettings(remeasure=0)),))
+    # comparison 1 of each slowdown: baseline first; comparison 2: current first.
+    assert fake.calls == [100, 100, 100, 105, 100, 100, 105, 100]
+
+
+def test_a_one_off_slow_run_is_re_measured_away_as_the_session_does():
+    base_first = FakeMeasurer(slow_calls={1})  # the first current run is hit by a neighbour
+    c = q.compare(base_first, 100, 100, [q.GateRule(name="default"), q.GateRule(name="no-remeasure", settings=GateSettings(remeasure=0))], slowdown_pct=0)
+    assert c.verdicts == {"default": gate.UNCHANGED, "no-remeasure": gate.REGRESSION}
+    assert len(c.currents) == 2
+
+    persistent = FakeMeasurer(slow_calls={1, 2, 3})
+    c = q.compare(persistent, 100, 100, [q.GateRule(name="default")], slowdown_pct=0)
+    assert c.verdicts["default"] == gate.REGRESSION and len(c.currents) == 3  # remeasure=2: 1 + 2 runs
+
+
+def test_sequential_verdict_asks_for_another_run_only_while_a_regression_is_unconfirmed():
+    fake = FakeMeasurer(slow_calls={1, 2})
+    base, slow1, slow2 = fake(100), fake(100), fake(100)
+    rule = q.GateRule(name="d")
+    assert q.sequential_verdict(base, [slow1], rule) == (None, 1)
+    assert q.sequential_verdict(base, [slow1, slow2], rule) == (None, 2)
+    assert q.sequential_verdict(base, [slow1, slow2, fake(100)], rule) == (gate.UNCHANGED, 3)
+    assert q.sequential_verdict(base, [slow1], replace(rule, settings=GateSettings(remeasure=0))) == (gate.REGRESSION, 1)
+
+
+def test_contended_runs_are_unreliable_counted_apart_and_retried():
+    # Every run of the first two comparisons is contended (0.5 cores > 0.25), then none.
+    fake = FakeMeasurer(contention=[0.5] * 4)
+    cs = q.run_experiment(fake, depth=100, slowdowns_pct=(0,), comparisons=3)
+    (r,) = q.rates(cs, "default")
+    assert (r.n, r.unreliable, r.alarms) == (3, 2, 0)
+    assert [c.verdicts["default"] for c in cs] == [gate.UNRELIABLE, gate.UNRELIABLE, gate.UNCHANGED, gate.UNCHANGED, gate.UNCHANGED]
+    # A machine that never quietens: attempts stop at twice the target, nothing is judged.
+    cs = q.run_experiment(FakeMeasurer(contention=[1.0] * 100), depth=100, slowdowns_pct=(0,), comparisons=3)
+    (r,) = q.rates(cs, "default")
+    assert (r.n, r.unreliable) == (0, 6) and math.isnan(r.rate)
+    assert q.smallest_detected([r]) is None
+
+
+def test_a_contended_regression_remeasurement_makes_the_verdict_unreliable():
+    fake = FakeMeasurer(slow_calls={1}, contention=[0.0, 0.0, 0.9])
+    c = q.compare(fake, 100, 100, [q.GateRule(name="default")], slowdown_pct=0)
+    assert c.verdicts["default"] == gate.UNRELIABLE and len(c.currents) == 2
+
+
+def _wilson_closed_form(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return centre - half, centre + half
+
+
+@pytest.mark.parametrize("k,n", [(0, 50), (1, 50), (48, 50), (50, 50), (7, 20)])
+def test_wilson_interval_matches_the_closed_form(k, n):
+    lo, hi = q.wilson_interval(k, n)
+    assert (lo, hi) == pytest.approx(_wilson_closed_form(k, n), abs=1e-9)
+    assert lo <= k / n <= hi
+
+
+def test_wilson_interval_of_nothing_is_everything():
+    assert q.wilson_interval(0, 0) == (0.0, 1.0)
+    assert q.wilson_interval(0, 50)[1] == pytest.approx(0.0714, abs=1e-4)  # 0/50 still allows 7%
+
+
+def _rate(s: float, alarms: int, n: int = 50) -> q.Rate:
+    lo, hi = q.wilson_interval(alarms, n)
+    return q.Rate(slowdown_pct=s, n=n, alarms=alarms, rate=alarms / n, ci_lo=lo, ci_hi=hi, unreliable=0,
+                  inconclusive=0, improvements=0, median_change_pct=None, current_runs=n)
+
+
+def test_smallest_detected_needs_few_false_alarms_and_steady_detection_above():
+    rs = [_rate(0, 1), _rate(2, 10), _rate(5, 48), _rate(10, 50), _rate(20, 50)]
+    assert q.smallest_detected(rs) == 5  # 48/50 = 96% >= 95%; 1/50 false alarms allowed
+    assert q.smallest_detected([_rate(0, 2), *rs[1:]]) is None  # 2/50 false alarms: the gate fails the criterion
+    assert q.smallest_detected(rs[1:]) is None  # no unchanged-code measurement, no claim
+    # A dip above does not count: 5% is only "detected" if 10% and 20% are too.
+    assert q.smallest_detected([_rate(0, 0), _rate(5, 50), _rate(10, 40), _rate(20, 50)]) == 20
+    assert q.smallest_detected([_rate(0, 0), _rate(5, 47), _rate(10, 47)]) is None
+
+
+def test_report_and_noise_from_synthetic_runs():
+    cs = q.run_experiment(FakeMeasurer(cv=0.01), depth=100, slowdowns_pct=(0, 20), comparisons=4,
+                          rules=(q.GateRule(name="default"), q.GateRule(name="tol30", settings=GateSettings(latency_tolerance=0.3))))
+    data = q.report(cs, [q.GateRule(name="default"), q.GateRule(name="tol30", settings=GateSettings(latency_tolerance=0.3))],
+                    depth=100, config={"x": 1}, samples=False)
+    assert data["rules"]["default"]["smallest_detected_pct"] == 20
+    assert data["rules"]["tol30"]["smallest_detected_pct"] is None  # a 30% floor misses 20%
+    assert data["noise"]["runs"] == 4 * 2 + 4  # baselines of both slowdowns + the unchanged currents
+    assert data["noise"]["between_run_cv"] < 0.01
+    assert "samples_ms" not in data["comparisons"][0]["baseline"]
+    json.dumps(data)  # JSON-ready
+
+
+def test_chain_workload_measures_in_a_fresh_process_and_leaves_threads_alone():
+    import torch
+
+    wl = q.ChainWorkload(depth=2, width=8, batch=2, threads=1)
+    threads = torch.get_num_threads()
+    run = q.FreshProcessMeasurer(wl)(3)
+    assert run.layers == 3 and len(run.samples_ms) >= 10 and all(x > 0 for x in run.samples_ms)
+    inproc = q.measure_chain(wl, 2)
+    assert inproc.layers == 2 and torch.get_num_threads() == threads
+
+
+def test_cli_small_run_writes_json(tmp_path, capsys):
+    out = tmp_path / "gq.json"
+    rc = main(["gate-quality", "--comparisons", "2", "--slowdowns", "0,20", "--depth", "5", "--width", "8", "--batch", "2",
+               "--threads", "1", "--isolation", "inprocess", "--also", "latency_tolerance=0.1,remeasure=1",
+               "--pyproject", str(tmp_path / "none.toml"), "--json", str(out)])
+    assert rc == 0
+    data = json.loads(out.read_text())
+    rates = data["rules"]["default"]["rates"]
+    assert [r["slowdown_pct"] for r in rates] == [0, 20]
+    assert all(r["n"] == 2 or r["n"] + r["unreliable"] == 4 for r in rates)  # contended runs retried, up to 2x
+    assert data["rules"]["latency_tolerance=0.1,remeasure=1"]["rule"]["settings"]["remeasure"] == 1
+    assert {c["baseline"]["layers"] for c in data["comparisons"]} == {5}
+    assert {cur["layers"] for c in data["comparisons"] for cur in c["currents"]} == {5, 6}
+    text = capsys.readouterr()
+    assert "smallest slowdown detected" in text.out and "+20%" in text.out and "gate-quality:" in text.err
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--slowdowns", "0,x"], "--slowdowns"),
+    (["--depth", "10", "--slowdowns", "0,5"], "whole number"),
+    (["--also", "latency_tol=0.1"], "--also"),
+    (["--comparisons", "0"], "--comparisons"),
+])
+def test_cli_bad_input_is_one_line_and_exit_2(argv, needle, capsys):
+    assert main(["gate-quality", "--isolation", "inprocess", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and "\n" not in err
