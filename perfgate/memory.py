@@ -9,6 +9,9 @@ so CUDA figures are only ever read on a CUDA device.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import gc
 import re
 import threading
 from dataclasses import dataclass
@@ -36,6 +39,18 @@ def _read_status_kib(field: str, status: str | None = None) -> int:
     if not m:
         raise OSError(f"{field} not found in /proc/self/status")
     return int(m.group(1))
+
+
+def release_free_heap() -> None:
+    """Hand memory the allocator keeps after free() back to the OS (glibc's malloc_trim).
+
+    Without it the RSS stays at the warm-up's peak and the timed steps re-use those pages, so the
+    high-water mark would not move and every CPU case would report a peak of ~0 MiB.
+    """
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: the sampler/HWM figures include retained pages
+        pass
 
 
 def reset_hwm() -> bool:
@@ -86,11 +101,14 @@ class MemoryTracker:
             torch.cuda.reset_peak_memory_stats(self.device)
             self._base_alloc = torch.cuda.memory_allocated(self.device)
             self._sampler = None
-        elif not self._force_sampler and reset_hwm():
-            self._base_kib = _read_status_kib("VmRSS")
-            self._sampler = None
         else:
-            self._sampler = _RssSampler()
+            gc.collect()
+            release_free_heap()
+            if not self._force_sampler and reset_hwm():
+                self._base_kib = _read_status_kib("VmRSS")
+                self._sampler = None
+            else:
+                self._sampler = _RssSampler()
         return self
 
     def __exit__(self, *exc: object) -> None:
