@@ -105,6 +105,7 @@ def compare_case(current: Mapping[str, Any], baseline: Mapping[str, Any] | None,
     """Verdicts for one benchmark entry (pytest-benchmark JSON with perfgate's extra_info)."""
     cur = current["extra_info"]
     case, model, variant = current["fullname"], cur.get("model", "*"), cur.get("variant", "*")
+    device = str(cur.get("device", ""))
     unreliable = cur.get("unreliable")
     out = [Verdict(case=case, metric="latency", verdict=UNRELIABLE, current=cur.get("median_ms"), message=unreliable)] if unreliable else []
     if baseline is None:
@@ -115,14 +116,14 @@ def compare_case(current: Mapping[str, Any], baseline: Mapping[str, Any] | None,
         out.append(Verdict(case=case, metric="latency", verdict=INCONCLUSIVE, current=cur.get("median_ms"),
                            message="the baseline of this case was measured unreliably; re-record it"))
     elif not unreliable:
-        out.append(judge_latency(case, cur["samples_ms"], base["samples_ms"], policy.settings(model, variant, "latency")))
+        out.append(judge_latency(case, cur["samples_ms"], base["samples_ms"], policy.settings(model, variant, "latency", device)))
     if cur.get("peak_mem_mib") is not None and base.get("peak_mem_mib") is not None:
-        out.append(judge_memory(case, cur["peak_mem_mib"], base["peak_mem_mib"], policy.settings(model, variant, "memory")))
+        out.append(judge_memory(case, cur["peak_mem_mib"], base["peak_mem_mib"], policy.settings(model, variant, "memory", device)))
     cur_acc, base_acc = cur.get("accuracy", {}), base.get("accuracy", {})
     if "rel_l2" in cur_acc and "rel_l2" in base_acc:
-        out.append(judge_accuracy(case, cur_acc["rel_l2"], base_acc["rel_l2"], policy.settings(model, variant, "accuracy")))
+        out.append(judge_accuracy(case, cur_acc["rel_l2"], base_acc["rel_l2"], policy.settings(model, variant, "accuracy", device)))
     if cur.get("speedup") and base.get("speedup") and not unreliable:
-        out.append(judge_speedup(case, cur["speedup"], base["speedup"], policy.settings(model, variant, "speedup")))
+        out.append(judge_speedup(case, cur["speedup"], base["speedup"], policy.settings(model, variant, "speedup", device)))
     return out
 
 

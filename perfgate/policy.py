@@ -5,7 +5,7 @@
     alpha = 0.01                    # significance level of the one-sided Mann-Whitney U test
 
     [[tool.perfgate.override]]
-    model = "wan-vae-*"             # globs; omitted keys match everything
+    model = "wan-vae-*"             # globs on model, variant, metric and device; omitted keys match everything
     variant = "compile*"
     metric = "latency"
     latency_tolerance = 0.10
@@ -55,10 +55,12 @@ class Override:
     model: str = "*"
     variant: str = "*"
     metric: str = "*"
+    device: str = "*"  # glob on the case's device: "cpu", "cuda*"
     settings: Mapping[str, Any] = field(default_factory=dict)
 
-    def matches(self, model: str, variant: str, metric: str) -> bool:
-        return all(fnmatch.fnmatchcase(v, p) for v, p in ((model, self.model), (variant, self.variant), (metric, self.metric)))
+    def matches(self, model: str, variant: str, metric: str, device: str = "") -> bool:
+        pairs = ((model, self.model), (variant, self.variant), (metric, self.metric), (device, self.device))
+        return all(fnmatch.fnmatchcase(v, p) for v, p in pairs)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,10 +85,10 @@ class Policy:
     overrides: tuple[Override, ...] = ()
     budgets: tuple[Budget, ...] = ()
 
-    def settings(self, model: str, variant: str, metric: str) -> GateSettings:
+    def settings(self, model: str, variant: str, metric: str, device: str = "") -> GateSettings:
         s = self.defaults
         for o in self.overrides:
-            if o.matches(model, variant, metric):
+            if o.matches(model, variant, metric, device):
                 s = replace(s, **o.settings)
         return s
 
@@ -118,7 +120,7 @@ def parse(table: Mapping[str, Any], source: str = "[tool.perfgate]") -> Policy:
     for i, raw in enumerate(table.get("override", [])):
         where = f"{source} override #{i + 1}"
         raw = dict(raw)
-        sel = {k: raw.pop(k) for k in ("model", "variant", "metric") if k in raw}
+        sel = {k: raw.pop(k) for k in ("model", "variant", "metric", "device") if k in raw}
         if sel.get("metric", "*") not in (*METRICS, "*") and not any(c in sel["metric"] for c in "*?["):
             raise PolicyError(f"{where}: metric {sel['metric']!r} is none of {', '.join(METRICS)}")
         overrides.append(Override(**sel, settings=_settings(raw, where)))

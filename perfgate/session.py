@@ -141,7 +141,7 @@ class Session:
         result = run_case(case, self.run_options, progress=progress)
         info = result.extra_info
         info["contention_cores"] = result.measurement.contention_cores
-        settings = self.policy.settings(case.model, case.variant, "latency")
+        settings = self.policy.settings(case.model, case.variant, "latency", case.device)
         problems = []
         if device_is_cpu(case.device) and result.measurement.contention_cores > settings.contention_max:
             problems.append(
@@ -178,7 +178,7 @@ class Session:
         of times) before it stands, since one noisy neighbour can fake a slowdown."""
         result = self.run(case, progress)
         verdicts = self.judge(fullname, {"fullname": fullname, "extra_info": result.extra_info})
-        tries = self.policy.settings(case.model, case.variant, "latency").remeasure
+        tries = self.policy.settings(case.model, case.variant, "latency", case.device).remeasure
         for attempt in range(tries):
             if not any(v.metric == "latency" and v.verdict == gate.REGRESSION for v in verdicts):
                 break
@@ -214,7 +214,7 @@ class Session:
         return [profile_run.with_evidence(v, evidence) if v.verdict in gate.FAILING else v for v in verdicts]
 
     def failing(self, verdicts: list[gate.Verdict], case: Case) -> list[gate.Verdict]:
-        ratchet = self.fail_on_improvement or self.policy.settings(case.model, case.variant, "latency").fail_on_improvement
+        ratchet = self.fail_on_improvement or self.policy.settings(case.model, case.variant, "latency", case.device).fail_on_improvement
         return gate.failing(verdicts, fail_on_improvement=ratchet)
 
 

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # Sourced by scripts/bench and scripts/test: make sure an environment with perfgate exists and
-# set PY to its python. Usage: source scripts/_venv.sh [EXTRAS]
+# set PY to its python. Usage: PERFGATE_SETUP_EXTRAS=dev source scripts/_venv.sh
+# (a variable, not an argument: a sourced script would otherwise see the caller's arguments)
 #   PERFGATE_SKIP_INSTALL=1  use $PERFGATE_PYTHON (default python3) as it is, install nothing
 #   PERFGATE_VENV=DIR        where the virtual environment lives (default .venv)
 #   PERFGATE_EXTRAS=a,b      extra extras (e.g. tensorrt on a GPU runner)
@@ -11,7 +12,7 @@ if [ "${PERFGATE_SKIP_INSTALL:-0}" = 1 ]; then
   PY="${PERFGATE_PYTHON:-python3}"
 else
   VENV="${PERFGATE_VENV:-.venv}"
-  extras="${1:-}"
+  extras="${PERFGATE_SETUP_EXTRAS:-}"
   if [ -n "${PERFGATE_EXTRAS:-}" ]; then extras="${extras:+$extras,}$PERFGATE_EXTRAS"; fi
   spec="."
   if [ -n "$extras" ]; then spec=".[$extras]"; fi

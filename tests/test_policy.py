@@ -43,3 +43,10 @@ def test_load_from_pyproject(tmp_path):
     f.write_text('[tool.perfgate]\nvariantz = ["x"]\n')
     with pytest.raises(PolicyError, match="unknown key 'variantz'"):
         load(f)
+
+
+def test_overrides_can_select_the_device():
+    p = parse({"override": [{"device": "cpu", "metric": "latency", "latency_tolerance": 1.5}]})
+    assert p.settings("m", "baseline", "latency", "cpu").latency_tolerance == 1.5
+    assert p.settings("m", "baseline", "latency", "cuda:0").latency_tolerance == 0.05
+    assert p.settings("m", "baseline", "memory", "cpu").latency_tolerance == 0.05
