@@ -156,6 +156,48 @@ def make_measurer(workload: ChainWorkload, isolation: str = "process", stop: Sto
     raise ValueError(f"isolation {isolation!r}: use 'process' or 'inprocess'")
 
 
+
+def other_cores_busy(probe_s: float = 1.0) -> float:
+    """Other processes' CPU use over the next `probe_s` seconds, in cores (as `measure` counts it)."""
+    import time
+
+    from perfgate.measure import _busy_cpu_s, contention
+
+    before, t0 = _busy_cpu_s(), time.perf_counter()
+    time.sleep(probe_s)
+    return contention(before, _busy_cpu_s(), time.perf_counter() - t0)
+
+
+def wait_for_quiet(max_other_cores: float, *, timeout_s: float = 600.0, probe: Callable[[], float] = other_cores_busy,
+                   progress: Callable[[str], None] | None = None) -> float:
+    """Wait (up to `timeout_s`) until neighbours use at most `max_other_cores`; returns the seconds waited."""
+    import time
+
+    t0 = time.perf_counter()
+    told = False
+    while (busy := probe()) > max_other_cores and time.perf_counter() - t0 < timeout_s:
+        if progress and not told:
+            progress(f"other processes use {busy:.2f} cores; waiting for a quiet machine (up to {timeout_s:g} s)")
+            told = True
+    return time.perf_counter() - t0
+
+
+def quiet_measurer(measure_fn: MeasureFn, max_other_cores: float, *, timeout_s: float = 600.0,
+                   probe: Callable[[], float] = other_cores_busy, progress: Callable[[str], None] | None = None) -> MeasureFn:
+    """`measure_fn` that, after a contended run (and before the first), waits for the neighbours to
+    quieten instead of spending the retries of the experiment on runs that will be unreliable too."""
+    contended = True
+
+    def fn(layers: int) -> Run:
+        nonlocal contended
+        if contended:
+            wait_for_quiet(max_other_cores, timeout_s=timeout_s, probe=probe, progress=progress)
+        run = measure_fn(layers)
+        contended = run.contention_cores > max_other_cores
+        return run
+
+    return fn
+
 # --- judging: the session's rules for one case ---------------------------------------------------------
 
 
@@ -167,16 +209,34 @@ def gate_judge(current: Sequence[float], baseline: Sequence[float], s: GateSetti
     return gate.judge_latency("gate-quality", current, baseline, s).verdict
 
 
+EACH, POOLED = "each", "pooled"
+
+
 @dataclass(frozen=True, kw_only=True)
 class GateRule:
-    """A policy under test: settings plus the latency judge (the gate's unless stated)."""
+    """A policy under test: settings plus the latency judge (the gate's unless stated).
+
+    The session's rule is `baseline_runs=1, confirm="each"`. Alternatives, to measure what they
+    would buy: a baseline pooled from several recorded runs (`baseline_runs`), and `confirm="pooled"`,
+    where a suspected regression is re-measured `remeasure` times and judged once on the samples of
+    all current runs together instead of requiring every re-measurement to regress on its own.
+    """
 
     name: str
     settings: GateSettings = GateSettings()
     judge: Judge = gate_judge
+    baseline_runs: int = 1
+    confirm: str = EACH
+
+    def __post_init__(self) -> None:
+        if self.baseline_runs < 1:
+            raise ValueError(f"baseline_runs must be at least 1, got {self.baseline_runs}")
+        if self.confirm not in (EACH, POOLED):
+            raise ValueError(f"confirm must be {EACH!r} or {POOLED!r}, got {self.confirm!r}")
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "judge": getattr(self.judge, "__name__", str(self.judge)), "settings": asdict(self.settings)}
+        return {"name": self.name, "judge": getattr(self.judge, "__name__", str(self.judge)), "settings": asdict(self.settings),
+                "baseline_runs": self.baseline_runs, "confirm": self.confirm}
 
 
 def unreliable(run: Run, s: GateSettings) -> bool:
@@ -184,41 +244,56 @@ def unreliable(run: Run, s: GateSettings) -> bool:
     return run.contention_cores > s.contention_max
 
 
-def pair_verdict(baseline: Run, current: Run, rule: GateRule) -> str:
-    """One baseline/current judgement. A contended baseline is unreliable too: nobody should gate
-    against it, and it says nothing about the gate."""
-    if unreliable(current, rule.settings) or unreliable(baseline, rule.settings):
+def pooled_verdict(baselines: Sequence[Run], currents: Sequence[Run], rule: GateRule) -> str:
+    """One judgement of current run(s) against baseline run(s), samples pooled on each side. A
+    contended baseline is unreliable too: nobody should gate against it, and it says nothing about the gate."""
+    if any(unreliable(r, rule.settings) for r in [*baselines, *currents]):
         return gate.UNRELIABLE
-    return rule.judge(current.samples_ms, baseline.samples_ms, rule.settings)
+    return rule.judge([x for r in currents for x in r.samples_ms], [x for r in baselines for x in r.samples_ms], rule.settings)
 
 
-def sequential_verdict(baseline: Run, currents: Sequence[Run], rule: GateRule) -> tuple[str | None, int]:
-    """`Session.measure_and_judge`: a latency regression is re-measured (fresh current runs) up to
-    `remeasure` times and the last verdict stands. Returns (verdict, current runs used), or
-    (None, n) when one more current run is needed to decide."""
-    verdict = pair_verdict(baseline, currents[0], rule) if currents else None
-    used = 1 if currents else 0
+def sequential_verdict(baselines: Sequence[Run], currents: Sequence[Run], rule: GateRule) -> tuple[str | None, int]:
+    """`Session.measure_and_judge` under `rule`: a latency regression is re-measured (fresh current
+    runs) up to `remeasure` times; with confirm "each" the last verdict stands, with "pooled" one
+    verdict on all current runs. Returns (verdict, current runs used), or (None, n) when another
+    current run (or baseline run) is needed to decide."""
+    base = list(baselines[: rule.baseline_runs])
+    if len(base) < rule.baseline_runs or not currents:
+        return None, len(currents)
+    verdict, used = pooled_verdict(base, currents[:1], rule), 1
+    if rule.confirm == POOLED:
+        if verdict != gate.REGRESSION or rule.settings.remeasure == 0:
+            return verdict, used
+        used = 1 + rule.settings.remeasure
+        if len(currents) < used:
+            return None, len(currents)
+        return pooled_verdict(base, currents[:used], rule), used
     while verdict == gate.REGRESSION and used <= rule.settings.remeasure:
         if used == len(currents):
             return None, used
-        verdict = pair_verdict(baseline, currents[used], rule)
+        verdict = pooled_verdict(base, currents[used : used + 1], rule)
         used += 1
     return verdict, used
 
 
 @dataclass(kw_only=True)
 class Comparison:
-    """One gate decision per rule on one baseline run and its current run(s)."""
+    """One gate decision per rule on the baseline run(s) and current run(s) of one comparison."""
 
     slowdown_pct: float
-    baseline: Run
+    baselines: list[Run]
     currents: list[Run]
     verdicts: dict[str, str]
     current_first: bool = False
 
     @property
     def change_pct(self) -> float:
-        return (self.currents[0].median_ms / self.baseline.median_ms - 1) * 100
+        """Median change of the first current run against the first baseline run (the session's pair)."""
+        return (self.currents[0].median_ms / self.baselines[0].median_ms - 1) * 100
+
+    @property
+    def runs(self) -> list[Run]:
+        return [*self.baselines, *self.currents]
 
     def as_dict(self, *, samples: bool = True) -> dict[str, Any]:
         def run(r: Run) -> dict[str, Any]:
@@ -229,23 +304,25 @@ class Comparison:
             return d
 
         return {"slowdown_pct": self.slowdown_pct, "verdicts": self.verdicts, "current_first": self.current_first,
-                "change_pct": self.change_pct, "baseline": run(self.baseline), "currents": [run(r) for r in self.currents]}
+                "change_pct": self.change_pct, "baselines": [run(r) for r in self.baselines], "currents": [run(r) for r in self.currents]}
 
 
 def compare(measure_fn: MeasureFn, base_layers: int, cur_layers: int, rules: Sequence[GateRule], *,
             slowdown_pct: float, current_first: bool = False) -> Comparison:
-    """Measure a baseline and a current run (in the given order), then more current runs while any
-    rule still has a regression to confirm; every rule judges the same runs."""
+    """Measure a baseline run and a current run (in the given order), the further baseline runs
+    some rule pools, then more current runs while any rule still has a regression to confirm.
+    Every rule judges the same runs."""
     if current_first:
         currents = [measure_fn(cur_layers)]
-        baseline = measure_fn(base_layers)
+        baselines = [measure_fn(base_layers)]
     else:
-        baseline = measure_fn(base_layers)
+        baselines = [measure_fn(base_layers)]
         currents = [measure_fn(cur_layers)]
-    while any(sequential_verdict(baseline, currents, r)[0] is None for r in rules):
+    baselines += [measure_fn(base_layers) for _ in range(max(r.baseline_runs for r in rules) - 1)]
+    while any(sequential_verdict(baselines, currents, r)[0] is None for r in rules):
         currents.append(measure_fn(cur_layers))
-    verdicts = {r.name: sequential_verdict(baseline, currents, r)[0] for r in rules}
-    return Comparison(slowdown_pct=slowdown_pct, baseline=baseline, currents=currents, verdicts=verdicts, current_first=current_first)
+    verdicts = {r.name: sequential_verdict(baselines, currents, r)[0] for r in rules}
+    return Comparison(slowdown_pct=slowdown_pct, baselines=baselines, currents=currents, verdicts=verdicts, current_first=current_first)
 
 
 def run_experiment(
@@ -281,7 +358,7 @@ def run_experiment(
                 extra = "".join(f" {r.name}={c.verdicts[r.name]}" for r in rules[1:])
                 progress(f"[{sum(judged.values())}/{total}] +{s:g}%: {c.verdicts[rules[0].name]} "
                          f"(median {c.change_pct:+.1f}%, {len(c.currents)} current run(s), "
-                         f"contention {max(r.contention_cores for r in [c.baseline, *c.currents]):.2f}){extra}")
+                         f"contention {max(r.contention_cores for r in c.runs):.2f}){extra}")
     return done
 
 
@@ -354,8 +431,8 @@ def run_noise(comparisons: Sequence[Comparison], s: GateSettings = GateSettings(
     confidence-interval half-width: the first bounds what any gate on one baseline run can see."""
     from perfgate.stats import relative_ci_halfwidth
 
-    depth_layers = {c.baseline.layers for c in comparisons}
-    runs = [r for c in comparisons for r in [c.baseline, *c.currents] if r.layers in depth_layers and not unreliable(r, s)]
+    depth_layers = {r.layers for c in comparisons for r in c.baselines}
+    runs = [r for c in comparisons for r in c.runs if r.layers in depth_layers and not unreliable(r, s)]
     medians = [r.median_ms for r in runs]
     if len(medians) < 2:
         return {"runs": len(medians)}

@@ -72,12 +72,38 @@ def test_a_one_off_slow_run_is_re_measured_away_as_the_session_does():
 
 def test_sequential_verdict_asks_for_another_run_only_while_a_regression_is_unconfirmed():
     fake = FakeMeasurer(slow_calls={1, 2})
-    base, slow1, slow2 = fake(100), fake(100), fake(100)
+    base, slow1, slow2 = [fake(100)], fake(100), fake(100)
     rule = q.GateRule(name="d")
     assert q.sequential_verdict(base, [slow1], rule) == (None, 1)
     assert q.sequential_verdict(base, [slow1, slow2], rule) == (None, 2)
     assert q.sequential_verdict(base, [slow1, slow2, fake(100)], rule) == (gate.UNCHANGED, 3)
     assert q.sequential_verdict(base, [slow1], replace(rule, settings=GateSettings(remeasure=0))) == (gate.REGRESSION, 1)
+    assert q.sequential_verdict(base, [slow1], replace(rule, baseline_runs=2)) == (None, 1)  # needs a second baseline run
+
+
+def test_pooled_confirmation_judges_all_re_measurements_together():
+    # Two of three current runs are slow (+30%): "each" lets the last, normal one clear the case,
+    # "pooled" sees the median of the pooled samples still 30% up.
+    fake = FakeMeasurer(slow_calls={1, 2})
+    rules = [q.GateRule(name="each"), q.GateRule(name="pooled", confirm=q.POOLED)]
+    c = q.compare(fake, 100, 100, rules, slowdown_pct=0)
+    assert len(c.currents) == 3 and c.verdicts["each"] == gate.UNCHANGED and c.verdicts["pooled"] == gate.REGRESSION
+    # One slow run among three: pooled, the two normal ones outvote it.
+    c = q.compare(FakeMeasurer(slow_calls={1}), 100, 100, rules, slowdown_pct=0)
+    assert c.verdicts == {"each": gate.UNCHANGED, "pooled": gate.UNCHANGED} and len(c.currents) == 3
+    with pytest.raises(ValueError, match="confirm"):
+        q.GateRule(name="x", confirm="vote")
+
+
+def test_pooled_baseline_runs_dilute_a_lucky_fast_baseline():
+    # The first baseline run is 30% slow (a neighbour): against it a +20% current is hidden; pooled
+    # with two more baseline runs the median is the true one again.
+    fake = FakeMeasurer(slow_calls={0})
+    rules = [q.GateRule(name="one"), q.GateRule(name="three", baseline_runs=3)]
+    c = q.compare(fake, 100, 120, rules, slowdown_pct=20)
+    assert fake.calls[:4] == [100, 120, 100, 100]  # the session's pair first, then the extra baseline runs
+    assert len(c.baselines) == 3
+    assert c.verdicts["one"] != gate.REGRESSION and c.verdicts["three"] == gate.REGRESSION
 
 
 def test_contended_runs_are_unreliable_counted_apart_and_retried():
@@ -144,7 +170,7 @@ def test_report_and_noise_from_synthetic_runs():
     assert data["rules"]["tol30"]["smallest_detected_pct"] is None  # a 30% floor misses 20%
     assert data["noise"]["runs"] == 4 * 2 + 4  # baselines of both slowdowns + the unchanged currents
     assert data["noise"]["between_run_cv"] < 0.01
-    assert "samples_ms" not in data["comparisons"][0]["baseline"]
+    assert "samples_ms" not in data["comparisons"][0]["baselines"][0]
     json.dumps(data)  # JSON-ready
 
 
@@ -162,7 +188,7 @@ def test_chain_workload_measures_in_a_fresh_process_and_leaves_threads_alone():
 def test_cli_small_run_writes_json(tmp_path, capsys):
     out = tmp_path / "gq.json"
     rc = main(["gate-quality", "--comparisons", "2", "--slowdowns", "0,20", "--depth", "5", "--width", "8", "--batch", "2",
-               "--threads", "1", "--isolation", "inprocess", "--also", "latency_tolerance=0.1,remeasure=1",
+               "--threads", "1", "--isolation", "inprocess", "--wait-quiet-s", "0", "--also", "latency_tolerance=0.1,remeasure=1", "--also", "baseline_runs=2,confirm=pooled",
                "--pyproject", str(tmp_path / "none.toml"), "--json", str(out)])
     assert rc == 0
     data = json.loads(out.read_text())
@@ -170,7 +196,9 @@ def test_cli_small_run_writes_json(tmp_path, capsys):
     assert [r["slowdown_pct"] for r in rates] == [0, 20]
     assert all(r["n"] == 2 or r["n"] + r["unreliable"] == 4 for r in rates)  # contended runs retried, up to 2x
     assert data["rules"]["latency_tolerance=0.1,remeasure=1"]["rule"]["settings"]["remeasure"] == 1
-    assert {c["baseline"]["layers"] for c in data["comparisons"]} == {5}
+    assert data["rules"]["baseline_runs=2,confirm=pooled"]["rule"]["confirm"] == "pooled"
+    assert all(len(c["baselines"]) == 2 for c in data["comparisons"])
+    assert {b["layers"] for c in data["comparisons"] for b in c["baselines"]} == {5}
     assert {cur["layers"] for c in data["comparisons"] for cur in c["currents"]} == {5, 6}
     text = capsys.readouterr()
     assert "smallest slowdown detected" in text.out and "+20%" in text.out and "gate-quality:" in text.err
@@ -180,9 +208,25 @@ def test_cli_small_run_writes_json(tmp_path, capsys):
     (["--slowdowns", "0,x"], "--slowdowns"),
     (["--depth", "10", "--slowdowns", "0,5"], "whole number"),
     (["--also", "latency_tol=0.1"], "--also"),
+    (["--also", "confirm=vote"], "confirm"),
+    (["--precision", "2"], "--precision"),
     (["--comparisons", "0"], "--comparisons"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(argv, needle, capsys):
     assert main(["gate-quality", "--isolation", "inprocess", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert needle in err and "\n" not in err
+
+
+def test_quiet_measurer_waits_out_neighbours_before_the_first_run_and_after_a_contended_one():
+    probes = iter([0.9, 0.8, 0.1, 0.1, 0.6, 0.0])
+    fake = FakeMeasurer(contention=[0.0, 0.5, 0.0])
+    said: list[str] = []
+    fn = q.quiet_measurer(fake, 0.25, probe=lambda: next(probes), progress=said.append)
+    fn(100)  # probes 0.9, 0.8, 0.1: waits, then runs
+    fn(100)  # no probe after a quiet run; this run is contended (0.5)
+    fn(100)  # probes 0.1: quiet, runs
+    assert fake.calls == [100, 100, 100] and next(probes) == 0.6  # exactly four probes used
+    assert len(said) == 1 and "0.90 cores" in said[0]
+    # A machine that never quietens: the wait gives up after the timeout and measures anyway.
+    assert q.wait_for_quiet(0.25, timeout_s=0.0, probe=lambda: 2.0) >= 0.0

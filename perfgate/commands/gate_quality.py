@@ -25,9 +25,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="measure each run in a fresh process (default, as separate CI runs are) or all in this one")
     p.add_argument("--precision", type=float, default=None, metavar="REL",
                    help="stop rule precision (relative CI half-width of the median) of every run (default: the suite's, 0.02)")
+    p.add_argument("--wait-quiet-s", type=float, default=600.0, metavar="S",
+                   help="after a contended run, wait up to S seconds for the neighbours to quieten before the next (0: never wait; default 600)")
     p.add_argument("--pyproject", type=Path, default=Path("pyproject.toml"), help="policy to test: its [tool.perfgate] latency settings (default ./pyproject.toml)")
     p.add_argument("--also", action="append", default=[], metavar="KEY=V,...",
-                   help="also judge the same runs with the policy changed, e.g. latency_tolerance=0.03,remeasure=3 (repeatable)")
+                   help="also judge the same runs with the policy changed, e.g. latency_tolerance=0.03,remeasure=3; "
+                        "baseline_runs=K pools K baseline runs, confirm=pooled judges all re-measurements together (repeatable)")
     p.add_argument("--json", type=Path, default=None, metavar="PATH", help="write the rates, settings and raw runs here")
     p.add_argument("--no-samples", action="store_true", help="leave the raw samples out of --json")
 
@@ -44,11 +47,14 @@ def _slowdowns(text: str) -> list[float]:
     return [int(v) if v == int(v) else v for v in out]
 
 
-def _variant(spec: str, base: Any) -> Any:
-    """GateSettings `base` changed by 'key=value,...'."""
+def _rule(spec: str, base: Any) -> Any:
+    """A GateRule named `spec`: the policy `base` changed by 'key=value,...' (GateSettings keys,
+    baseline_runs, confirm=each|pooled)."""
     from perfgate.cli import CommandError
+    from perfgate.quality import GateRule
 
-    known = {f.name: type(getattr(base, f.name)) for f in fields(base)}
+    known: dict[str, type] = {f.name: type(getattr(base, f.name)) for f in fields(base)}
+    known |= {"baseline_runs": int, "confirm": str}
     changes: dict[str, Any] = {}
     for part in filter(None, (x.strip() for x in spec.split(","))):
         key, sep, value = part.partition("=")
@@ -60,7 +66,11 @@ def _variant(spec: str, base: Any) -> Any:
             raise CommandError(f"--also {spec!r}: {key} needs a {known[key].__name__}, got {value!r}") from None
     if not changes:
         raise CommandError(f"--also {spec!r}: name at least one KEY=VALUE")
-    return replace(base, **changes)
+    extra = {k: changes.pop(k) for k in ("baseline_runs", "confirm") if k in changes}
+    try:
+        return GateRule(name=spec, settings=replace(base, **changes), **extra)
+    except ValueError as exc:
+        raise CommandError(f"--also {spec!r}: {exc}") from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -90,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CommandError(f"--precision {args.precision:g}: {exc}") from None
     rules = [q.GateRule(name="default", settings=settings)]
-    rules += [q.GateRule(name=spec, settings=_variant(spec, settings)) for spec in args.also]
+    rules += [_rule(spec, settings) for spec in args.also]
 
     def progress(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
@@ -98,10 +108,13 @@ def run(args: argparse.Namespace) -> int:
     load_before = q.machine_load()
     progress(f"gate-quality: {args.comparisons} comparisons x slowdowns {', '.join(f'{s:g}%' for s in slowdowns)}; "
              f"load average {load_before['loadavg_1m']:.2f} on {load_before['cpu_count']} cores")
-    comparisons = q.run_experiment(q.make_measurer(workload, args.isolation, stop), depth=args.depth, slowdowns_pct=slowdowns,
+    measure_fn = q.make_measurer(workload, args.isolation, stop)
+    if args.wait_quiet_s > 0:
+        measure_fn = q.quiet_measurer(measure_fn, settings.contention_max, timeout_s=args.wait_quiet_s, progress=progress)
+    comparisons = q.run_experiment(measure_fn, depth=args.depth, slowdowns_pct=slowdowns,
                                    comparisons=args.comparisons, rules=rules, progress=progress)
     config = {"workload": asdict(workload) | {"kind": "Linear+GELU chain"}, "slowdowns_pct": slowdowns,
-              "comparisons": args.comparisons, "isolation": args.isolation, "stop_rule": asdict(stop), "load_before": load_before,
+              "comparisons": args.comparisons, "isolation": args.isolation, "wait_quiet_s": args.wait_quiet_s, "stop_rule": asdict(stop), "load_before": load_before,
               "load_after": q.machine_load(), "threads": _threads(args.threads)}
     data = q.report(comparisons, rules, depth=args.depth, config=config, samples=not args.no_samples)
 
@@ -116,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
         res = data["rules"][rule.name]
         s = rule.settings
         print(f"\npolicy {rule.name}: latency_tolerance {s.latency_tolerance:g}, alpha {s.alpha:g}, remeasure {s.remeasure}, "
-              f"contention_max {s.contention_max:g}")
+              f"contention_max {s.contention_max:g}, baseline_runs {rule.baseline_runs}, confirm {rule.confirm}")
         print("\n".join(text_table(q.RATE_HEADERS, q.rate_rows([q.Rate(**r) for r in res["rates"]], args.depth))))
         best = res["smallest_detected_pct"]
         print(f"smallest slowdown detected >= {q.DETECTION_TARGET:.0%} with <= 1/50 false alarms: "
