@@ -334,9 +334,11 @@ def run_experiment(
     rules: Sequence[GateRule] = (GateRule(name="default"),),
     max_attempts_factor: float = 2.0,
     progress: Callable[[str], None] | None = None,
+    checkpoint: Callable[[list[Comparison]], None] | None = None,
 ) -> list[Comparison]:
     """`comparisons` judged (reliable under the first rule) comparisons per slowdown, round-robin over
-    the slowdowns; unreliable ones are kept and retried, up to `max_attempts_factor` x as many."""
+    the slowdowns; unreliable ones are kept and retried, up to `max_attempts_factor` x as many.
+    `checkpoint` gets the comparisons so far after every round, so a long run interrupted keeps its data."""
     if comparisons < 1:
         raise ValueError(f"comparisons must be at least 1, got {comparisons}")
     if not rules:
@@ -359,6 +361,8 @@ def run_experiment(
                 progress(f"[{sum(judged.values())}/{total}] +{s:g}%: {c.verdicts[rules[0].name]} "
                          f"(median {c.change_pct:+.1f}%, {len(c.currents)} current run(s), "
                          f"contention {max(r.contention_cores for r in c.runs):.2f}){extra}")
+        if checkpoint:
+            checkpoint(done)
     return done
 
 

@@ -52,11 +52,14 @@ def test_unchanged_code_never_alarms_and_a_20pct_slowdown_always_does():
     assert q.smallest_detected(q.rates(cs, "default")) == 20
 
 
-def test_runs_are_interleaved_round_robin_with_alternating_order():
+def test_runs_are_interleaved_round_robin_with_alternating_order_and_checkpointed_per_round():
     fake = FakeMeasurer()
-    q.run_experiment(fake, depth=100, slowdowns_pct=(0, 5), comparisons=2, rules=(q.GateRule(name="default", settings=GateSettings(remeasure=0)),))
+    saved: list[int] = []
+    q.run_experiment(fake, depth=100, slowdowns_pct=(0, 5), comparisons=2, rules=(q.GateRule(name="default", settings=GateSettings(remeasure=0)),),
+                     checkpoint=lambda done: saved.append(len(done)))
     # comparison 1 of each slowdown: baseline first; comparison 2: current first.
     assert fake.calls == [100, 100, 100, 105, 100, 100, 105, 100]
+    assert saved == [2, 4]
 
 
 def test_a_one_off_slow_run_is_re_measured_away_as_the_session_does():
@@ -197,6 +200,7 @@ def test_cli_small_run_writes_json(tmp_path, capsys):
     assert all(r["n"] == 2 or r["n"] + r["unreliable"] == 4 for r in rates)  # contended runs retried, up to 2x
     assert data["rules"]["latency_tolerance=0.1,remeasure=1"]["rule"]["settings"]["remeasure"] == 1
     assert data["rules"]["baseline_runs=2,confirm=pooled"]["rule"]["confirm"] == "pooled"
+    assert data["config"]["partial"] is False and data["config"]["threads"] == 1
     assert all(len(c["baselines"]) == 2 for c in data["comparisons"])
     assert {b["layers"] for c in data["comparisons"] for b in c["baselines"]} == {5}
     assert {cur["layers"] for c in data["comparisons"] for cur in c["currents"]} == {5, 6}

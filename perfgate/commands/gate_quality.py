@@ -111,19 +111,27 @@ def run(args: argparse.Namespace) -> int:
     measure_fn = q.make_measurer(workload, args.isolation, stop)
     if args.wait_quiet_s > 0:
         measure_fn = q.quiet_measurer(measure_fn, settings.contention_max, timeout_s=args.wait_quiet_s, progress=progress)
-    comparisons = q.run_experiment(measure_fn, depth=args.depth, slowdowns_pct=slowdowns,
-                                   comparisons=args.comparisons, rules=rules, progress=progress)
     config = {"workload": asdict(workload) | {"kind": "Linear+GELU chain"}, "slowdowns_pct": slowdowns,
               "comparisons": args.comparisons, "isolation": args.isolation, "wait_quiet_s": args.wait_quiet_s, "stop_rule": asdict(stop), "load_before": load_before,
-              "load_after": q.machine_load(), "threads": _threads(args.threads)}
-    data = q.report(comparisons, rules, depth=args.depth, config=config, samples=not args.no_samples)
+              "threads": _threads(args.threads)}
+
+    def save(comparisons: list[q.Comparison], *, partial: bool) -> dict[str, Any]:
+        data = q.report(comparisons, rules, depth=args.depth, config=config | {"load_after": q.machine_load(), "partial": partial},
+                        samples=not args.no_samples)
+        if args.json:
+            atomic_write_json(args.json, data)
+        return data
+
+    comparisons = q.run_experiment(measure_fn, depth=args.depth, slowdowns_pct=slowdowns, comparisons=args.comparisons,
+                                   rules=rules, progress=progress, checkpoint=lambda done: save(done, partial=True))
+    data = save(comparisons, partial=False)
 
     noise = data["noise"]
     if "between_run_cv" in noise:
         print(f"unchanged chain: median {noise['median_ms']:.3f} ms over {noise['runs']} runs, between-run CV "
               f"{noise['between_run_cv']:.1%} (5-95% {noise['between_run_p5_p95_rel'][0]:+.1%}..{noise['between_run_p5_p95_rel'][1]:+.1%}), "
               f"within-run CI half-width {noise['within_run_ci_halfwidth_rel']:.1%}, {noise['samples_per_run']:g} samples per run")
-    print(f"load average {load_before['loadavg_1m']:.2f} before, {config['load_after']['loadavg_1m']:.2f} after; "
+    print(f"load average {load_before['loadavg_1m']:.2f} before, {data['config']['load_after']['loadavg_1m']:.2f} after; "
           f"{config['threads']} torch thread(s); isolation {args.isolation}; stop precision {stop.precision:g}")
     for rule in rules:
         res = data["rules"][rule.name]
@@ -135,7 +143,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"smallest slowdown detected >= {q.DETECTION_TARGET:.0%} with <= 1/50 false alarms: "
               + (f"{best:g}%" if best is not None else "none of those measured"))
     if args.json:
-        atomic_write_json(args.json, data)
         print(f"wrote {args.json}")
     return 0
 
