@@ -246,7 +246,7 @@ def ddp_train_step(wl: Any, module: torch.nn.Module, inputs: tuple[torch.Tensor,
     from torch.nn.parallel import DistributedDataParallel
 
     from perfgate.variants import VariantError
-    from perfgate.workload import train_loss
+    from perfgate.workload import sgd_step
 
     if not any(p.requires_grad for p in module.parameters()):
         raise VariantError("this variant leaves no trainable parameters, so there is nothing for DDP to synchronise")
@@ -254,20 +254,7 @@ def ddp_train_step(wl: Any, module: torch.nn.Module, inputs: tuple[torch.Tensor,
     rank, world = rank_and_world()
     device_ids = [wl.device.index if wl.device.index is not None else torch.cuda.current_device()] if wl.device.type == "cuda" else None
     ddp = DistributedDataParallel(module, device_ids=device_ids)  # broadcasts rank 0's weights: all ranks start equal
-    opt = torch.optim.SGD(ddp.parameters(), lr=1e-4, momentum=0.9)
-    source = rank_batches(wl, inputs, rank, world)
-    counter = itertools.count()
-
-    def train() -> torch.Tensor:
-        batch = source(next(counter))
-        with context():
-            loss = train_loss(ddp(*batch))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return loss.detach()
-
-    return train
+    return sgd_step(ddp, rank_batches(wl, inputs, rank, world), context)
 
 
 def dp_inference_step(wl: Any, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], context: Callable[[], Any]) -> Callable[[], Any]:

@@ -220,15 +220,19 @@ def inference_step(wl: Workload, module: nn.Module, inputs: tuple[torch.Tensor, 
 def train_step(wl: Workload, module: nn.Module, inputs: tuple[torch.Tensor, ...], context: Callable[[], Any]) -> Callable[[], Any]:
     """Forward, loss, backward and an SGD step with momentum (lr 1e-4, momentum 0.9, as in the
     tutorial); returns the loss before the update, comparable with the reference loss."""
-    opt = torch.optim.SGD(module.parameters(), lr=1e-4, momentum=0.9)
     source = make_batch_source(wl)
-    counter = iter(range(sys.maxsize))
     static = wl.spec.data == "static"
+    return sgd_step(module, lambda i: inputs if static else tuple(t.to(inputs[0].dtype) for t in source(i)), context)
+
+
+def sgd_step(module: nn.Module, batch: Callable[[int], tuple[torch.Tensor, ...]], context: Callable[[], Any]) -> Callable[[], torch.Tensor]:
+    """The tutorial's step on the i-th batch: forward, loss, backward, SGD (lr 1e-4, momentum 0.9)."""
+    opt = torch.optim.SGD(module.parameters(), lr=1e-4, momentum=0.9)
+    counter = iter(range(sys.maxsize))
 
     def train() -> torch.Tensor:
-        batch = inputs if static else tuple(t.to(inputs[0].dtype) for t in source(next(counter)))
         with context():
-            loss = train_loss(module(*batch))
+            loss = train_loss(module(*batch(next(counter))))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
