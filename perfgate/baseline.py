@@ -53,6 +53,9 @@ def validate(data: Any, path: Path, fingerprint: dict[str, Any] | None = None) -
         samples = bench.get("extra_info", {}).get("samples_ms")
         if not isinstance(samples, list) or not samples:
             raise BaselineError(f"{path}: benchmark {bench['fullname']!r} has no raw samples (extra_info.samples_ms); {fix}")
+        ref = bench["extra_info"].get("reference_ms")
+        if ref is not None and (not isinstance(ref, list) or len(ref) != len(samples)):
+            raise BaselineError(f"{path}: benchmark {bench['fullname']!r} has reference_ms that do not pair with its samples_ms; {fix}")
     if fingerprint is not None:
         diff = differences(fingerprint, block.get("fingerprint") or {})
         if diff:

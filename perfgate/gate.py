@@ -5,12 +5,17 @@ statistically significant on the raw samples (one-sided Mann-Whitney U, scipy): 
 2-core machine a 5% threshold on one number alarms all the time, a significance test alone flags
 trivial shifts. Memory is gated by tolerance plus an absolute slack; accuracy against the
 baseline's error; a variant's speedup over the baseline of the same run travels across machines.
+
+On a CPU the samples the latency test sees are, by default (`normalise`), each round's step time
+divided by a fixed reference workload timed in the same round (perfgate.measure): on a shared machine
+the whole machine's speed drifts between two runs by more than the slowdowns worth catching, and
+the ratio cancels it. Reported medians stay in milliseconds.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -58,22 +63,52 @@ def latency_test(current: Sequence[float], baseline: Sequence[float]) -> tuple[f
     return ratio, p_slower, p_faster
 
 
-def judge_latency(case: str, current: Sequence[float], baseline: Sequence[float], s: GateSettings) -> Verdict:
-    ratio, p_slower, p_faster = latency_test(current, baseline)
+def judge_latency(
+    case: str,
+    current: Sequence[float],
+    baseline: Sequence[float],
+    s: GateSettings,
+    *,
+    reference: tuple[Sequence[float], Sequence[float]] | None = None,
+) -> Verdict:
+    """Latency verdict on raw samples in ms, or with `reference` = (current's, baseline's reference
+    samples, paired round by round) on the step/reference ratios; medians are reported in ms."""
     base_med, cur_med = float(np.median(baseline)), float(np.median(current))
+    if reference is None:
+        ratio, p_slower, p_faster = latency_test(current, baseline)
+        what = f"median {cur_med:.3f} ms vs {base_med:.3f} ms"
+    else:
+        from perfgate.stats import ratios
+
+        ratio, p_slower, p_faster = latency_test(ratios(current, reference[0]), ratios(baseline, reference[1]))
+        ref_change = float(np.median(reference[0]) / np.median(reference[1]) - 1) * 100
+        what = (f"median {cur_med:.3f} ms vs {base_med:.3f} ms ({(cur_med / base_med - 1) * 100:+.1f}% raw, "
+                f"reference workload {ref_change:+.1f}%), normalised")
     kw = dict(case=case, metric="latency", baseline=base_med, current=cur_med, change_pct=(ratio - 1) * 100)
     big_slow, big_fast = ratio > 1 + s.latency_tolerance, ratio < 1 / (1 + s.latency_tolerance)
     if big_slow and p_slower < s.alpha:
         return Verdict(**kw, verdict=REGRESSION, p_value=p_slower,
-                       message=f"median {cur_med:.3f} ms vs {base_med:.3f} ms (+{(ratio - 1) * 100:.1f}% > {s.latency_tolerance:.0%}, p={p_slower:.2g})")
+                       message=f"{what} +{(ratio - 1) * 100:.1f}% > {s.latency_tolerance:.0%}, p={p_slower:.2g}")
     if big_fast and p_faster < s.alpha:
-        return Verdict(**kw, verdict=IMPROVEMENT, p_value=p_faster,
-                       message=f"median {cur_med:.3f} ms vs {base_med:.3f} ms ({(ratio - 1) * 100:.1f}%, p={p_faster:.2g})")
+        return Verdict(**kw, verdict=IMPROVEMENT, p_value=p_faster, message=f"{what} {(ratio - 1) * 100:.1f}%, p={p_faster:.2g}")
     if big_slow or big_fast:
         p = p_slower if big_slow else p_faster
         return Verdict(**kw, verdict=INCONCLUSIVE, p_value=p,
-                       message=f"median moved {(ratio - 1) * 100:+.1f}% but not significantly (p={p:.2g} >= {s.alpha:g}): too noisy to tell")
-    return Verdict(**kw, verdict=UNCHANGED, p_value=min(p_slower, p_faster))
+                       message=f"{what} moved {(ratio - 1) * 100:+.1f}% but not significantly (p={p:.2g} >= {s.alpha:g}): too noisy to tell")
+    return Verdict(**kw, verdict=UNCHANGED, p_value=min(p_slower, p_faster), message=what if reference else "")
+
+
+def judge_latency_entries(case: str, cur: Mapping[str, Any], base: Mapping[str, Any], s: GateSettings) -> Verdict:
+    """Latency of two entries' extra_info: normalised when the policy asks and both sides carry
+    reference samples, else raw (saying why when normalisation was asked for)."""
+    if s.normalise and cur.get("reference_ms") and base.get("reference_ms"):
+        return judge_latency(case, cur["samples_ms"], base["samples_ms"], s, reference=(cur["reference_ms"], base["reference_ms"]))
+    v = judge_latency(case, cur["samples_ms"], base["samples_ms"], s)
+    if not s.normalise or not (cur.get("reference_ms") or base.get("reference_ms")):
+        return v  # not asked for, or neither side normalisable (a GPU case)
+    side = "the baseline" if not base.get("reference_ms") else "this run"
+    note = f"raw ms: {side} has no reference samples to normalise by (re-record the baseline with this perfgate)"
+    return replace(v, message=f"{v.message}; {note}" if v.message else note)
 
 
 def judge_memory(case: str, current: float, baseline: float, s: GateSettings) -> Verdict:
@@ -116,7 +151,7 @@ def compare_case(current: Mapping[str, Any], baseline: Mapping[str, Any] | None,
         out.append(Verdict(case=case, metric="latency", verdict=INCONCLUSIVE, current=cur.get("median_ms"),
                            message="the baseline of this case was measured unreliably; re-record it"))
     elif not unreliable:
-        out.append(judge_latency(case, cur["samples_ms"], base["samples_ms"], policy.settings(model, variant, "latency", device)))
+        out.append(judge_latency_entries(case, cur, base, policy.settings(model, variant, "latency", device)))
     if cur.get("peak_mem_mib") is not None and base.get("peak_mem_mib") is not None:
         out.append(judge_memory(case, cur["peak_mem_mib"], base["peak_mem_mib"], policy.settings(model, variant, "memory", device)))
     cur_acc, base_acc = cur.get("accuracy", {}), base.get("accuracy", {})

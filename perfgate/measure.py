@@ -4,10 +4,19 @@ One first call (compile, autotuning, graph capture) timed apart; warm-up until s
 samples settle; then timed rounds until the median's confidence interval is within the target
 precision, bounded by a minimum and maximum number of rounds and a time budget. Raw samples are
 kept: the gate tests significance on them.
+
+On a CPU, each timed round can also time a fixed reference workload just before the step
+(`reference_step`). The speed of a shared machine drifts by tens of percent between runs (other
+tenants, clocks, memory placement); the step/reference ratio of a round cancels that drift, and
+the gate judges latency on those ratios (`normalise` in the policy) while every reported
+millisecond stays the step's own. Between-process CV of a 4 ms step's median on the development
+VM: 17-24% raw, 2-3% as ratios (24 fresh processes); reference timings taken only before and
+after the timed rounds, rather than in every round, left 10%: the drift is faster than a run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import time
 from dataclasses import dataclass, field
@@ -17,7 +26,7 @@ import numpy as np
 import torch
 
 from perfgate.memory import MemoryTracker, PeakMemory
-from perfgate.stats import StopRule, stop_reason, summarize
+from perfgate.stats import StopRule, ratios, stop_reason, summarize
 
 
 def _busy_cpu_s() -> tuple[float, float]:
@@ -81,6 +90,41 @@ def make_timer(device: torch.device | str) -> CpuTimer | CudaEventTimer:
     raise ValueError(f"unsupported device {device}: perfgate times 'cpu' and 'cuda'")
 
 
+def linear_gelu_chain(*, depth: int, width: int, batch: int, seed: int = 0) -> Callable[[], Any]:
+    """A zero-argument step: `depth` Linear(width, width) + GELU layers on a fixed [batch, width]
+    input, fp32, inference mode (the reference workload, and the gate-quality experiment's chain)."""
+    gen = torch.Generator().manual_seed(seed)
+    blocks: list[torch.nn.Module] = []
+    for _ in range(depth):
+        lin = torch.nn.Linear(width, width)
+        with torch.no_grad():
+            lin.weight.copy_(torch.randn(width, width, generator=gen) / width**0.5)
+            lin.bias.zero_()
+        blocks += [lin, torch.nn.GELU()]
+    chain = torch.nn.Sequential(*blocks).eval()
+    x = torch.randn(batch, width, generator=gen)  # (B, W)
+
+    def step() -> Any:
+        with torch.inference_mode():
+            return chain(x)  # (B, W)
+
+    return step
+
+
+# GEMMs and element-wise work like the models', ~1.6 ms on 2 threads of the development VM: long
+# enough to time well, short beside most steps. Changing it invalidates every recorded ratio.
+REFERENCE_SHAPE = {"depth": 30, "width": 192, "batch": 24, "seed": 1}
+_reference: Callable[[], Any] | None = None
+
+
+def reference_step() -> Callable[[], Any]:
+    """The process's reference workload (built once)."""
+    global _reference
+    if _reference is None:
+        _reference = linear_gelu_chain(**REFERENCE_SHAPE)
+    return _reference
+
+
 @dataclass(frozen=True, kw_only=True)
 class WarmupRule:
     """Warm up until the last `window` samples' median is within `tolerance` of the window before."""
@@ -111,6 +155,7 @@ class Measurement:
     device: str
     timer: str
     contention_cores: float = 0.0
+    reference_ms: list[float] | None = None  # the reference workload's time in each round (CPU)
     output: Any = field(default=None, repr=False)
 
     @property
@@ -125,10 +170,21 @@ def measure(
     stop: StopRule = StopRule(),
     warmup: WarmupRule = WarmupRule(),
     progress: Callable[[str], None] | None = None,
+    reference: Callable[[], Any] | None = None,
 ) -> Measurement:
-    """Measure `step` on `device`; returns raw samples in ms and the first-call time in s."""
+    """Measure `step` on `device`; returns raw samples in ms and the first-call time in s.
+
+    With `reference` (CPU only) every round times the reference, runs the step once untimed and
+    then times it; the stop rule asks for precision of the step/reference ratio, the quantity the
+    gate then judges, and the peak memory is tracked over two further steps alone.
+    """
     device = torch.device(device)
+    if reference is not None and device.type != "cpu":
+        raise ValueError(f"a reference workload normalises CPU timings only, not {device}")
     timer = make_timer(device)
+    if reference is not None:
+        for _ in range(5):  # its own first calls and allocations, out of the first round
+            reference()
     first_ms, output = timer.time_ms(step)
     # CUDA-graph variants overwrite this output on the next call: keep a private copy for accuracy.
     output = torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: t.detach().clone(), output)
@@ -141,22 +197,34 @@ def measure(
             break
 
     samples: list[float] = []
+    ref_ms: list[float] | None = [] if reference is not None else None
     # gc pauses would land in random samples; collect now and keep it off while timing.
     gc.collect()
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        with MemoryTracker(device) as mem:
+        # With a reference its allocations must not count: the step's peak is then tracked apart.
+        with MemoryTracker(device) if reference is None else contextlib.nullcontext() as mem:
             cpu0 = _busy_cpu_s()
             t0 = time.perf_counter()
             reason = None
             while reason is None:
+                if reference is not None and ref_ms is not None:
+                    ref_ms.append(timer.time_ms(reference)[0])
+                    # Right after the reference a short step measured 0.1-0.3 ms slower (cold caches,
+                    # idle threads; physicsnemo tiny +37%): this untimed call warms them again.
+                    step()
                 samples.append(timer.time_ms(step)[0])
-                reason = stop_reason(samples, time.perf_counter() - t0, stop)
+                judged = samples if ref_ms is None else ratios(samples, ref_ms)
+                reason = stop_reason(judged, time.perf_counter() - t0, stop)
                 if progress is not None and len(samples) % 20 == 0:
                     progress(f"{len(samples)} rounds")
             wall_s = time.perf_counter() - t0
             cpu1 = _busy_cpu_s()
+        if reference is not None:
+            with MemoryTracker(device) as mem:
+                for _ in range(2):
+                    step()
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -170,5 +238,6 @@ def measure(
         device=str(device),
         timer=type(timer).__name__,
         contention_cores=contention(cpu0, cpu1, wall_s),
+        reference_ms=ref_ms,
         output=output,
     )

@@ -3,6 +3,7 @@
     [tool.perfgate.gate]
     latency_tolerance = 0.05        # relative slowdown of the median that counts
     alpha = 0.01                    # significance level of the one-sided Mann-Whitney U test
+    normalise = true                # CPU: judge step time / reference workload time per round
 
     [[tool.perfgate.override]]
     model = "wan-vae-*"             # globs on model, variant, metric and device; omitted keys match everything
@@ -48,6 +49,7 @@ class GateSettings:
     remeasure: int = 2  # re-measurements of a suspected latency regression before it fails
     contention_max: float = 0.25  # other processes' CPU time / wall time that marks a case unreliable
     fail_on_improvement: bool = False  # ratchet: an unexpected improvement fails until re-recorded
+    normalise: bool = True  # CPU latency judged on step/reference-workload ratios (cancels machine drift)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -7,13 +7,15 @@ what a developer gets from the gate: an independent baseline measurement and an 
 measurement with the real `perfgate.measure.measure` (default StopRule and WarmupRule), judged with
 the real `perfgate.gate.judge_latency`, a contended measurement called unreliable and a suspected
 regression re-measured with fresh current measurements before it stands (`Session.run` and
-`Session.measure_and_judge`). By default every measurement runs in a fresh process, as a baseline
-recorded yesterday and today's run do: between-process differences (memory placement, thread pool
-start-up) are part of the noise the gate must live with.
+`Session.measure_and_judge`). By default every measurement runs in a fresh process, as a recorded
+baseline and today's run do, so whatever differs between runs is part of the noise the gate meets.
 
 Slowdowns are measured round-robin and the order inside a comparison alternates (baseline first,
 then current first), so a slow drift of the machine lands on every slowdown alike and does not
-masquerade as a change.
+masquerade as a change. Alternatives to the session's rules (`GateRule`: other settings, a baseline
+pooled from several runs, pooled confirmation) are judged on the same runs, live or from a stored
+report (`rejudge`). Every run also times the reference workload as the suite does on a CPU, so
+the same runs are judged normalised (the default) and raw (`normalise=false`) side by side.
 
 Pure logic here (the measure function is a parameter); `perfgate gate-quality` wires it.
 """
@@ -24,12 +26,14 @@ import math
 import os
 import statistics
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from perfgate import gate
 from perfgate.policy import GateSettings
-from perfgate.stats import StopRule
+
+if TYPE_CHECKING:  # torch and scipy load only when something is measured: `perfgate --help` stays fast
+    from perfgate.stats import StopRule
 
 DEFAULT_SLOWDOWNS_PCT = (0, 2, 3, 5, 10, 20)
 DETECTION_TARGET = 0.95  # "detected at least 95% of the time"
@@ -70,24 +74,9 @@ def layers_for(depth: int, slowdown_pct: float) -> int:
 
 def build_chain_step(workload: ChainWorkload, layers: int) -> Callable[[], Any]:
     """A zero-argument step running `layers` layers of the chain."""
-    import torch
+    from perfgate.measure import linear_gelu_chain
 
-    gen = torch.Generator().manual_seed(workload.seed)
-    blocks = []
-    for _ in range(layers):
-        lin = torch.nn.Linear(workload.width, workload.width)
-        with torch.no_grad():
-            lin.weight.copy_(torch.randn(workload.width, workload.width, generator=gen) / math.sqrt(workload.width))
-            lin.bias.zero_()
-        blocks += [lin, torch.nn.GELU()]
-    chain = torch.nn.Sequential(*blocks).eval()
-    x = torch.randn(workload.batch, workload.width, generator=gen)  # (B, W)
-
-    def step() -> Any:
-        with torch.inference_mode():
-            return chain(x)  # (B, W)
-
-    return step
+    return linear_gelu_chain(depth=layers, width=workload.width, batch=workload.batch, seed=workload.seed)
 
 
 # --- one measurement --------------------------------------------------------------------------------
@@ -95,13 +84,19 @@ def build_chain_step(workload: ChainWorkload, layers: int) -> Callable[[], Any]:
 
 @dataclass(frozen=True, kw_only=True)
 class Run:
-    """One measurement of one chain: raw samples and the neighbours' CPU use while it ran."""
+    """One measurement of one chain: raw samples, the reference workload's samples of the same
+    rounds, and the neighbours' CPU use while it ran."""
 
     layers: int
     samples_ms: list[float]
     contention_cores: float = 0.0
     stop: str = ""
     warmup_rounds: int = 0
+    reference_ms: list[float] | None = None  # the reference workload, timed after each round
+
+    @property
+    def reference_median_ms(self) -> float | None:
+        return float(statistics.median(self.reference_ms)) if self.reference_ms else None
 
     @property
     def median_ms(self) -> float:
@@ -110,51 +105,54 @@ class Run:
 
 MeasureFn = Callable[[int], Run]  # layers -> Run
 
-
-def measure_chain(workload: ChainWorkload, layers: int, stop: StopRule = StopRule()) -> Run:
-    """Measure the chain in this process with the suite's warm-up rule and (by default) stop rule."""
+def measure_chain(workload: ChainWorkload, layers: int, stop: StopRule | None = None, *, reference: bool = True) -> Run:
+    """Measure the chain in this process with the suite's `measure` (warm-up rule, by default its
+    stop rule, and the reference workload the suite times on a CPU)."""
     import torch
 
-    from perfgate.measure import measure
+    from perfgate.measure import measure, reference_step
+    from perfgate.stats import StopRule
 
     threads = torch.get_num_threads()
     if workload.threads is not None:
         torch.set_num_threads(workload.threads)
     try:
-        m = measure(build_chain_step(workload, layers), "cpu", stop=stop)
+        m = measure(build_chain_step(workload, layers), "cpu", stop=stop or StopRule(), reference=reference_step() if reference else None)
     finally:
         torch.set_num_threads(threads)  # in-process runs must not change the caller's thread count
-    return Run(layers=layers, samples_ms=m.samples_ms, contention_cores=m.contention_cores, stop=m.stop, warmup_rounds=m.warmup_rounds)
+    return Run(layers=layers, samples_ms=m.samples_ms, contention_cores=m.contention_cores, stop=m.stop, warmup_rounds=m.warmup_rounds,
+               reference_ms=m.reference_ms)
 
 
-def _measure_chain_dict(workload: ChainWorkload, layers: int, stop: StopRule) -> dict[str, Any]:
-    return asdict(measure_chain(workload, layers, stop))
+def _measure_chain_dict(workload: ChainWorkload, layers: int, stop: StopRule | None, reference: bool) -> dict[str, Any]:
+    return asdict(measure_chain(workload, layers, stop, reference=reference))
 
 
 class FreshProcessMeasurer:
     """Each measurement in a new process, forked from a server that has imported torch but run
     nothing (so no OpenMP pool crosses a fork, and no import time is paid per measurement)."""
 
-    def __init__(self, workload: ChainWorkload, stop: StopRule = StopRule()) -> None:
+    def __init__(self, workload: ChainWorkload, stop: StopRule | None = None, *, reference: bool = True) -> None:
         import multiprocessing
 
         self.workload = workload
         self.stop = stop
+        self.reference = reference
         self._ctx = multiprocessing.get_context("forkserver")
         self._ctx.set_forkserver_preload(["torch", "perfgate.measure", "perfgate.quality"])
 
     def __call__(self, layers: int) -> Run:
         with ProcessPoolExecutor(max_workers=1, mp_context=self._ctx) as pool:
-            return Run(**pool.submit(_measure_chain_dict, self.workload, layers, self.stop).result())
+            return Run(**pool.submit(_measure_chain_dict, self.workload, layers, self.stop, self.reference).result())
 
 
-def make_measurer(workload: ChainWorkload, isolation: str = "process", stop: StopRule = StopRule()) -> MeasureFn:
+def make_measurer(workload: ChainWorkload, isolation: str = "process", stop: StopRule | None = None, *,
+                  reference: bool = True) -> MeasureFn:
     if isolation == "process":
-        return FreshProcessMeasurer(workload, stop)
+        return FreshProcessMeasurer(workload, stop, reference=reference)
     if isolation == "inprocess":
-        return lambda layers: measure_chain(workload, layers, stop)
+        return lambda layers: measure_chain(workload, layers, stop, reference=reference)
     raise ValueError(f"isolation {isolation!r}: use 'process' or 'inprocess'")
-
 
 
 def other_cores_busy(probe_s: float = 1.0) -> float:
@@ -198,15 +196,24 @@ def quiet_measurer(measure_fn: MeasureFn, max_other_cores: float, *, timeout_s: 
 
     return fn
 
+
 # --- judging: the session's rules for one case ---------------------------------------------------------
 
 
-Judge = Callable[[Sequence[float], Sequence[float], GateSettings], str]  # (current, baseline, settings) -> verdict
+Judge = Callable[[dict[str, Any], dict[str, Any], GateSettings], str]  # (current, baseline extra_info, settings) -> verdict
 
 
-def gate_judge(current: Sequence[float], baseline: Sequence[float], s: GateSettings) -> str:
-    """The gate's own latency verdict."""
-    return gate.judge_latency("gate-quality", current, baseline, s).verdict
+def gate_judge(current: dict[str, Any], baseline: dict[str, Any], s: GateSettings) -> str:
+    """The gate's own latency verdict on two entries' samples (normalised when `s` and the runs allow)."""
+    return gate.judge_latency_entries("gate-quality", current, baseline, s).verdict
+
+
+def pooled_info(runs: Sequence[Run]) -> dict[str, Any]:
+    """Runs' samples pooled as one entry's extra_info (reference samples only when every run has them)."""
+    info: dict[str, Any] = {"samples_ms": [x for r in runs for x in r.samples_ms]}
+    if all(r.reference_ms for r in runs):
+        info["reference_ms"] = [x for r in runs for x in r.reference_ms or []]
+    return info
 
 
 EACH, POOLED = "each", "pooled"
@@ -249,7 +256,7 @@ def pooled_verdict(baselines: Sequence[Run], currents: Sequence[Run], rule: Gate
     contended baseline is unreliable too: nobody should gate against it, and it says nothing about the gate."""
     if any(unreliable(r, rule.settings) for r in [*baselines, *currents]):
         return gate.UNRELIABLE
-    return rule.judge([x for r in currents for x in r.samples_ms], [x for r in baselines for x in r.samples_ms], rule.settings)
+    return rule.judge(pooled_info(currents), pooled_info(baselines), rule.settings)
 
 
 def sequential_verdict(baselines: Sequence[Run], currents: Sequence[Run], rule: GateRule) -> tuple[str | None, int]:
@@ -291,6 +298,15 @@ class Comparison:
         """Median change of the first current run against the first baseline run (the session's pair)."""
         return (self.currents[0].median_ms / self.baselines[0].median_ms - 1) * 100
 
+    def change_pct_as(self, s: GateSettings) -> float:
+        """`change_pct` as a rule with settings `s` sees it: of the step/reference ratios when it normalises."""
+        cur, base = self.currents[0], self.baselines[0]
+        if not (s.normalise and cur.reference_ms and base.reference_ms):
+            return self.change_pct
+        from perfgate.stats import ratios
+
+        return (statistics.median(ratios(cur.samples_ms, cur.reference_ms)) / statistics.median(ratios(base.samples_ms, base.reference_ms)) - 1) * 100
+
     @property
     def runs(self) -> list[Run]:
         return [*self.baselines, *self.currents]
@@ -298,13 +314,48 @@ class Comparison:
     def as_dict(self, *, samples: bool = True) -> dict[str, Any]:
         def run(r: Run) -> dict[str, Any]:
             d = {"layers": r.layers, "median_ms": r.median_ms, "n": len(r.samples_ms), "contention_cores": r.contention_cores,
-                 "stop": r.stop, "warmup_rounds": r.warmup_rounds}
+                 "stop": r.stop, "warmup_rounds": r.warmup_rounds, "reference_median_ms": r.reference_median_ms}
             if samples:
                 d["samples_ms"] = [round(x, 5) for x in r.samples_ms]
+                if r.reference_ms:
+                    d["reference_ms"] = [round(x, 5) for x in r.reference_ms]
             return d
 
         return {"slowdown_pct": self.slowdown_pct, "verdicts": self.verdicts, "current_first": self.current_first,
                 "change_pct": self.change_pct, "baselines": [run(r) for r in self.baselines], "currents": [run(r) for r in self.currents]}
+
+
+NOT_JUDGED = "not judged"  # re-judging stored runs: the rule needs runs the experiment did not take
+
+
+def load_comparisons(data: dict[str, Any]) -> list[Comparison]:
+    """The comparisons of a `--json` report, with their raw samples (ValueError when they were left out)."""
+    def run(d: dict[str, Any]) -> Run:
+        if "samples_ms" not in d:
+            raise ValueError("the report has no raw samples (written with --no-samples); re-run without it")
+        return Run(layers=d["layers"], samples_ms=d["samples_ms"], contention_cores=d["contention_cores"], stop=d.get("stop", ""),
+                   warmup_rounds=d.get("warmup_rounds", 0), reference_ms=d.get("reference_ms"))
+
+    try:
+        return [Comparison(slowdown_pct=c["slowdown_pct"], baselines=[run(r) for r in c["baselines"]],
+                           currents=[run(r) for r in c["currents"]], verdicts=dict(c["verdicts"]),
+                           current_first=c.get("current_first", False)) for c in data["comparisons"]]
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"not a gate-quality report (missing {exc})") from None
+
+
+def rejudge(comparisons: Sequence[Comparison], rules: Sequence[GateRule]) -> list[Comparison]:
+    """The stored runs judged again under `rules`; a rule needing a run that was not taken (more
+    baseline runs, or a re-measurement the recorded rules did not ask for) gets NOT_JUDGED."""
+    out = []
+    for c in comparisons:
+        verdicts = {}
+        for r in rules:
+            v, _ = sequential_verdict(c.baselines, c.currents, r)
+            verdicts[r.name] = v if v is not None else NOT_JUDGED
+        out.append(Comparison(slowdown_pct=c.slowdown_pct, baselines=c.baselines, currents=c.currents, verdicts=verdicts,
+                              current_first=c.current_first))
+    return out
 
 
 def compare(measure_fn: MeasureFn, base_layers: int, cur_layers: int, rules: Sequence[GateRule], *,
@@ -394,21 +445,24 @@ class Rate:
     improvements: int
     median_change_pct: float | None  # median over judged comparisons of the first current's median change
     current_runs: int  # measurements of the current code, re-measurements included
+    not_judged: int = 0  # re-judged stored runs: comparisons this rule would have needed more runs for
 
 
-def rates(comparisons: Sequence[Comparison], rule: str) -> list[Rate]:
+def rates(comparisons: Sequence[Comparison], rule: str, settings: GateSettings = GateSettings()) -> list[Rate]:
+    """Per slowdown, how often rule `rule` (judging with `settings`) alarmed."""
     out = []
     for s in sorted({c.slowdown_pct for c in comparisons}):
         cs = [c for c in comparisons if c.slowdown_pct == s]
-        judged = [c for c in cs if c.verdicts[rule] != gate.UNRELIABLE]
+        judged = [c for c in cs if c.verdicts[rule] not in (gate.UNRELIABLE, NOT_JUDGED)]
         alarms = sum(c.verdicts[rule] == gate.REGRESSION for c in judged)
         lo, hi = wilson_interval(alarms, len(judged))
         out.append(Rate(
             slowdown_pct=s, n=len(judged), alarms=alarms, rate=alarms / len(judged) if judged else math.nan,
-            ci_lo=lo, ci_hi=hi, unreliable=len(cs) - len(judged),
+            ci_lo=lo, ci_hi=hi, unreliable=sum(c.verdicts[rule] == gate.UNRELIABLE for c in cs),
+            not_judged=sum(c.verdicts[rule] == NOT_JUDGED for c in cs),
             inconclusive=sum(c.verdicts[rule] == gate.INCONCLUSIVE for c in judged),
             improvements=sum(c.verdicts[rule] == gate.IMPROVEMENT for c in judged),
-            median_change_pct=float(statistics.median(c.change_pct for c in judged)) if judged else None,
+            median_change_pct=float(statistics.median(c.change_pct_as(settings) for c in judged)) if judged else None,
             current_runs=sum(len(c.currents) for c in cs),
         ))
     return out
@@ -431,25 +485,32 @@ def smallest_detected(rs: Sequence[Rate], *, detection: float = DETECTION_TARGET
 
 
 def run_noise(comparisons: Sequence[Comparison], s: GateSettings = GateSettings()) -> dict[str, Any]:
-    """Spread of the unchanged chain's median between runs (processes) and the typical within-run
-    confidence-interval half-width: the first bounds what any gate on one baseline run can see."""
-    from perfgate.stats import relative_ci_halfwidth
+    """Spread of the unchanged chain's median between runs (processes), raw and normalised by the
+    reference workload, and the typical within-run confidence-interval half-width: the between-run
+    spread bounds what any gate on one baseline run can see."""
+    from perfgate.stats import ratios, relative_ci_halfwidth
 
     depth_layers = {r.layers for c in comparisons for r in c.baselines}
     runs = [r for c in comparisons for r in c.runs if r.layers in depth_layers and not unreliable(r, s)]
-    medians = [r.median_ms for r in runs]
-    if len(medians) < 2:
-        return {"runs": len(medians)}
-    mid = statistics.median(medians)
-    q = statistics.quantiles(medians, n=20)  # 5% steps
-    return {
-        "runs": len(medians),
-        "median_ms": mid,
-        "between_run_cv": statistics.stdev(medians) / statistics.mean(medians),
-        "between_run_p5_p95_rel": [q[0] / mid - 1, q[-1] / mid - 1],
+    if len(runs) < 2:
+        return {"runs": len(runs)}
+
+    def spread(medians: list[float]) -> dict[str, Any]:
+        mid = statistics.median(medians)
+        q = statistics.quantiles(medians, n=20)  # 5% steps
+        return {"median": mid, "between_run_cv": statistics.stdev(medians) / statistics.mean(medians),
+                "between_run_p5_p95_rel": [q[0] / mid - 1, q[-1] / mid - 1]}
+
+    out: dict[str, Any] = {
+        "runs": len(runs),
+        "raw_ms": spread([r.median_ms for r in runs]),
         "within_run_ci_halfwidth_rel": statistics.median(relative_ci_halfwidth(r.samples_ms) for r in runs),
         "samples_per_run": statistics.median(len(r.samples_ms) for r in runs),
     }
+    if all(r.reference_ms for r in runs):
+        out["normalised"] = spread([statistics.median(ratios(r.samples_ms, r.reference_ms or [])) for r in runs])
+        out["reference_ms"] = spread([r.reference_median_ms or 0.0 for r in runs])
+    return out
 
 
 def rate_rows(rs: Sequence[Rate], depth: int) -> list[list[str]]:
@@ -474,7 +535,7 @@ def report(comparisons: Sequence[Comparison], rules: Sequence[GateRule], *, dept
     """The experiment as JSON-ready data: per rule the rate table and the smallest slowdown detected."""
     per_rule = {}
     for r in rules:
-        rs = rates(comparisons, r.name)
+        rs = rates(comparisons, r.name, r.settings)
         per_rule[r.name] = {
             "rule": r.describe(),
             "rates": [asdict(x) for x in rs],

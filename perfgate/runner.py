@@ -11,10 +11,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import numpy as np
 import torch
 
 from perfgate import accuracy, flops, telemetry
-from perfgate.measure import Measurement, StopRule, WarmupRule, measure
+from perfgate.measure import Measurement, StopRule, WarmupRule, measure, reference_step
+from perfgate.stats import ratios
 from perfgate.variants import Converted, Env, Variant, VariantError, get_variant
 from perfgate.workload import ModelSpec, Workload, build_workload, get_model, is_training, make_step, reference_output
 
@@ -63,6 +65,7 @@ class RunOptions:
     warm_compile: bool = True  # also time a second compile against the warm inductor cache
     telemetry_interval_s: float | None = 0.1  # background GPU/CPU sampler during measure(); None: off
     count_flops: bool = True  # GFLOP per step, achieved TFLOP/s and the share of a measured matmul peak
+    reference: bool = True  # CPU: time the reference workload after every round (machine-speed normalisation)
 
 
 @dataclass(kw_only=True)
@@ -136,7 +139,8 @@ def run_case(
     if sampler is not None:
         sampler.start()
     try:
-        m = measure(step, device, stop=opts.stop, warmup=opts.warmup, progress=progress)
+        reference = reference_step() if opts.reference and device.type == "cpu" else None
+        m = measure(step, device, stop=opts.stop, warmup=opts.warmup, progress=progress, reference=reference)
     finally:
         if sampler is not None:
             sampler.stop()
@@ -166,6 +170,8 @@ def run_case(
         "accuracy": acc,
         "tolerance": {"rel_l2": tol.rel_l2, "cosine": tol.cosine, "psnr_db": tol.psnr_db},
         "samples_ms": m.samples_ms,
+        **({"reference_ms": m.reference_ms, "reference_median_ms": float(np.median(m.reference_ms)),
+            "normalised_median": float(np.median(ratios(m.samples_ms, m.reference_ms)))} if m.reference_ms else {}),
         **{k: v for k, v in conv.info.items() if k != "dtype"},
         **m.summary,
     }

@@ -82,6 +82,13 @@ def stop_reason(samples: Sequence[float], elapsed_s: float, rule: StopRule) -> s
     return None
 
 
+def ratios(samples_ms: Sequence[float], reference_ms: Sequence[float]) -> list[float]:
+    """Per-round step/reference time ratios: the machine-speed-normalised samples the gate judges."""
+    if len(samples_ms) != len(reference_ms):
+        raise ValueError(f"{len(samples_ms)} samples but {len(reference_ms)} reference samples: they must pair up round by round")
+    return [s / r for s, r in zip(samples_ms, reference_ms)]
+
+
 def summarize(samples_ms: Sequence[float], confidence: float = 0.95) -> dict[str, float]:
     """Summary of samples in ms: location, spread and the tail real-time users care about."""
     x = np.asarray(samples_ms, dtype=float)

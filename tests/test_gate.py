@@ -86,3 +86,32 @@ def test_an_unreliable_baseline_is_no_latency_reference():
     base = bench("a", _samples(10, seed=11), unreliable="recorded on a busy machine")
     v = gate.compare_case(bench("a", _samples(20, seed=12)), base, Policy())
     assert v[0].verdict == gate.INCONCLUSIVE and "re-record" in v[0].message
+
+
+def test_normalised_latency_cancels_a_machine_wide_slowdown_but_catches_the_code_s():
+    base, base_ref = _samples(10, seed=11), _samples(2, seed=12)
+    # The whole machine 30% slower: step and reference alike. Raw ms regress; the ratios do not.
+    cur, cur_ref = [x * 1.3 for x in _samples(10, seed=13)], [x * 1.3 for x in _samples(2, seed=14)]
+    assert gate.judge_latency("c", cur, base, S).verdict == gate.REGRESSION
+    v = gate.judge_latency("c", cur, base, S, reference=(cur_ref, base_ref))
+    assert v.verdict == gate.UNCHANGED and abs(v.change_pct) < 3
+    assert v.current == pytest.approx(np.median(cur)) and "+30" in v.message and "normalised" in v.message  # ms still reported
+    # The step alone 20% slower on a machine 17% faster: raw ms hide it, the ratio sees +20%.
+    cur, cur_ref = [x * 1.2 * 0.83 for x in _samples(10, seed=15)], [x * 0.83 for x in _samples(2, seed=16)]
+    v = gate.judge_latency("c", cur, base, S, reference=(cur_ref, base_ref))
+    assert v.verdict == gate.REGRESSION and v.change_pct == pytest.approx(20, abs=4)
+    assert gate.judge_latency("c", cur, base, S).verdict == gate.UNCHANGED
+
+
+def test_entries_normalise_only_when_asked_and_both_sides_have_reference_samples():
+    base = bench("a", _samples(10, seed=21), reference_ms=_samples(2, seed=22))
+    cur = bench("a", [x * 1.3 for x in _samples(10, seed=23)], reference_ms=[x * 1.3 for x in _samples(2, seed=24)])
+    judge = lambda c, b, s=S: gate.judge_latency_entries("a", c["extra_info"], b["extra_info"], s)  # noqa: E731
+    assert judge(cur, base).verdict == gate.UNCHANGED
+    assert judge(cur, base, GateSettings(normalise=False)).verdict == gate.REGRESSION
+    old = bench("a", _samples(10, seed=21))  # recorded before reference samples existed
+    v = judge(cur, old)
+    assert v.verdict == gate.REGRESSION and "the baseline has no reference samples" in v.message and "re-record" in v.message
+    gpu = bench("a", [x * 1.3 for x in _samples(10, seed=23)])
+    assert judge(gpu, old).message.startswith("median")  # neither side normalisable: no note
+    assert parse({"gate": {"normalise": False}}).defaults.normalise is False

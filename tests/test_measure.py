@@ -53,3 +53,26 @@ def test_cuda_timer_is_never_used_on_cpu():
 def test_cuda_event_timer_needs_cuda():
     with pytest.raises((RuntimeError, AssertionError, AttributeError)):
         make_timer("cuda")
+
+
+def test_reference_is_timed_after_every_round_and_the_stop_rule_sees_the_ratio():
+    m = measure(lambda: time.sleep(0.004), "cpu", stop=StopRule(min_rounds=10, max_rounds=20, precision=0.5, budget_s=5),
+                reference=lambda: time.sleep(0.002))
+    assert m.reference_ms is not None and len(m.reference_ms) == len(m.samples_ms)
+    assert 10 <= len(m.samples_ms) <= 20 and min(m.reference_ms) >= 2.0
+    ratio = sorted(s / r for s, r in zip(m.samples_ms, m.reference_ms))[len(m.samples_ms) // 2]
+    assert ratio == pytest.approx(2.0, rel=0.2)
+    assert measure(lambda: None, "cpu", stop=StopRule(min_rounds=3, max_rounds=3)).reference_ms is None  # off unless asked
+
+
+def test_reference_normalises_cpu_only():
+    with pytest.raises(ValueError, match="CPU timings only"):
+        measure(lambda: None, "cuda", reference=lambda: None)
+
+
+def test_reference_step_is_built_once_and_runs():
+    from perfgate.measure import REFERENCE_SHAPE, reference_step
+
+    ref = reference_step()
+    assert ref is reference_step()
+    assert tuple(ref().shape) == (REFERENCE_SHAPE["batch"], REFERENCE_SHAPE["width"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from dataclasses import replace
 
 import numpy as np
@@ -17,19 +18,23 @@ from perfgate.policy import GateSettings
 class FakeMeasurer:
     """Deterministic runs: 0.02 ms per layer with 1% Gaussian noise, contention from a schedule."""
 
-    def __init__(self, *, cv: float = 0.01, contention: list[float] | None = None, slow_calls: set[int] | None = None) -> None:
+    def __init__(self, *, cv: float = 0.01, contention: list[float] | None = None, slow_calls: set[int] | None = None,
+                 drift: float = 0.0) -> None:
         self.calls: list[int] = []
         self.cv = cv
         self.contention = contention or []
-        self.slow_calls = slow_calls or set()  # call numbers a noisy neighbour makes 30% slower
+        self.slow_calls = slow_calls or set()  # call numbers whose step (not reference) a neighbour makes 30% slower
+        self.drift = drift  # each run's machine speed: log-normal with this sigma, on step and reference alike
 
     def __call__(self, layers: int) -> q.Run:
         i = len(self.calls)
         self.calls.append(layers)
         rng = np.random.default_rng(i)
-        scale = 1.3 if i in self.slow_calls else 1.0
-        samples = 0.02 * layers * scale * (1 + self.cv * rng.standard_normal(60))
-        return q.Run(layers=layers, samples_ms=samples.tolist(), contention_cores=self.contention[i] if i < len(self.contention) else 0.0)
+        scale = math.exp(self.drift * rng.standard_normal())
+        samples = 0.02 * layers * scale * (1.3 if i in self.slow_calls else 1.0) * (1 + self.cv * rng.standard_normal(60))
+        reference = 1.0 * scale * (1 + self.cv * rng.standard_normal(60))
+        return q.Run(layers=layers, samples_ms=samples.tolist(), reference_ms=reference.tolist(),
+                     contention_cores=self.contention[i] if i < len(self.contention) else 0.0)
 
 
 def test_layers_scale_the_work_exactly_and_reject_fractions():
@@ -172,7 +177,8 @@ def test_report_and_noise_from_synthetic_runs():
     assert data["rules"]["default"]["smallest_detected_pct"] == 20
     assert data["rules"]["tol30"]["smallest_detected_pct"] is None  # a 30% floor misses 20%
     assert data["noise"]["runs"] == 4 * 2 + 4  # baselines of both slowdowns + the unchanged currents
-    assert data["noise"]["between_run_cv"] < 0.01
+    assert data["noise"]["raw_ms"]["between_run_cv"] < 0.01 and data["noise"]["normalised"]["between_run_cv"] < 0.01
+    assert data["noise"]["reference_ms"]["median"] == pytest.approx(1.0, rel=0.01)
     assert "samples_ms" not in data["comparisons"][0]["baselines"][0]
     json.dumps(data)  # JSON-ready
 
@@ -184,14 +190,29 @@ def test_chain_workload_measures_in_a_fresh_process_and_leaves_threads_alone():
     threads = torch.get_num_threads()
     run = q.FreshProcessMeasurer(wl)(3)
     assert run.layers == 3 and len(run.samples_ms) >= 10 and all(x > 0 for x in run.samples_ms)
-    inproc = q.measure_chain(wl, 2)
-    assert inproc.layers == 2 and torch.get_num_threads() == threads
+    assert len(run.reference_ms) == len(run.samples_ms) and run.reference_median_ms > 0  # as the suite measures on a CPU
+    inproc = q.measure_chain(wl, 2, reference=False)
+    assert inproc.layers == 2 and inproc.reference_ms is None and torch.get_num_threads() == threads
+
+
+def test_normalising_cancels_machine_drift_that_makes_the_raw_gate_alarm():
+    """Each run's machine is up to ~+-30% faster or slower (sigma 15%), step and reference alike:
+    judged on raw ms unchanged code alarms often; judged on step/reference ratios it does not,
+    and a 20% slowdown is still caught every time."""
+    rules = (q.GateRule(name="default"), q.GateRule(name="raw", settings=GateSettings(normalise=False, remeasure=0)))
+    cs = q.run_experiment(FakeMeasurer(drift=0.15), depth=100, slowdowns_pct=(0, 20), comparisons=20, rules=rules)
+    norm = {r.slowdown_pct: r for r in q.rates(cs, "default")}
+    raw = {r.slowdown_pct: r for r in q.rates(cs, "raw", rules[1].settings)}
+    assert norm[0].alarms == 0 and norm[20].alarms == 20
+    assert raw[0].alarms >= 3  # ~36% expected: half of the pairs differ by more than ~10%
+    assert norm[20].median_change_pct == pytest.approx(20, abs=1)
+    assert abs(raw[20].median_change_pct - 20) > abs(norm[20].median_change_pct - 20)
 
 
 def test_cli_small_run_writes_json(tmp_path, capsys):
     out = tmp_path / "gq.json"
     rc = main(["gate-quality", "--comparisons", "2", "--slowdowns", "0,20", "--depth", "5", "--width", "8", "--batch", "2",
-               "--threads", "1", "--isolation", "inprocess", "--wait-quiet-s", "0", "--also", "latency_tolerance=0.1,remeasure=1", "--also", "baseline_runs=2,confirm=pooled",
+               "--threads", "1", "--isolation", "inprocess", "--wait-quiet-s", "0", "--also", "normalise=false", "--also", "latency_tolerance=0.1,remeasure=1", "--also", "baseline_runs=2,confirm=pooled",
                "--pyproject", str(tmp_path / "none.toml"), "--json", str(out)])
     assert rc == 0
     data = json.loads(out.read_text())
@@ -200,12 +221,38 @@ def test_cli_small_run_writes_json(tmp_path, capsys):
     assert all(r["n"] == 2 or r["n"] + r["unreliable"] == 4 for r in rates)  # contended runs retried, up to 2x
     assert data["rules"]["latency_tolerance=0.1,remeasure=1"]["rule"]["settings"]["remeasure"] == 1
     assert data["rules"]["baseline_runs=2,confirm=pooled"]["rule"]["confirm"] == "pooled"
-    assert data["config"]["partial"] is False and data["config"]["threads"] == 1
+    assert data["config"]["partial"] is False and data["config"]["threads"] == 1 and data["config"]["reference"]["depth"] == 30
     assert all(len(c["baselines"]) == 2 for c in data["comparisons"])
     assert {b["layers"] for c in data["comparisons"] for b in c["baselines"]} == {5}
     assert {cur["layers"] for c in data["comparisons"] for cur in c["currents"]} == {5, 6}
     text = capsys.readouterr()
     assert "smallest slowdown detected" in text.out and "+20%" in text.out and "gate-quality:" in text.err
+
+    # The stored runs judged again under other rules, measuring nothing.
+    again = tmp_path / "again.json"
+    assert main(["gate-quality", "--from-json", str(out), "--pyproject", str(tmp_path / "none.toml"), "--also", "remeasure=0",
+                 "--also", "baseline_runs=3", "--json", str(again)]) == 0
+    redo = json.loads(again.read_text())
+    assert redo["config"]["rejudged_from"] == str(out) and len(redo["comparisons"]) == len(data["comparisons"])
+    assert [r["n"] for r in redo["rules"]["default"]["rates"]] == [r["n"] for r in rates]  # same runs, same verdicts
+    assert all(r["n"] == 0 and r["not_judged"] + r["unreliable"] == len([c for c in data["comparisons"] if c["slowdown_pct"] == r["slowdown_pct"]])
+               for r in redo["rules"]["baseline_runs=3"]["rates"])  # only two baseline runs were taken
+    assert "not judged" in capsys.readouterr().out
+
+
+def test_rejudge_reproduces_the_live_verdicts_and_marks_missing_runs():
+    rules = [q.GateRule(name="default"), q.GateRule(name="each0", settings=GateSettings(remeasure=0))]
+    live = q.run_experiment(FakeMeasurer(slow_calls={1, 5, 9}), depth=100, slowdowns_pct=(0, 10), comparisons=4, rules=rules)
+    stored = q.load_comparisons(json.loads(json.dumps(q.report(live, rules, depth=100, config={}))))
+    again = q.rejudge(stored, [*rules, q.GateRule(name="pooled", confirm=q.POOLED)])
+    assert [c.verdicts["default"] for c in again] == [c.verdicts["default"] for c in live]
+    assert [c.verdicts["each0"] for c in again] == [c.verdicts["each0"] for c in live]
+    # "pooled" needs both re-measurements after a suspicion; "default" stopped after one where it cleared the case.
+    assert [len(c.currents) for c in again] == [2, 3, 1, 3, 1, 3, 1, 3]  # slow_calls 1 (0%), 5 (1st re-run, 0%), ...
+    assert [c.verdicts["pooled"] == q.NOT_JUDGED for c in again] == [len(c.currents) == 2 for c in again]
+    assert q.rejudge(stored, [q.GateRule(name="b2", baseline_runs=2)])[0].verdicts["b2"] == q.NOT_JUDGED
+    with pytest.raises(ValueError, match="no-samples"):
+        q.load_comparisons(q.report(live, rules, depth=100, config={}, samples=False))
 
 
 @pytest.mark.parametrize("argv,needle", [
@@ -214,6 +261,7 @@ def test_cli_small_run_writes_json(tmp_path, capsys):
     (["--also", "latency_tol=0.1"], "--also"),
     (["--also", "confirm=vote"], "confirm"),
     (["--precision", "2"], "--precision"),
+    (["--from-json", "/nonexistent/gq.json"], "--from-json"),
     (["--comparisons", "0"], "--comparisons"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(argv, needle, capsys):

@@ -23,6 +23,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=None, metavar="N", help="torch threads (default: torch's default, as the suite runs)")
     p.add_argument("--isolation", choices=("process", "inprocess"), default="process",
                    help="measure each run in a fresh process (default, as separate CI runs are) or all in this one")
+    p.add_argument("--no-reference", action="store_true",
+                   help="do not time the reference workload (then every rule judges raw ms; by default runs carry it, as the "
+                        "suite's CPU runs do, and `--also normalise=false` judges the same runs raw)")
     p.add_argument("--precision", type=float, default=None, metavar="REL",
                    help="stop rule precision (relative CI half-width of the median) of every run (default: the suite's, 0.02)")
     p.add_argument("--wait-quiet-s", type=float, default=600.0, metavar="S",
@@ -31,6 +34,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--also", action="append", default=[], metavar="KEY=V,...",
                    help="also judge the same runs with the policy changed, e.g. latency_tolerance=0.03,remeasure=3; "
                         "baseline_runs=K pools K baseline runs, confirm=pooled judges all re-measurements together (repeatable)")
+    p.add_argument("--from-json", type=Path, default=None, metavar="PATH",
+                   help="measure nothing: judge the runs stored in an earlier --json report again (with --also rules)")
     p.add_argument("--json", type=Path, default=None, metavar="PATH", help="write the rates, settings and raw runs here")
     p.add_argument("--no-samples", action="store_true", help="leave the raw samples out of --json")
 
@@ -78,7 +83,6 @@ def run(args: argparse.Namespace) -> int:
     from perfgate import quality as q
     from perfgate.baseline import atomic_write_json
     from perfgate.cli import CommandError
-    from perfgate.summary import text_table
 
     slowdowns = _slowdowns(args.slowdowns)
     if args.comparisons < 1:
@@ -101,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(f"--precision {args.precision:g}: {exc}") from None
     rules = [q.GateRule(name="default", settings=settings)]
     rules += [_rule(spec, settings) for spec in args.also]
+    if args.from_json:
+        return _rejudge(args, rules)
 
     def progress(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
@@ -108,11 +114,12 @@ def run(args: argparse.Namespace) -> int:
     load_before = q.machine_load()
     progress(f"gate-quality: {args.comparisons} comparisons x slowdowns {', '.join(f'{s:g}%' for s in slowdowns)}; "
              f"load average {load_before['loadavg_1m']:.2f} on {load_before['cpu_count']} cores")
-    measure_fn = q.make_measurer(workload, args.isolation, stop)
+    measure_fn = q.make_measurer(workload, args.isolation, stop, reference=not args.no_reference)
     if args.wait_quiet_s > 0:
         measure_fn = q.quiet_measurer(measure_fn, settings.contention_max, timeout_s=args.wait_quiet_s, progress=progress)
     config = {"workload": asdict(workload) | {"kind": "Linear+GELU chain"}, "slowdowns_pct": slowdowns,
-              "comparisons": args.comparisons, "isolation": args.isolation, "wait_quiet_s": args.wait_quiet_s, "stop_rule": asdict(stop), "load_before": load_before,
+              "comparisons": args.comparisons, "isolation": args.isolation,
+              "reference": None if args.no_reference else _reference_shape(), "wait_quiet_s": args.wait_quiet_s, "stop_rule": asdict(stop), "load_before": load_before,
               "threads": _threads(args.threads)}
 
     def save(comparisons: list[q.Comparison], *, partial: bool) -> dict[str, Any]:
@@ -126,25 +133,16 @@ def run(args: argparse.Namespace) -> int:
                                    rules=rules, progress=progress, checkpoint=lambda done: save(done, partial=True))
     data = save(comparisons, partial=False)
 
-    noise = data["noise"]
-    if "between_run_cv" in noise:
-        print(f"unchanged chain: median {noise['median_ms']:.3f} ms over {noise['runs']} runs, between-run CV "
-              f"{noise['between_run_cv']:.1%} (5-95% {noise['between_run_p5_p95_rel'][0]:+.1%}..{noise['between_run_p5_p95_rel'][1]:+.1%}), "
-              f"within-run CI half-width {noise['within_run_ci_halfwidth_rel']:.1%}, {noise['samples_per_run']:g} samples per run")
-    print(f"load average {load_before['loadavg_1m']:.2f} before, {data['config']['load_after']['loadavg_1m']:.2f} after; "
-          f"{config['threads']} torch thread(s); isolation {args.isolation}; stop precision {stop.precision:g}")
-    for rule in rules:
-        res = data["rules"][rule.name]
-        s = rule.settings
-        print(f"\npolicy {rule.name}: latency_tolerance {s.latency_tolerance:g}, alpha {s.alpha:g}, remeasure {s.remeasure}, "
-              f"contention_max {s.contention_max:g}, baseline_runs {rule.baseline_runs}, confirm {rule.confirm}")
-        print("\n".join(text_table(q.RATE_HEADERS, q.rate_rows([q.Rate(**r) for r in res["rates"]], args.depth))))
-        best = res["smallest_detected_pct"]
-        print(f"smallest slowdown detected >= {q.DETECTION_TARGET:.0%} with <= 1/50 false alarms: "
-              + (f"{best:g}%" if best is not None else "none of those measured"))
+    _print(data, rules, precision=stop.precision, depth=args.depth)
     if args.json:
         print(f"wrote {args.json}")
     return 0
+
+
+def _reference_shape() -> dict[str, Any]:
+    from perfgate.measure import REFERENCE_SHAPE
+
+    return {"kind": "Linear+GELU chain", **REFERENCE_SHAPE}
 
 
 def _threads(requested: int | None) -> int:
@@ -153,3 +151,56 @@ def _threads(requested: int | None) -> int:
     import torch
 
     return torch.get_num_threads()
+
+
+def _rejudge(args: argparse.Namespace, rules: list[Any]) -> int:
+    import json
+
+    from perfgate import quality as q
+    from perfgate.baseline import atomic_write_json
+    from perfgate.cli import CommandError
+
+    try:
+        old = json.loads(args.from_json.read_text())
+        comparisons = q.rejudge(q.load_comparisons(old), rules)
+    except (OSError, json.JSONDecodeError, ValueError) as exc:
+        raise CommandError(f"--from-json {args.from_json}: {exc}") from None
+    cfg = old.get("config", {})
+    depth = cfg.get("workload", {}).get("depth", args.depth)
+    data = q.report(comparisons, rules, depth=depth, config=cfg | {"rejudged_from": str(args.from_json)}, samples=not args.no_samples)
+    _print(data, rules, precision=cfg.get("stop_rule", {}).get("precision", 0.02), depth=depth)
+    if args.json:
+        atomic_write_json(args.json, data)
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _print(data: dict[str, Any], rules: list[Any], *, precision: float, depth: int) -> None:
+    from perfgate import quality as q
+    from perfgate.summary import text_table
+
+    cfg = data["config"]
+    noise = data["noise"]
+    for key, what, unit in (("raw_ms", "raw", "ms"), ("normalised", "normalised", "x the reference"), ("reference_ms", "reference workload", "ms")):
+        if key in noise:
+            n = noise[key]
+            lo, hi = n["between_run_p5_p95_rel"]
+            print(f"unchanged chain, {what}: median {n['median']:.3f} {unit} over {noise['runs']} runs, "
+                  f"between-run CV {n['between_run_cv']:.1%} (5-95% {lo:+.1%}..{hi:+.1%})")
+    if "samples_per_run" in noise:
+        print(f"within-run CI half-width {noise['within_run_ci_halfwidth_rel']:.1%}, {noise['samples_per_run']:g} samples per run")
+    if "load_before" in cfg:
+        print(f"load average {cfg['load_before']['loadavg_1m']:.2f} before, {cfg['load_after']['loadavg_1m']:.2f} after; "
+              f"{cfg.get('threads')} torch thread(s); isolation {cfg.get('isolation')}; stop precision {precision:g}")
+    for rule in rules:
+        res = data["rules"][rule.name]
+        s = rule.settings
+        print(f"\npolicy {rule.name}: latency_tolerance {s.latency_tolerance:g}, alpha {s.alpha:g}, remeasure {s.remeasure}, "
+              f"contention_max {s.contention_max:g}, normalise {str(s.normalise).lower()}, baseline_runs {rule.baseline_runs}, confirm {rule.confirm}")
+        rs = [q.Rate(**r) for r in res["rates"]]
+        print("\n".join(text_table(q.RATE_HEADERS, q.rate_rows(rs, depth))))
+        if skipped := sum(r.not_judged for r in rs):
+            print(f"({skipped} comparison(s) not judged: this rule needs runs the recorded experiment did not take)")
+        best = res["smallest_detected_pct"]
+        print(f"smallest slowdown detected >= {q.DETECTION_TARGET:.0%} with <= 1/50 false alarms: "
+              + (f"{best:g}%" if best is not None else "none of those measured"))
