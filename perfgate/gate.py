@@ -111,6 +111,16 @@ def judge_latency_entries(case: str, cur: Mapping[str, Any], base: Mapping[str, 
     return replace(v, message=f"{v.message}; {note}" if v.message else note)
 
 
+def pool_entries(infos: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The timing keys of several runs' extra_info pooled into one: samples concatenated, reference
+    samples only when every run has them, unreliable when any run was."""
+    pooled: dict[str, Any] = {"samples_ms": [x for i in infos for x in i["samples_ms"]], "reference_ms": None}
+    if all(i.get("reference_ms") for i in infos):
+        pooled["reference_ms"] = [x for i in infos for x in i["reference_ms"]]
+    pooled["unreliable"] = "; ".join(i["unreliable"] for i in infos if i.get("unreliable")) or None
+    return pooled
+
+
 def judge_memory(case: str, current: float, baseline: float, s: GateSettings) -> Verdict:
     kw = dict(case=case, metric="memory", baseline=baseline, current=current, change_pct=_pct(current, baseline))
     if current > baseline * (1 + s.memory_tolerance) + s.memory_slack_mib:

@@ -47,6 +47,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--perfgate-telemetry-interval-ms", type=float, default=100.0,
                 help="GPU (NVML) and CPU telemetry sampling interval while measuring; 0 turns it off (default 100)")
     g.addoption("--perfgate-no-flops", action="store_true", help="do not count FLOPs or time the matmul peak")
+    g.addoption("--perfgate-no-reference", action="store_true",
+                help="CPU: do not time the reference workload in each round (the gate then judges raw ms)")
     g.addoption("--perfgate-trace", choices=("off", "all", "regressed"), default="off",
                 help="write a profiler trace (and on CUDA a memory snapshot) for every case or only regressed ones")
     g.addoption("--perfgate-evidence-dir", default=None, help="where --perfgate-trace writes (default .perfgate/evidence)")
@@ -93,6 +95,7 @@ def _run_options(config: pytest.Config, table: dict[str, Any]) -> RunOptions:
         warm_compile=not smoke,
         telemetry_interval_s=interval_ms / 1e3 or None,
         count_flops=not config.getoption("perfgate_no_flops"),
+        reference=not config.getoption("perfgate_no_reference"),
     )
 
 

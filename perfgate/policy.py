@@ -47,6 +47,7 @@ class GateSettings:
     accuracy_slack: float = 1e-6  # ... plus this absolute slack before it regresses
     speedup_tolerance: float = 0.10  # relative drop of a variant's speedup over the baseline
     remeasure: int = 2  # re-measurements of a suspected latency regression before it fails
+    remeasure_pooled: bool = True  # judge the suspect run and its re-measurements once, pooled (else each must regress)
     contention_max: float = 0.25  # other processes' CPU time / wall time that marks a case unreliable
     fail_on_improvement: bool = False  # ratchet: an unexpected improvement fails until re-recorded
     normalise: bool = True  # CPU latency judged on step/reference-workload ratios (cancels machine drift)

@@ -209,41 +209,32 @@ def gate_judge(current: dict[str, Any], baseline: dict[str, Any], s: GateSetting
 
 
 def pooled_info(runs: Sequence[Run]) -> dict[str, Any]:
-    """Runs' samples pooled as one entry's extra_info (reference samples only when every run has them)."""
-    info: dict[str, Any] = {"samples_ms": [x for r in runs for x in r.samples_ms]}
-    if all(r.reference_ms for r in runs):
-        info["reference_ms"] = [x for r in runs for x in r.reference_ms or []]
-    return info
-
-
-EACH, POOLED = "each", "pooled"
+    """Runs' samples pooled as one entry's extra_info, as the session pools re-measurements."""
+    return gate.pool_entries([{"samples_ms": r.samples_ms, "reference_ms": r.reference_ms} for r in runs])
 
 
 @dataclass(frozen=True, kw_only=True)
 class GateRule:
     """A policy under test: settings plus the latency judge (the gate's unless stated).
 
-    The session's rule is `baseline_runs=1, confirm="each"`. Alternatives, to measure what they
-    would buy: a baseline pooled from several recorded runs (`baseline_runs`), and `confirm="pooled"`,
-    where a suspected regression is re-measured `remeasure` times and judged once on the samples of
-    all current runs together instead of requiring every re-measurement to regress on its own.
+    The session's rule is `baseline_runs=1` with its settings' re-measure rule. Alternatives, to
+    measure what they would buy: a baseline pooled from several recorded runs (`baseline_runs`);
+    `remeasure_pooled` in the settings says whether a suspected regression's re-measurements are
+    judged once, pooled with it, or each must regress on its own.
     """
 
     name: str
     settings: GateSettings = GateSettings()
     judge: Judge = gate_judge
     baseline_runs: int = 1
-    confirm: str = EACH
 
     def __post_init__(self) -> None:
         if self.baseline_runs < 1:
             raise ValueError(f"baseline_runs must be at least 1, got {self.baseline_runs}")
-        if self.confirm not in (EACH, POOLED):
-            raise ValueError(f"confirm must be {EACH!r} or {POOLED!r}, got {self.confirm!r}")
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "judge": getattr(self.judge, "__name__", str(self.judge)), "settings": asdict(self.settings),
-                "baseline_runs": self.baseline_runs, "confirm": self.confirm}
+                "baseline_runs": self.baseline_runs}
 
 
 def unreliable(run: Run, s: GateSettings) -> bool:
@@ -261,14 +252,14 @@ def pooled_verdict(baselines: Sequence[Run], currents: Sequence[Run], rule: Gate
 
 def sequential_verdict(baselines: Sequence[Run], currents: Sequence[Run], rule: GateRule) -> tuple[str | None, int]:
     """`Session.measure_and_judge` under `rule`: a latency regression is re-measured (fresh current
-    runs) up to `remeasure` times; with confirm "each" the last verdict stands, with "pooled" one
-    verdict on all current runs. Returns (verdict, current runs used), or (None, n) when another
+    runs) up to `remeasure` times; pooled (`remeasure_pooled`), one verdict on all current runs,
+    else the last verdict stands. Returns (verdict, current runs used), or (None, n) when another
     current run (or baseline run) is needed to decide."""
     base = list(baselines[: rule.baseline_runs])
     if len(base) < rule.baseline_runs or not currents:
         return None, len(currents)
     verdict, used = pooled_verdict(base, currents[:1], rule), 1
-    if rule.confirm == POOLED:
+    if rule.settings.remeasure_pooled:
         if verdict != gate.REGRESSION or rule.settings.remeasure == 0:
             return verdict, used
         used = 1 + rule.settings.remeasure
@@ -410,7 +401,7 @@ def run_experiment(
             if progress:
                 extra = "".join(f" {r.name}={c.verdicts[r.name]}" for r in rules[1:])
                 progress(f"[{sum(judged.values())}/{total}] +{s:g}%: {c.verdicts[rules[0].name]} "
-                         f"(median {c.change_pct:+.1f}%, {len(c.currents)} current run(s), "
+                         f"(median {c.change_pct_as(rules[0].settings):+.1f}%, {len(c.currents)} current run(s), "
                          f"contention {max(r.contention_cores for r in c.runs):.2f}){extra}")
         if checkpoint:
             checkpoint(done)

@@ -71,7 +71,7 @@ def test_a_one_off_slow_run_is_re_measured_away_as_the_session_does():
     base_first = FakeMeasurer(slow_calls={1})  # the first current run is hit by a neighbour
     c = q.compare(base_first, 100, 100, [q.GateRule(name="default"), q.GateRule(name="no-remeasure", settings=GateSettings(remeasure=0))], slowdown_pct=0)
     assert c.verdicts == {"default": gate.UNCHANGED, "no-remeasure": gate.REGRESSION}
-    assert len(c.currents) == 2
+    assert len(c.currents) == 3  # pooled: both re-measurements are taken, then judged with the suspect run
 
     persistent = FakeMeasurer(slow_calls={1, 2, 3})
     c = q.compare(persistent, 100, 100, [q.GateRule(name="default")], slowdown_pct=0)
@@ -81,11 +81,14 @@ def test_a_one_off_slow_run_is_re_measured_away_as_the_session_does():
 def test_sequential_verdict_asks_for_another_run_only_while_a_regression_is_unconfirmed():
     fake = FakeMeasurer(slow_calls={1, 2})
     base, slow1, slow2 = [fake(100)], fake(100), fake(100)
-    rule = q.GateRule(name="d")
+    rule = q.GateRule(name="d", settings=GateSettings(remeasure_pooled=False))
     assert q.sequential_verdict(base, [slow1], rule) == (None, 1)
     assert q.sequential_verdict(base, [slow1, slow2], rule) == (None, 2)
     assert q.sequential_verdict(base, [slow1, slow2, fake(100)], rule) == (gate.UNCHANGED, 3)
     assert q.sequential_verdict(base, [slow1], replace(rule, settings=GateSettings(remeasure=0))) == (gate.REGRESSION, 1)
+    # Pooled (the default): all re-measurements are taken, then judged once; two slow of three still regress.
+    assert q.sequential_verdict(base, [slow1, slow2], q.GateRule(name="p")) == (None, 2)
+    assert q.sequential_verdict(base, [slow1, slow2, fake(100)], q.GateRule(name="p")) == (gate.REGRESSION, 3)
     assert q.sequential_verdict(base, [slow1], replace(rule, baseline_runs=2)) == (None, 1)  # needs a second baseline run
 
 
@@ -93,14 +96,13 @@ def test_pooled_confirmation_judges_all_re_measurements_together():
     # Two of three current runs are slow (+30%): "each" lets the last, normal one clear the case,
     # "pooled" sees the median of the pooled samples still 30% up.
     fake = FakeMeasurer(slow_calls={1, 2})
-    rules = [q.GateRule(name="each"), q.GateRule(name="pooled", confirm=q.POOLED)]
+    rules = [q.GateRule(name="each", settings=GateSettings(remeasure_pooled=False)), q.GateRule(name="pooled")]
     c = q.compare(fake, 100, 100, rules, slowdown_pct=0)
     assert len(c.currents) == 3 and c.verdicts["each"] == gate.UNCHANGED and c.verdicts["pooled"] == gate.REGRESSION
     # One slow run among three: pooled, the two normal ones outvote it.
     c = q.compare(FakeMeasurer(slow_calls={1}), 100, 100, rules, slowdown_pct=0)
     assert c.verdicts == {"each": gate.UNCHANGED, "pooled": gate.UNCHANGED} and len(c.currents) == 3
-    with pytest.raises(ValueError, match="confirm"):
-        q.GateRule(name="x", confirm="vote")
+    assert GateSettings().remeasure_pooled  # the session's default
 
 
 def test_pooled_baseline_runs_dilute_a_lucky_fast_baseline():
@@ -131,7 +133,10 @@ def test_contended_runs_are_unreliable_counted_apart_and_retried():
 def test_a_contended_regression_remeasurement_makes_the_verdict_unreliable():
     fake = FakeMeasurer(slow_calls={1}, contention=[0.0, 0.0, 0.9])
     c = q.compare(fake, 100, 100, [q.GateRule(name="default")], slowdown_pct=0)
-    assert c.verdicts["default"] == gate.UNRELIABLE and len(c.currents) == 2
+    assert c.verdicts["default"] == gate.UNRELIABLE and len(c.currents) == 3  # a contended run in the pool
+    fake = FakeMeasurer(slow_calls={1}, contention=[0.0, 0.0, 0.9])
+    c = q.compare(fake, 100, 100, [q.GateRule(name="each", settings=GateSettings(remeasure_pooled=False))], slowdown_pct=0)
+    assert c.verdicts["each"] == gate.UNRELIABLE and len(c.currents) == 2
 
 
 def _wilson_closed_form(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
@@ -212,7 +217,7 @@ def test_normalising_cancels_machine_drift_that_makes_the_raw_gate_alarm():
 def test_cli_small_run_writes_json(tmp_path, capsys):
     out = tmp_path / "gq.json"
     rc = main(["gate-quality", "--comparisons", "2", "--slowdowns", "0,20", "--depth", "5", "--width", "8", "--batch", "2",
-               "--threads", "1", "--isolation", "inprocess", "--wait-quiet-s", "0", "--also", "normalise=false", "--also", "latency_tolerance=0.1,remeasure=1", "--also", "baseline_runs=2,confirm=pooled",
+               "--threads", "1", "--isolation", "inprocess", "--wait-quiet-s", "0", "--also", "normalise=false", "--also", "latency_tolerance=0.1,remeasure=1", "--also", "baseline_runs=2,remeasure_pooled=false",
                "--pyproject", str(tmp_path / "none.toml"), "--json", str(out)])
     assert rc == 0
     data = json.loads(out.read_text())
@@ -220,7 +225,7 @@ def test_cli_small_run_writes_json(tmp_path, capsys):
     assert [r["slowdown_pct"] for r in rates] == [0, 20]
     assert all(r["n"] == 2 or r["n"] + r["unreliable"] == 4 for r in rates)  # contended runs retried, up to 2x
     assert data["rules"]["latency_tolerance=0.1,remeasure=1"]["rule"]["settings"]["remeasure"] == 1
-    assert data["rules"]["baseline_runs=2,confirm=pooled"]["rule"]["confirm"] == "pooled"
+    assert data["rules"]["baseline_runs=2,remeasure_pooled=false"]["rule"]["settings"]["remeasure_pooled"] is False
     assert data["config"]["partial"] is False and data["config"]["threads"] == 1 and data["config"]["reference"]["depth"] == 30
     assert all(len(c["baselines"]) == 2 for c in data["comparisons"])
     assert {b["layers"] for c in data["comparisons"] for b in c["baselines"]} == {5}
@@ -241,13 +246,13 @@ def test_cli_small_run_writes_json(tmp_path, capsys):
 
 
 def test_rejudge_reproduces_the_live_verdicts_and_marks_missing_runs():
-    rules = [q.GateRule(name="default"), q.GateRule(name="each0", settings=GateSettings(remeasure=0))]
+    rules = [q.GateRule(name="each", settings=GateSettings(remeasure_pooled=False)), q.GateRule(name="each0", settings=GateSettings(remeasure=0))]
     live = q.run_experiment(FakeMeasurer(slow_calls={1, 5, 9}), depth=100, slowdowns_pct=(0, 10), comparisons=4, rules=rules)
     stored = q.load_comparisons(json.loads(json.dumps(q.report(live, rules, depth=100, config={}))))
-    again = q.rejudge(stored, [*rules, q.GateRule(name="pooled", confirm=q.POOLED)])
-    assert [c.verdicts["default"] for c in again] == [c.verdicts["default"] for c in live]
+    again = q.rejudge(stored, [*rules, q.GateRule(name="pooled")])
+    assert [c.verdicts["each"] for c in again] == [c.verdicts["each"] for c in live]
     assert [c.verdicts["each0"] for c in again] == [c.verdicts["each0"] for c in live]
-    # "pooled" needs both re-measurements after a suspicion; "default" stopped after one where it cleared the case.
+    # "pooled" needs both re-measurements after a suspicion; "each" stopped after one where it cleared the case.
     assert [len(c.currents) for c in again] == [2, 3, 1, 3, 1, 3, 1, 3]  # slow_calls 1 (0%), 5 (1st re-run, 0%), ...
     assert [c.verdicts["pooled"] == q.NOT_JUDGED for c in again] == [len(c.currents) == 2 for c in again]
     assert q.rejudge(stored, [q.GateRule(name="b2", baseline_runs=2)])[0].verdicts["b2"] == q.NOT_JUDGED
@@ -259,7 +264,7 @@ def test_rejudge_reproduces_the_live_verdicts_and_marks_missing_runs():
     (["--slowdowns", "0,x"], "--slowdowns"),
     (["--depth", "10", "--slowdowns", "0,5"], "whole number"),
     (["--also", "latency_tol=0.1"], "--also"),
-    (["--also", "confirm=vote"], "confirm"),
+    (["--also", "confirm=pooled"], "--also"),
     (["--precision", "2"], "--precision"),
     (["--from-json", "/nonexistent/gq.json"], "--from-json"),
     (["--comparisons", "0"], "--comparisons"),

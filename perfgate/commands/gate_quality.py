@@ -33,7 +33,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pyproject", type=Path, default=Path("pyproject.toml"), help="policy to test: its [tool.perfgate] latency settings (default ./pyproject.toml)")
     p.add_argument("--also", action="append", default=[], metavar="KEY=V,...",
                    help="also judge the same runs with the policy changed, e.g. latency_tolerance=0.03,remeasure=3; "
-                        "baseline_runs=K pools K baseline runs, confirm=pooled judges all re-measurements together (repeatable)")
+                        "normalise=false judges raw ms, remeasure_pooled=false makes every re-measurement regress on its own, "
+                        "baseline_runs=K pools K baseline runs (repeatable)")
     p.add_argument("--from-json", type=Path, default=None, metavar="PATH",
                    help="measure nothing: judge the runs stored in an earlier --json report again (with --also rules)")
     p.add_argument("--json", type=Path, default=None, metavar="PATH", help="write the rates, settings and raw runs here")
@@ -54,12 +55,12 @@ def _slowdowns(text: str) -> list[float]:
 
 def _rule(spec: str, base: Any) -> Any:
     """A GateRule named `spec`: the policy `base` changed by 'key=value,...' (GateSettings keys,
-    baseline_runs, confirm=each|pooled)."""
+    baseline_runs)."""
     from perfgate.cli import CommandError
     from perfgate.quality import GateRule
 
     known: dict[str, type] = {f.name: type(getattr(base, f.name)) for f in fields(base)}
-    known |= {"baseline_runs": int, "confirm": str}
+    known |= {"baseline_runs": int}
     changes: dict[str, Any] = {}
     for part in filter(None, (x.strip() for x in spec.split(","))):
         key, sep, value = part.partition("=")
@@ -71,7 +72,7 @@ def _rule(spec: str, base: Any) -> Any:
             raise CommandError(f"--also {spec!r}: {key} needs a {known[key].__name__}, got {value!r}") from None
     if not changes:
         raise CommandError(f"--also {spec!r}: name at least one KEY=VALUE")
-    extra = {k: changes.pop(k) for k in ("baseline_runs", "confirm") if k in changes}
+    extra = {k: changes.pop(k) for k in ("baseline_runs",) if k in changes}
     try:
         return GateRule(name=spec, settings=replace(base, **changes), **extra)
     except ValueError as exc:
@@ -196,7 +197,7 @@ def _print(data: dict[str, Any], rules: list[Any], *, precision: float, depth: i
         res = data["rules"][rule.name]
         s = rule.settings
         print(f"\npolicy {rule.name}: latency_tolerance {s.latency_tolerance:g}, alpha {s.alpha:g}, remeasure {s.remeasure}, "
-              f"contention_max {s.contention_max:g}, normalise {str(s.normalise).lower()}, baseline_runs {rule.baseline_runs}, confirm {rule.confirm}")
+              f"contention_max {s.contention_max:g}, normalise {str(s.normalise).lower()}, remeasure_pooled {str(s.remeasure_pooled).lower()}, baseline_runs {rule.baseline_runs}")
         rs = [q.Rate(**r) for r in res["rates"]]
         print("\n".join(text_table(q.RATE_HEADERS, q.rate_rows(rs, depth))))
         if skipped := sum(r.not_judged for r in rs):
