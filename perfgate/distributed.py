@@ -522,6 +522,7 @@ def _respeed(benchmarks: list[dict[str, Any]]) -> None:
         base, med = eager.get(_case_group(info)), median_ms(b)
         if base and med and info.get("model"):
             info["speedup"] = base / med
+            info["speedup_basis"] = "median_ms"  # across ranks: the slowest rank's milliseconds
 
 
 def aggregate(runs: Mapping[int, Mapping[str, Any]], *, threshold_pct: float = DEFAULT_STRAGGLER_PCT,

@@ -65,7 +65,7 @@ class RunOptions:
     warm_compile: bool = True  # also time a second compile against the warm inductor cache
     telemetry_interval_s: float | None = 0.1  # background GPU/CPU sampler during measure(); None: off
     count_flops: bool = True  # GFLOP per step, achieved TFLOP/s and the share of a measured matmul peak
-    reference: bool = True  # CPU: time the reference workload after every round (machine-speed normalisation)
+    reference: bool = True  # CPU: time the reference workload in every round (machine-speed normalisation)
 
 
 @dataclass(kw_only=True)

@@ -181,8 +181,8 @@ class Session:
         """Run a case and gate it; a suspected latency regression is re-measured (a bounded number
         of times) before it stands, since one noisy neighbour can fake a slowdown. By default
         (`remeasure_pooled`) the suspect run and its re-measurements are judged once, pooled: on
-        the development VM that caught a 10% slowdown 98% of the time against 90% when every
-        re-measurement had to regress on its own, with no false alarm in 50 either way."""
+        the development VM that caught a 10% slowdown 49 and 47 times in 50 (two runs) against 45
+        and 43 when every re-measurement had to regress on its own (docs/gate-quality.md)."""
         settings = self.policy.settings(case.model, case.variant, "latency", case.device)
         result = self.run(case, progress)
         verdicts = self.judge(fullname, {"fullname": fullname, "extra_info": result.extra_info})

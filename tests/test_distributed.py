@@ -116,7 +116,7 @@ def test_missing_ranks_unreliable_ranks_and_in_run_speedups():
     base, bf16 = (b["extra_info"] for b in agg["benchmarks"])
     assert agg["perfgate"]["distributed"]["missing_ranks"] == [1] and base["missing_ranks"] == [1]
     assert bf16["unreliable"] == "rank 2: other processes used 3 cores" and "unreliable" not in base
-    assert bf16["speedup"] == pytest.approx(12.0 / 7.0)  # slowest eager median over slowest bf16 median
+    assert bf16["speedup"] == pytest.approx(12.0 / 7.0) and bf16["speedup_basis"] == "median_ms"  # slowest eager median over slowest bf16 median
     assert any("no results from rank(s) 1" in line for line in pd.summary_lines(agg))
 
 
