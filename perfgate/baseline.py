@@ -10,6 +10,7 @@ earlier files intact and at worst a `.tmp` file that loading ignores.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import tempfile
@@ -54,8 +55,10 @@ def validate(data: Any, path: Path, fingerprint: dict[str, Any] | None = None) -
         if not isinstance(samples, list) or not samples:
             raise BaselineError(f"{path}: benchmark {bench['fullname']!r} has no raw samples (extra_info.samples_ms); {fix}")
         ref = bench["extra_info"].get("reference_ms")
-        if ref is not None and (not isinstance(ref, list) or len(ref) != len(samples)):
-            raise BaselineError(f"{path}: benchmark {bench['fullname']!r} has reference_ms that do not pair with its samples_ms; {fix}")
+        if ref is not None and (not isinstance(ref, list) or len(ref) != len(samples)
+                                or not all(isinstance(x, (int, float)) and math.isfinite(x) and x > 0 for x in ref)):
+            raise BaselineError(f"{path}: benchmark {bench['fullname']!r} has reference_ms that are not positive times "
+                                f"pairing with its samples_ms; {fix}")
     if fingerprint is not None:
         diff = differences(fingerprint, block.get("fingerprint") or {})
         if diff:

@@ -88,13 +88,13 @@ def judge_latency(
     big_slow, big_fast = ratio > 1 + s.latency_tolerance, ratio < 1 / (1 + s.latency_tolerance)
     if big_slow and p_slower < s.alpha:
         return Verdict(**kw, verdict=REGRESSION, p_value=p_slower,
-                       message=f"{what} +{(ratio - 1) * 100:.1f}% > {s.latency_tolerance:.0%}, p={p_slower:.2g}")
+                       message=f"{what}: +{(ratio - 1) * 100:.1f}% > {s.latency_tolerance:.0%}, p={p_slower:.2g}")
     if big_fast and p_faster < s.alpha:
-        return Verdict(**kw, verdict=IMPROVEMENT, p_value=p_faster, message=f"{what} {(ratio - 1) * 100:.1f}%, p={p_faster:.2g}")
+        return Verdict(**kw, verdict=IMPROVEMENT, p_value=p_faster, message=f"{what}: {(ratio - 1) * 100:.1f}%, p={p_faster:.2g}")
     if big_slow or big_fast:
         p = p_slower if big_slow else p_faster
         return Verdict(**kw, verdict=INCONCLUSIVE, p_value=p,
-                       message=f"{what} moved {(ratio - 1) * 100:+.1f}% but not significantly (p={p:.2g} >= {s.alpha:g}): too noisy to tell")
+                       message=f"{what}: moved {(ratio - 1) * 100:+.1f}% but not significantly (p={p:.2g} >= {s.alpha:g}): too noisy to tell")
     return Verdict(**kw, verdict=UNCHANGED, p_value=min(p_slower, p_faster), message=what if reference else "")
 
 
@@ -108,7 +108,9 @@ def judge_latency_entries(case: str, cur: Mapping[str, Any], base: Mapping[str, 
         return v  # not asked for, or neither side normalisable (a GPU case)
     side = "the baseline" if not base.get("reference_ms") else "this run"
     note = f"raw ms: {side} has no reference samples to normalise by (re-record the baseline with this perfgate)"
-    return replace(v, message=f"{v.message}; {note}" if v.message else note)
+    # A CPU tolerance sized for normalised ratios is too tight for raw ms: no failure on raw ms alone.
+    verdict = INCONCLUSIVE if v.verdict == REGRESSION else v.verdict
+    return replace(v, verdict=verdict, message=f"{v.message}; {note}" if v.message else note)
 
 
 def pool_entries(infos: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -151,7 +153,8 @@ def compare_case(current: Mapping[str, Any], baseline: Mapping[str, Any] | None,
     cur = current["extra_info"]
     case, model, variant = current["fullname"], cur.get("model", "*"), cur.get("variant", "*")
     device = str(cur.get("device", ""))
-    unreliable = cur.get("unreliable")
+    pooled = cur.get("pooled") if isinstance(cur.get("pooled"), Mapping) else None
+    unreliable = cur.get("unreliable") or (pooled or {}).get("unreliable")
     out = [Verdict(case=case, metric="latency", verdict=UNRELIABLE, current=cur.get("median_ms"), message=unreliable)] if unreliable else []
     if baseline is None:
         return out or [Verdict(case=case, metric="latency", verdict=NO_BASELINE, current=cur.get("median_ms"))]
@@ -161,14 +164,21 @@ def compare_case(current: Mapping[str, Any], baseline: Mapping[str, Any] | None,
         out.append(Verdict(case=case, metric="latency", verdict=INCONCLUSIVE, current=cur.get("median_ms"),
                            message="the baseline of this case was measured unreliably; re-record it"))
     elif not unreliable:
-        out.append(judge_latency_entries(case, cur, base, policy.settings(model, variant, "latency", device)))
+        # A re-measured case is judged on its pooled runs, as the session judged it.
+        timing = {**cur, **pooled} if pooled else cur
+        out.append(judge_latency_entries(case, timing, base, policy.settings(model, variant, "latency", device)))
     if cur.get("peak_mem_mib") is not None and base.get("peak_mem_mib") is not None:
         out.append(judge_memory(case, cur["peak_mem_mib"], base["peak_mem_mib"], policy.settings(model, variant, "memory", device)))
     cur_acc, base_acc = cur.get("accuracy", {}), base.get("accuracy", {})
     if "rel_l2" in cur_acc and "rel_l2" in base_acc:
         out.append(judge_accuracy(case, cur_acc["rel_l2"], base_acc["rel_l2"], policy.settings(model, variant, "accuracy", device)))
     if cur.get("speedup") and base.get("speedup") and not unreliable:
-        out.append(judge_speedup(case, cur["speedup"], base["speedup"], policy.settings(model, variant, "speedup", device)))
+        bases = (cur.get("speedup_basis", "median_ms"), base.get("speedup_basis", "median_ms"))
+        if bases[0] == bases[1]:
+            out.append(judge_speedup(case, cur["speedup"], base["speedup"], policy.settings(model, variant, "speedup", device)))
+        else:
+            out.append(Verdict(case=case, metric="speedup", verdict=INCONCLUSIVE, baseline=base["speedup"], current=cur["speedup"],
+                               message=f"speedup from {bases[0]} here but {bases[1]} in the baseline: not comparable; re-record the baseline"))
     return out
 
 

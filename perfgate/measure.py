@@ -111,7 +111,7 @@ def linear_gelu_chain(*, depth: int, width: int, batch: int, seed: int = 0) -> C
     return step
 
 
-# GEMMs and element-wise work like the models', ~1.6 ms on 2 threads of the development VM: long
+# GEMMs and element-wise work like the models', 1.2-1.7 ms on 2 threads of the development VM: long
 # enough to time well, short beside most steps. Changing it invalidates every recorded ratio.
 REFERENCE_SHAPE = {"depth": 30, "width": 192, "batch": 24, "seed": 1}
 _reference: Callable[[], Any] | None = None

@@ -92,7 +92,7 @@ class Run:
     contention_cores: float = 0.0
     stop: str = ""
     warmup_rounds: int = 0
-    reference_ms: list[float] | None = None  # the reference workload, timed after each round
+    reference_ms: list[float] | None = None  # the reference workload, timed before each timed step
 
     @property
     def reference_median_ms(self) -> float | None:

@@ -204,9 +204,10 @@ class Session:
             for attempt in range(settings.remeasure):
                 result = remeasure(attempt)
                 infos.append(result.extra_info)
-            pooled = gate.pool_entries(infos)
+            # Kept in the result, so `perfgate compare` on the JSON judges what the session judged.
+            result.extra_info["pooled"] = {"runs": len(infos), **gate.pool_entries(infos)}
             verdicts = [v if v.metric != "latency" else _pooled_note(v, len(infos))
-                        for v in self.judge(fullname, {"fullname": fullname, "extra_info": result.extra_info | pooled})]
+                        for v in self.judge(fullname, {"fullname": fullname, "extra_info": result.extra_info})]
         elif settings.remeasure:
             for attempt in range(settings.remeasure):
                 if not suspected():

@@ -58,9 +58,10 @@ def test_wrong_schema_and_missing_samples(tmp_path):
     data["benchmarks"][0]["extra_info"].pop("samples_ms")
     with pytest.raises(store.BaselineError, match="no raw samples"):
         store.load(_write(tmp_path / "0002_a.json", data), FP)
-    data = run_json([bench("a", [1, 2, 3], reference_ms=[1, 1])])
-    with pytest.raises(store.BaselineError, match="reference_ms that do not pair"):
-        store.load(_write(tmp_path / "0003_a.json", data), FP)
+    for i, ref in enumerate(([1, 1], [1, 0, 1], [1, "x", 1])):
+        data = run_json([bench("a", [1, 2, 3], reference_ms=ref)])
+        with pytest.raises(store.BaselineError, match="reference_ms that are not positive times pairing"):
+            store.load(_write(tmp_path / f"000{3 + i}_a.json", data), FP)
 
 
 def test_other_fingerprint_is_refused_with_the_differing_fields(tmp_path):

@@ -110,8 +110,30 @@ def test_entries_normalise_only_when_asked_and_both_sides_have_reference_samples
     assert judge(cur, base).verdict == gate.UNCHANGED
     assert judge(cur, base, GateSettings(normalise=False)).verdict == gate.REGRESSION
     old = bench("a", _samples(10, seed=21))  # recorded before reference samples existed
-    v = judge(cur, old)
-    assert v.verdict == gate.REGRESSION and "the baseline has no reference samples" in v.message and "re-record" in v.message
+    v = judge(cur, old)  # +30% raw: not failed on raw ms alone under a tolerance meant for ratios
+    assert v.verdict == gate.INCONCLUSIVE and "the baseline has no reference samples" in v.message and "re-record" in v.message
     gpu = bench("a", [x * 1.3 for x in _samples(10, seed=23)])
     assert judge(gpu, old).message.startswith("median")  # neither side normalisable: no note
     assert parse({"gate": {"normalise": False}}).defaults.normalise is False
+
+
+def test_speedups_on_different_bases_are_not_compared():
+    base = bench("a", _samples(10, seed=31), speedup=2.0)  # an old baseline: raw-ms speedup, no basis recorded
+    cur = bench("a", _samples(10, seed=32), speedup=0.5, speedup_basis="normalised_median")
+    (v,) = [v for v in gate.compare_case(cur, base, Policy()) if v.metric == "speedup"]
+    assert v.verdict == gate.INCONCLUSIVE and "not comparable" in v.message
+    cur["extra_info"]["speedup_basis"] = "median_ms"
+    (v,) = [v for v in gate.compare_case(cur, base, Policy()) if v.metric == "speedup"]
+    assert v.verdict == gate.REGRESSION
+
+
+def test_a_re_measured_case_is_judged_on_its_pooled_runs():
+    base = bench("a", _samples(10, seed=41))
+    cur = bench("a", _samples(10, seed=42))  # the last run alone: unchanged
+    cur["extra_info"]["pooled"] = {"runs": 3, "samples_ms": _samples(10, seed=42) + _samples(13, seed=43) + _samples(13, seed=44),
+                                   "reference_ms": None, "unreliable": None}
+    (lat,) = [v for v in gate.compare_case(cur, base, Policy()) if v.metric == "latency"]
+    assert lat.verdict == gate.REGRESSION  # two slow runs of three, as the session judged it
+    cur["extra_info"]["pooled"]["unreliable"] = "neighbour busy in re-measurement 1"
+    (lat,) = [v for v in gate.compare_case(cur, base, Policy()) if v.metric == "latency"]
+    assert lat.verdict == gate.UNRELIABLE

@@ -63,3 +63,4 @@ def test_a_suspected_regression_is_re_measured_pooled_or_each(tmp_path, monkeypa
     assert (lat.verdict, len(calls)) == (verdict, runs)
     assert ("3 runs pooled" in lat.message) == pooled
     assert result.extra_info["remeasured"] == runs - 1
+    assert ("pooled" in result.extra_info) == pooled and (not pooled or len(result.extra_info["pooled"]["samples_ms"]) == 120)
