@@ -67,10 +67,10 @@ DEFAULT_TOLERANCES: dict[str, Tolerance] = {
     "compile*": Tolerance(rel_l2=1e-3, cosine=0.9999, psnr_db=60),
     "cudagraphs": Tolerance(rel_l2=1e-5, cosine=0.999999),
     "tensorrt": Tolerance(rel_l2=1e-2, cosine=0.999, psnr_db=40),
+    "*int8*": Tolerance(rel_l2=0.2, cosine=0.98, psnr_db=20),  # before *bf16*: bf16+fp8-* is judged as FP8
+    "*fp8*": Tolerance(rel_l2=0.2, cosine=0.98, psnr_db=20),
     "*fp16*": Tolerance(rel_l2=0.05, cosine=0.998, psnr_db=30),
     "*bf16*": Tolerance(rel_l2=0.1, cosine=0.99, psnr_db=25),
-    "int8*": Tolerance(rel_l2=0.2, cosine=0.98, psnr_db=20),
-    "fp8*": Tolerance(rel_l2=0.2, cosine=0.98, psnr_db=20),
     "*": Tolerance(rel_l2=0.1, cosine=0.99, psnr_db=25),
 }
 

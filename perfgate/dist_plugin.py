@@ -83,7 +83,7 @@ def _start(config: pytest.Config, topo: pd.Topology) -> DistState:
     import torch
     import torch.distributed as dist
 
-    from perfgate.session import default_device
+    from perfgate.device import default_device
 
     rounds, threads, pct = (config.getoption(o) for o in ("perfgate_dist_rounds", "perfgate_dist_threads", "perfgate_straggler_pct"))
     for name, value, low in (("--perfgate-dist-rounds", rounds, 1), ("--perfgate-dist-threads", threads, 1), ("--perfgate-straggler-pct", pct, 0)):

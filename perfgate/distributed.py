@@ -25,6 +25,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
+from perfgate.device import bind
 from perfgate.measure import WarmupRule
 from perfgate.stats import StopRule
 
@@ -112,14 +113,6 @@ def threads_per_rank(cores: int, local_world_size: int) -> int:
     return max(1, cores // max(1, local_world_size))
 
 
-def _indexed(device: torch.device | str) -> torch.device:
-    """A CUDA device with its index (NCCL binds to one GPU); other devices unchanged."""
-    device = torch.device(device)
-    if device.type == "cuda" and device.index is None:
-        return torch.device("cuda", torch.cuda.current_device())
-    return device
-
-
 def init_process_group(device: torch.device | str) -> bool:
     """Join torchrun's rendezvous (env://) with the backend the device needs; False if a process
     group already exists. For CUDA the rank's GPU becomes the current device first."""
@@ -127,10 +120,9 @@ def init_process_group(device: torch.device | str) -> bool:
 
     if dist.is_initialized():
         return False
-    device = _indexed(device)
+    device = bind(device)
     kwargs: dict[str, Any] = {}
     if device.type == "cuda":
-        torch.cuda.set_device(device)
         kwargs["device_id"] = device  # binds NCCL to this GPU: barriers and object collectives use it
     dist.init_process_group(backend=backend_for(device), init_method="env://", **kwargs)
     return True
@@ -146,10 +138,8 @@ def ensure_process_group(device: torch.device | str) -> None:
     if under_launcher():
         init_process_group(device)
         return
-    device = _indexed(device)
+    device = bind(device)
     kwargs: dict[str, Any] = {"device_id": device} if device.type == "cuda" else {}
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
     dist.init_process_group(backend=backend_for(device), store=dist.HashStore(), rank=0, world_size=1, **kwargs)
 
 

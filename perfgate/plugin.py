@@ -12,11 +12,12 @@ import pytest
 
 from perfgate import baseline as baseline_store
 from perfgate import policy as policy_mod
-from perfgate import summary
+from perfgate import summary, tiers
 from perfgate.accuracy import Tolerance
 from perfgate.measure import StopRule
 from perfgate.runner import Case, RunOptions
-from perfgate.session import Session, _split, default_device, device_error, expand_cases
+from perfgate.device import default_device, device_error, is_cpu, resolve
+from perfgate.session import Session, _split, expand_cases
 from perfgate.variants import set_inductor_cache
 from perfgate.workload import load_model_file
 
@@ -28,7 +29,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--perfgate-device", default=None, help="cpu, cuda or cuda:N (default: cuda if available, else cpu)")
     g.addoption("--perfgate-models", default=None, help="comma-separated model names or globs (default: all)")
     g.addoption("--perfgate-sizes", default=None, help="comma-separated size presets (default: the device's default size)")
-    g.addoption("--perfgate-variants", default=None, help="comma-separated variant names or globs (default: [tool.perfgate] variants, else all)")
+    g.addoption("--perfgate-variants", default=None, help="comma-separated variant names or globs (default: the tier's, else [tool.perfgate] variants, else all)")
+    g.addoption("--perfgate-tier", default=None, help="a tier of [tool.perfgate.tiers] (default: [tool.perfgate] tier for this device type, else 'all')")
     g.addoption("--perfgate-record", nargs="?", const="baseline", default=None, metavar="LABEL",
                 help="record this run as the newest baseline for this machine's fingerprint")
     g.addoption("--perfgate-baselines", default=None, help="baseline folder (default: <rootdir>/baselines)")
@@ -107,11 +109,13 @@ def pytest_configure(config: pytest.Config) -> None:
         for f in [*table.get("model_files", []), *config.getoption("perfgate_model_file")]:
             load_model_file(Path(config.rootpath) / f)
         opts = _run_options(config, table)
-    except (policy_mod.PolicyError, FileNotFoundError, TypeError) as exc:
+        tier_table, tier_defaults = tiers.parse(table, f"{Path(config.rootpath) / 'pyproject.toml'} [tool.perfgate]")
+    except (policy_mod.PolicyError, tiers.TierError, FileNotFoundError, TypeError) as exc:
         raise pytest.UsageError(f"perfgate: {exc}") from None
     device = config.getoption("perfgate_device") or default_device()
     if (err := device_error(device)) is not None:
         raise pytest.UsageError(f"perfgate: --perfgate-device {err}")
+    device = str(resolve(device))  # "cuda" -> "cuda:0": every CUDA call downstream gets an index
     root = Path(config.getoption("perfgate_baselines") or Path(config.rootpath) / "baselines")
     set_inductor_cache(
         config.getoption("perfgate_inductor_cache")
@@ -128,7 +132,14 @@ def pytest_configure(config: pytest.Config) -> None:
         trace=config.getoption("perfgate_trace"),
         evidence_dir=Path(config.getoption("perfgate_evidence_dir") or Path(config.rootpath) / ".perfgate" / "evidence"),
     )
-    session.default_variants = table.get("variants")
+    try:
+        # A selection on the command line stands alone unless a tier is named with it.
+        named = config.getoption("perfgate_tier") or (
+            tiers.ALL if any(config.getoption(o) for o in ("perfgate_models", "perfgate_sizes", "perfgate_variants")) else None)
+        session.tier = tiers.choose(tier_table, tier_defaults, "cpu" if is_cpu(device) else "cuda", named)
+    except tiers.TierError as exc:
+        raise pytest.UsageError(f"perfgate: {exc}") from None
+    session.default_variants = list(session.tier.variants) or table.get("variants")
     session.cases = _expand(config, session)  # bad selections fail here, before collection
     config.stash[_KEY] = session
     # pytest-benchmark reads its storage when it configures (trylast): point it at this
@@ -144,11 +155,13 @@ def pytest_configure(config: pytest.Config) -> None:
 def _expand(config: pytest.Config, session: Session) -> list[Case]:
     o = config.getoption
     try:
+        tier = session.tier
         return expand_cases(
             session.device,
-            models=_split(o("perfgate_models")),
-            sizes_=_split(o("perfgate_sizes")),
+            models=_split(o("perfgate_models")) or list(tier.models),
+            sizes_=_split(o("perfgate_sizes")) or list(tier.sizes),
             variants=_split(o("perfgate_variants")) or session.default_variants,
+            case_ids=list(tier.cases),
         )
     except (KeyError, ValueError) as exc:
         raise pytest.UsageError(f"perfgate: {exc}") from None

@@ -137,7 +137,7 @@ def parse(table: Mapping[str, Any], source: str = "[tool.perfgate]") -> Policy:
     return Policy(defaults=defaults, overrides=tuple(overrides), budgets=tuple(budgets))
 
 
-TABLE_KEYS = ("gate", "override", "budget", "tolerance", "variants", "model_files")
+TABLE_KEYS = ("gate", "override", "budget", "tolerance", "variants", "model_files", "tier", "tiers")
 
 
 def load_table(pyproject: str | Path) -> dict[str, Any]:

@@ -44,6 +44,7 @@ import torch
 from torch import nn
 
 from perfgate import accuracy, flops, suggest, telemetry
+from perfgate.device import bind
 from perfgate.measure import StopRule, WarmupRule, make_timer, measure
 from perfgate.memory import MIB, MemoryTracker
 from perfgate.variants import VARIANTS, Cast, Env, Quantize, Variant, VariantError, get_variant
@@ -675,10 +676,9 @@ def profile_point(pt: Point, cfg: ProfileConfig, device: torch.device, run_dir: 
     unreliable = "; ".join(p for p in problems if p) or None
     roof = None
     if count is not None:
-        peak = flops.peak_for(device, flops.compute_dtype(conv.info))
-        roof = {**flops.roofline(count.total, bench["median_ms"], peak), "attention_gflop": count.attention / 1e9,
+        roof = {**flops.flops_extra_info(count, bench["median_ms"], device, conv.info),
                 "by_module_gflop": {k: v / 1e9 for k, v in count.by_module.items()}, "by_op_gflop": {k: v / 1e9 for k, v in count.by_op.items()},
-                "method": count.method, "peak": peak.as_dict()}
+                "method": count.method}
     point: dict[str, Any] = {
         "label": pt.label, "size": pt.size, "batch": pt.batch, "variant": pt.variant, "options": wl.options,
         "params": wl.params, "weights_mib_fp32": wl.params * 4 / MIB, "step": spec.step, "unit": wl.unit, "items_per_step": wl.throughput,
@@ -770,7 +770,7 @@ def check_config(cfg: ProfileConfig) -> torch.device:
         raise ProfileError(f"--precisions {','.join(unknown)}: known precisions are {', '.join(PRECISIONS)}")
     if cfg.telemetry_interval_s <= 0:
         raise ProfileError(f"--telemetry-interval-ms must be positive, got {cfg.telemetry_interval_s * 1e3:g}")
-    return device
+    return bind(device)
 
 
 def run_profile(cfg: ProfileConfig, *, stream: Any = None) -> tuple[Path, dict[str, Any]]:
@@ -963,11 +963,13 @@ def _flops_html(p: dict[str, Any]) -> str:
     f = p.get("flops")
     if not f:
         return f"<h3>FLOPs</h3><p class='muted'>not counted: {_e(p.get('flops_error'))}</p>"
-    peak = f.get("peak") or {}
+    basis = "; ".join(f"{c}: {b['gflop']:.3g} GFLOP at {b['tflops']:.3g} TFLOP/s ({b['dtype']}{' tf32' if b.get('tf32') else ''}, {b['shape']})"
+                      for c, b in (f.get("peak_basis") or {}).items())
     rows = [["GFLOP per step", _f(f["gflop_per_step"], ".4g")], ["of which attention modules", _f(f["attention_gflop"], ".4g")],
             ["achieved", _f(f["achieved_tflops"], ".4g", " TFLOP/s")],
-            ["measured peak", f"{_f(f.get('peak_tflops'), '.4g', ' TFLOP/s')} ({_e(peak.get('dtype'))}, {peak.get('n')}&sup3; matmul)"],
-            ["share of peak", _pct(f.get("peak_share"))]]
+            ["measured peak of this mix of ops", f"{_f(f.get('peak_tflops'), '.4g', ' TFLOP/s')} ({_e(f.get('peak_dtype') or '-')})"],
+            ["per kernel family", _e(basis or "-")],
+            ["share of peak", _pct(f.get("peak_share")) if f.get("peak_share") is not None else _e(f.get("peak_note") or "-")]]
     mods = "".join(f"<li>{_e(k)}: {v:.4g} GFLOP</li>" for k, v in f.get("by_module_gflop", {}).items())
     return "<h3>FLOPs and roofline</h3>" + _table(["", "value"], rows) + (f"<ul class='muted'>{mods}</ul>" if mods else "") + f"<p class='muted'>{_e(f['method'])}</p>"
 

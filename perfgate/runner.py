@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from perfgate import accuracy, flops, telemetry
+from perfgate.device import bind
 from perfgate.measure import Measurement, StopRule, WarmupRule, measure, reference_step
 from perfgate.stats import ratios
 from perfgate.variants import Converted, Env, Variant, VariantError, get_variant
@@ -114,9 +115,7 @@ def run_case(
     progress: Callable[[str], None] | None = None,
     prepared: tuple[Workload, Any] | None = None,
 ) -> CaseResult:
-    device = torch.device(case.device)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)  # events, side streams and graph capture use the current device
+    device = bind(case.device)  # CUDA: events, side streams and graph capture use the current device
     isolate(device)
     wl, ref = prepared or prepare(case, opts)
     variant = case.variant_obj

@@ -17,28 +17,12 @@ import torch
 
 from perfgate import baseline as baseline_store
 from perfgate import gate, profile_run, telemetry
+from perfgate.device import is_cpu
 from perfgate.fingerprint import fingerprint, fingerprint_id
 from perfgate.policy import Policy
 from perfgate.runner import Case, CaseResult, RunOptions, run_case
 from perfgate.variants import VARIANTS, Env
 from perfgate.workload import MODELS, default_size, get_model, sizes
-
-
-def default_device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def device_error(device: str) -> str | None:
-    """Why `device` cannot be benchmarked here, or None."""
-    try:
-        d = torch.device(device)
-    except RuntimeError:
-        return f"{device!r} is not a device: use cpu, cuda or cuda:N"
-    if d.type not in ("cpu", "cuda"):
-        return f"{device!r}: perfgate measures cpu, cuda or cuda:N"
-    if d.type == "cuda" and (not torch.cuda.is_available() or (d.index or 0) >= torch.cuda.device_count()):
-        return f"{device}: no such CUDA device here (torch.cuda.is_available() is {torch.cuda.is_available()}); use cpu"
-    return None
 
 
 def _split(value: str | None) -> list[str]:
@@ -62,8 +46,10 @@ def expand_cases(
     models: list[str] | None = None,
     sizes_: list[str] | None = None,
     variants: list[str] | None = None,
+    case_ids: list[str] | None = None,
 ) -> list[Case]:
-    """Model x size x option sweep x variant, the baseline variant first so speedups are in-run."""
+    """Model x size x option sweep x variant, the baseline variant first so speedups are in-run;
+    `case_ids` (globs on case ids) narrows the product further."""
     get_model(next(iter(MODELS), "physicsnemo-block"))  # imports the built-in registry
     device_type = torch.device(device).type
     cases = []
@@ -88,6 +74,11 @@ def expand_cases(
             opts = tuple((k, v) for k, v in combo if v is not None)
             for v in variant_names:
                 cases.append(Case(model=name, size=size, variant=v, device=device, options=opts))
+    for p in case_ids or []:
+        if not any(fnmatch.fnmatchcase(c.id, p) for c in cases):
+            raise ValueError(f"the tier's case glob {p!r} matches no case of this selection on {device}")
+    if case_ids:
+        cases = [c for c in cases if any(fnmatch.fnmatchcase(c.id, p) for p in case_ids)]
     return cases
 
 
@@ -143,7 +134,7 @@ class Session:
         info["contention_cores"] = result.measurement.contention_cores
         settings = self.policy.settings(case.model, case.variant, "latency", case.device)
         problems = []
-        if device_is_cpu(case.device) and result.measurement.contention_cores > settings.contention_max:
+        if is_cpu(case.device) and result.measurement.contention_cores > settings.contention_max:
             problems.append(
                 f"other processes used {result.measurement.contention_cores:.2f} cores during the measurement "
                 f"(> {settings.contention_max:g}): timings are not trustworthy"
@@ -250,11 +241,3 @@ def _pooled_note(v: gate.Verdict, runs: int) -> gate.Verdict:
 
     note = f"{runs} runs pooled after a suspected regression"
     return replace(v, message=f"{v.message}; {note}" if v.message else note)
-
-
-def device_is_cpu(device: str) -> bool:
-    return torch.device(device).type == "cpu"
-
-
-def env_flag(name: str) -> bool:
-    return os.environ.get(name, "").lower() in ("1", "true", "yes")

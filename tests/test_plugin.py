@@ -60,7 +60,8 @@ remeasure = 2  # as by default: a shared machine can fake one slowdown
 memory_slack_mib = 1.0
 """
 
-ARGS = ["-p", "perfgate.plugin", "--perfgate-models", "sleepy", "--perfgate-variants", "baseline",
+# The device is pinned: on a machine with a GPU the default would be CUDA, and these tests mean the CPU.
+ARGS = ["-p", "perfgate.plugin", "--perfgate-device", "cpu", "--perfgate-models", "sleepy", "--perfgate-variants", "baseline",
         "--perfgate-min-rounds", "15", "--perfgate-max-rounds", "15", "-p", "no:cacheprovider"]
 
 
@@ -151,7 +152,8 @@ def test_bad_options_are_one_line_usage_errors(suite):
 
 
 def test_unavailable_variant_is_skipped_with_its_reason(suite):
-    r = suite.runpytest_subprocess("-p", "perfgate.plugin", "--perfgate-models", "sleepy", "--perfgate-variants", "tensorrt,cudagraphs", "-rs")
+    r = suite.runpytest_subprocess("-p", "perfgate.plugin", "--perfgate-device", "cpu", "--perfgate-models", "sleepy",
+                                   "--perfgate-variants", "tensorrt,cudagraphs", "-rs")
     r.assert_outcomes(skipped=2)
     r.stdout.fnmatch_lines(["*skipped variants:*", "*1 x TensorRT needs a CUDA device*"])
     r.stdout.fnmatch_lines(["*SKIPPED*tensorrt: TensorRT needs a CUDA device*"])

@@ -18,7 +18,7 @@ def env(device="cuda", cc=None, **imports):
 
 @pytest.mark.parametrize("cc, ok", [((8, 0), False), ((8, 9), True), ((9, 0), True)], ids=["sm80", "sm89", "sm90"])
 def test_fp8_needs_sm89(cc, ok):
-    reason = get_variant("fp8-rowwise+compile").unavailable(env(cc=cc))
+    reason = get_variant("bf16+fp8-rowwise+compile").unavailable(env(cc=cc))
     assert (reason is None) == ok
     if not ok:
         assert "8.9" in reason and "8.0" in reason
@@ -26,7 +26,7 @@ def test_fp8_needs_sm89(cc, ok):
 
 def test_cpu_reasons_for_gpu_only_variants():
     cpu = env("cpu")
-    assert "compute capability >= 8.9" in get_variant("fp8-tensorwise+compile").unavailable(cpu)
+    assert "compute capability >= 8.9" in get_variant("bf16+fp8-tensorwise+compile").unavailable(cpu)
     assert "CUDA" in get_variant("tensorrt").unavailable(cpu)
     assert "CUDA graphs" in get_variant("cudagraphs").unavailable(cpu)
     assert "CUDA graphs" in get_variant("compile-reduce-overhead").unavailable(cpu)
@@ -58,7 +58,9 @@ def test_torch_tensorrt_raising_a_plain_exception_is_unavailable(monkeypatch, tm
     ((Quantize(scheme="int8-dynamic"), TensorRT()), "TensorRT"),
     ((Compile(), CudaGraphs()), "at most one compile"),
     ((Quantize(scheme="int8-dynamic"), Quantize(scheme="int8-weight-only")), "at most one quantisation"),
-], ids=["compile-then-quantise", "double-compile", "quantise-tensorrt", "compile-cudagraphs", "double-quantise"])
+    ((Quantize(scheme="fp8-rowwise"), Compile()), "needs the bf16 model"),
+    ((Cast(dtype=torch.float16), Quantize(scheme="fp8-tensorwise")), "needs the bf16 model"),
+], ids=["compile-then-quantise", "double-compile", "quantise-tensorrt", "compile-cudagraphs", "double-quantise", "fp8-fp32", "fp8-fp16"])
 def test_composites_are_validated(steps, match):
     with pytest.raises(ValueError, match=match):
         Variant(name="bad", steps=steps)
@@ -66,7 +68,7 @@ def test_composites_are_validated(steps, match):
 
 def test_valid_composites():
     Variant(name="ok1", steps=(Cast(), TensorRT()))
-    Variant(name="ok2", steps=(Quantize(scheme="fp8-rowwise"), Autocast(), Compile()))
+    Variant(name="ok2", steps=(Cast(), Quantize(scheme="fp8-rowwise"), Autocast(), Compile()))
     assert all(isinstance(v, Variant) for v in VARIANTS.values())
 
 
@@ -121,14 +123,14 @@ def test_accuracy_metrics_on_known_inputs():
 def test_tolerances_by_variant_and_overrides():
     assert accuracy.tolerance_for("compile-max-autotune").rel_l2 == 1e-3
     assert accuracy.tolerance_for("autocast-bf16+compile").rel_l2 == 0.1
-    assert accuracy.tolerance_for("fp8-rowwise+compile").cosine == 0.98
+    assert accuracy.tolerance_for("bf16+fp8-rowwise+compile").cosine == 0.98
     over = {"bf16": accuracy.Tolerance(rel_l2=0.5, cosine=0.9)}
     assert accuracy.tolerance_for("bf16", over).rel_l2 == 0.5
     wrong = accuracy.metrics(torch.randn(100), torch.randn(100))
     assert accuracy.violations(wrong, accuracy.tolerance_for("int8-dynamic"))  # a wrong fast variant fails
 
 
-@pytest.mark.parametrize("variant", ["cudagraphs", "tensorrt", "int8-dynamic", "fp8-rowwise+compile"])
+@pytest.mark.parametrize("variant", ["cudagraphs", "tensorrt", "int8-dynamic", "bf16+fp8-rowwise+compile"])
 def test_training_steps_skip_inference_only_variants(variant):
     from perfgate.runner import Case
 
@@ -139,7 +141,7 @@ def test_training_steps_skip_inference_only_variants(variant):
 
 
 def test_device_errors_are_one_line():
-    from perfgate.session import device_error
+    from perfgate.device import device_error
 
     assert device_error("cpu") is None
     assert "perfgate measures cpu, cuda" in device_error("meta")

@@ -7,7 +7,7 @@ import json
 
 from perfgate.fingerprint import fingerprint, fingerprint_id
 from perfgate.cli import CommandError
-from perfgate.session import default_device, device_error
+from perfgate.device import default_device, device_error, resolve
 from perfgate.summary import text_table
 from perfgate.variants import VARIANTS, Env
 
@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     device = args.device or default_device()
     if (err := device_error(device)) is not None:
         raise CommandError(f"--device {err}")
-    data = report(device)
+    data = report(str(resolve(device)))
     if args.json:
         print(json.dumps(data, indent=2, default=str))
         return 0

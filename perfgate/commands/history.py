@@ -40,7 +40,7 @@ def _globs(values: list[str]) -> tuple[str, ...]:
 def current_fingerprint_id(device: str | None) -> str:
     """This machine's fingerprint id; imports torch, so only when no id was given."""
     from perfgate.fingerprint import fingerprint, fingerprint_id
-    from perfgate.session import default_device
+    from perfgate.device import default_device
 
     return fingerprint_id(fingerprint(device or default_device()))
 

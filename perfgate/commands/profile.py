@@ -110,9 +110,8 @@ def run(args: argparse.Namespace) -> int:
     if args.torch_trace and os.environ.get("TORCH_TRACE") != str(Path(args.torch_trace).resolve()):
         return rerun_with_torch_trace(args)
 
-    import torch
-
     from perfgate import profile_run
+    from perfgate.device import default_device
 
     options = parse_options(args.option)
     for key in SHAPE_FLAGS:
@@ -122,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
         model=args.model,
         size=args.size,
         variant=args.variant,
-        device=args.device or ("cuda" if torch.cuda.is_available() else "cpu"),
+        device=args.device or default_device(),
         iterations=args.iterations,
         warmup=args.warmup,
         batch=args.batch,
@@ -162,7 +161,8 @@ def summary_lines(report: dict[str, Any], run_dir: Path) -> list[str]:
                   f"  Mean {b['mean_ms']:.3f} ms  Median {b['median_ms']:.3f} ms  Std {b['std_ms']:.3f} ms  Min {b['min_ms']:.3f} ms  Max {b['max_ms']:.3f} ms  {fps}"]
         f = p.get("flops")
         if f:
-            share = f" ({f['peak_share']:.1%} of a measured {f['peak_tflops']:.3g} TFLOP/s {f['peak_dtype']} peak)" if f.get("peak_share") is not None else ""
+            share = (f" ({f['peak_share']:.1%} of a measured {f['peak_tflops']:.3g} TFLOP/s {f['peak_dtype']} peak)" if f.get("peak_share") is not None
+                     else f" (no share of peak: {f['peak_note']})" if f.get("peak_note") else "")
             lines.append(f"  {f['gflop_per_step']:.4g} GFLOP/step, {f['achieved_tflops']:.4g} TFLOP/s{share}")
         lines.append(f"  peak memory {p['memory']['peak_mem_mib']:.1f} MiB ({p['memory']['method']})")
         if p.get("unreliable"):
