@@ -8,7 +8,7 @@ from torch import nn
 from perfgate import accuracy
 from perfgate.variants import (
     VARIANTS, Autocast, Cast, Compile, CudaGraphs, Env, Quantize, TensorRT, Variant, VariantError, count_quantized_linears,
-    export_program, get_variant, probe_import,
+    export_program, get_variant, probe_import, unsupported_fp8_shape,
 )
 
 
@@ -87,6 +87,23 @@ def test_int8_reports_converted_linears():
     c = get_variant("int8-dynamic").convert(TwoLinear(), (torch.randn(4, 32),))
     assert c.info["quantized_linears"] == 2 and c.info["linears"] == 2
     assert c.module(*c.inputs).shape == (4, 3)
+
+
+def test_a_gemm_cublas_refuses_skips_the_case_naming_the_layer():
+    """The H100's row-wise FP8 failure, reproduced with torchao's real quantised weights on the CPU and
+    the error text torch raises there (CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling ...)."""
+    torch.manual_seed(0)
+    c = get_variant("int8-dynamic").convert(TwoLinear(), (torch.randn(4, 32),))
+
+    def refuse(x):
+        raise RuntimeError("CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling `cublasLtMatmulAlgoGetHeuristic( ltHandle, ...)`")
+
+    c.module.b.forward = refuse
+    with pytest.raises(VariantError, match=r"cuBLAS has no FP8 kernel for b \(Linear 64->3, 4 rows\) on this GPU: CUDA error: CUBLAS_STATUS_NOT"):
+        unsupported_fp8_shape(c.module, c.inputs)
+    c.module.b.forward = lambda x: (_ for _ in ()).throw(RuntimeError("mat1 and mat2 shapes cannot be multiplied"))
+    with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):  # any other error is a real failure
+        unsupported_fp8_shape(c.module, c.inputs)
 
 
 def test_a_variant_that_converts_nothing_says_so():
