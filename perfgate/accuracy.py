@@ -1,7 +1,8 @@
 """Accuracy of a variant's output against the fp32 eager reference, and per-variant tolerances.
 
 A variant that is fast because it is wrong must never pass: every case compares its output with
-the reference of the same weights and inputs, and NaN or Inf fails whatever the tolerance.
+the reference of the same weights and inputs; the gate (`perfgate.gate.decide.accuracy_violations`)
+fails it outside its variant's tolerance, and NaN or Inf whatever the tolerance.
 """
 
 from __future__ import annotations
@@ -82,17 +83,3 @@ def tolerance_for(variant: str, overrides: Mapping[str, Tolerance] | None = None
             if fnmatch.fnmatchcase(variant, pattern):
                 return tol
     raise KeyError(variant)  # unreachable: "*" matches
-
-
-def violations(m: Mapping[str, float], tol: Tolerance) -> list[str]:
-    """Human-readable reasons the figures break the tolerance; empty when within it."""
-    out = []
-    if not m.get("finite", 1.0):
-        return ["output has NaN or Inf"]
-    if m["rel_l2"] > tol.rel_l2:
-        out.append(f"relative L2 error {m['rel_l2']:.3g} > {tol.rel_l2:g}")
-    if m["cosine"] < tol.cosine:
-        out.append(f"cosine similarity {m['cosine']:.6f} < {tol.cosine:g}")
-    if tol.psnr_db is not None and "psnr_db" in m and m["psnr_db"] < tol.psnr_db:
-        out.append(f"PSNR {m['psnr_db']:.1f} dB < {tol.psnr_db:g} dB")
-    return out

@@ -171,7 +171,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def _aggregate(config: pytest.Config, state: DistState, gathered: list[Any] | None) -> None:
-    from perfgate import baseline as store
+    from perfgate.gate import store
     from perfgate.plugin import _KEY
 
     statuses: dict[int, int] = {}

@@ -342,7 +342,7 @@ def run_rank(data: Mapping[str, Any], fallback: int | None = None) -> int:
 
 def load_rank_runs(folder: str | os.PathLike[str]) -> dict[int, dict[str, Any]]:
     """rank -> validated result of every rank<R>.json in `folder` (AggregateError when unusable)."""
-    from perfgate import baseline as store
+    from perfgate.gate import store
 
     files = rank_files(folder)
     if not files:

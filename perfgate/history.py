@@ -21,6 +21,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from perfgate.record import HISTORY_FIELDS
+
 SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
 
 
@@ -32,35 +34,6 @@ class Metric:
     label: str
 
 
-_METRIC_LIST = (
-    Metric("median_ms", "ms", "lower", "median latency"),
-    Metric("mean_ms", "ms", "lower", "mean latency"),
-    Metric("min_ms", "ms", "lower", "min latency"),
-    Metric("max_ms", "ms", "lower", "max latency"),
-    Metric("std_ms", "ms", "lower", "latency std"),
-    Metric("p90_ms", "ms", "lower", "p90 latency"),
-    Metric("p99_ms", "ms", "lower", "p99 latency"),
-    Metric("first_call_s", "s", "lower", "first call"),
-    Metric("peak_mem_mib", "MiB", "lower", "peak memory"),
-    Metric("reserved_mem_mib", "MiB", "lower", "reserved memory"),
-    Metric("speedup", "x", "higher", "speedup over eager baseline"),
-    Metric("fps", "frames/s", "higher", "frames per second"),
-    Metric("throughput", "items/s", "higher", "throughput"),
-    Metric("rel_l2", "", "lower", "relative L2 error"),
-    Metric("max_abs", "", "lower", "max abs error"),
-    Metric("cosine", "", "higher", "cosine similarity"),
-    Metric("psnr_db", "dB", "higher", "PSNR"),
-    Metric("warm_compile_s", "s", "lower", "warm compile time"),
-    Metric("graph_breaks", "", "lower", "graph breaks"),
-    Metric("engine_build_s", "s", "lower", "TensorRT engine build"),
-)
-METRICS: dict[str, Metric] = {m.name: m for m in _METRIC_LIST}
-_ACCURACY = {"rel_l2", "max_abs", "cosine", "psnr_db"}
-# Plain pytest-benchmark files have no extra_info: latency comes from `stats` (seconds).
-_STATS_S = {"median_ms": "median", "mean_ms": "mean", "min_ms": "min", "max_ms": "max", "std_ms": "stddev"}
-_PERCENTILES = {"p90_ms": 90, "p99_ms": 99}
-
-
 # Units in names (style.md): the suffix of a key is its unit.
 UNIT_SUFFIXES = (("_ms", "ms"), ("_s", "s"), ("_mib", "MiB"), ("_mb", "MB"), ("_pct", "%"), ("_db", "dB"), ("_w", "W"),
                  ("_c", "°C"), ("_mhz", "MHz"))
@@ -70,6 +43,23 @@ def unit_of(key: str) -> str:
     """'%' for gpu_util_pct and gpu_util_pct_mean, 'MiB' for rss_mib, '' when the name has no unit."""
     tail = re.sub(r"_(mean|median|min|max|avg|std|p\d+)$", "", key.rsplit(".", 1)[-1])
     return next((u for suffix, u in UNIT_SUFFIXES if tail.endswith(suffix)), "")
+
+
+# The record's own history fields (label, direction and unit from its metadata), then the figures
+# inside its dicts: the accuracy measures and the primary-unit throughput.
+_METRIC_LIST = (
+    *(Metric(name, unit or unit_of(name), better, label) for name, (label, better, unit) in HISTORY_FIELDS.items()),
+    Metric("throughput", "items/s", "higher", "throughput"),
+    Metric("rel_l2", "", "lower", "relative L2 error"),
+    Metric("max_abs", "", "lower", "max abs error"),
+    Metric("cosine", "", "higher", "cosine similarity"),
+    Metric("psnr_db", "dB", "higher", "PSNR"),
+)
+METRICS: dict[str, Metric] = {m.name: m for m in _METRIC_LIST}
+_ACCURACY = {"rel_l2", "max_abs", "cosine", "psnr_db"}
+# Plain pytest-benchmark files have no extra_info: latency comes from `stats` (seconds).
+_STATS_S = {"median_ms": "median", "mean_ms": "mean", "min_ms": "min", "max_ms": "max", "std_ms": "stddev"}
+_PERCENTILES = {"p90_ms": 90, "p99_ms": 99}
 
 
 def metric_info(name: str) -> Metric:

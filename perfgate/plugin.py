@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from perfgate import baseline as baseline_store
-from perfgate import policy as policy_mod
+from perfgate.gate import policy as policy_mod
+from perfgate.gate import store as baseline_store
 from perfgate import summary, tiers
 from perfgate.accuracy import Tolerance
 from perfgate.measure import StopRule
@@ -92,7 +92,6 @@ def _run_options(config: pytest.Config, table: dict[str, Any]) -> RunOptions:
     return RunOptions(
         stop=stop,
         checkpoint=config.getoption("perfgate_checkpoint"),
-        fail_on_graph_break=config.getoption("perfgate_fail_on_graph_break"),
         tolerances=tolerances,
         warm_compile=not smoke,
         telemetry_interval_s=interval_ms / 1e3 or None,
@@ -129,6 +128,7 @@ def pytest_configure(config: pytest.Config) -> None:
         run_options=opts,
         gate_enabled=not config.getoption("perfgate_no_gate"),
         fail_on_improvement=config.getoption("perfgate_ratchet"),
+        fail_on_graph_break=config.getoption("perfgate_fail_on_graph_break"),
         trace=config.getoption("perfgate_trace"),
         evidence_dir=Path(config.getoption("perfgate_evidence_dir") or Path(config.rootpath) / ".perfgate" / "evidence"),
     )

@@ -43,8 +43,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from perfgate import accuracy, flops, suggest, telemetry
+from perfgate import accuracy, flops, gate, suggest, telemetry
 from perfgate.device import bind
+from perfgate.gate.policy import GateSettings
+from perfgate.record import CaseRecord
 from perfgate.measure import StopRule, WarmupRule, make_timer, measure
 from perfgate.memory import MIB, MemoryTracker
 from perfgate.variants import VARIANTS, Cast, Env, Quantize, Variant, VariantError, get_variant
@@ -670,10 +672,8 @@ def profile_point(pt: Point, cfg: ProfileConfig, device: torch.device, run_dir: 
     bench = benchmark_summary(m.samples_ms, wl.throughput)
     bench |= {"first_call_s": m.first_call_s, "warmup_rounds": m.warmup_rounds, "timer": m.timer, "samples_ms": m.samples_ms, "contention_cores": m.contention_cores}
     tel_summary = tel.summary()
-    problems = [telemetry.unreliable_reason(tel_summary)]
-    if device.type == "cpu" and m.contention_cores > 0.25:
-        problems.append(f"other processes used {m.contention_cores:.2f} cores during the measurement (> 0.25)")
-    unreliable = "; ".join(p for p in problems if p) or None
+    unreliable = gate.unreliable_reason(CaseRecord(device=str(device), contention_cores=m.contention_cores, telemetry=tel_summary),
+                                        GateSettings())
     roof = None
     if count is not None:
         roof = {**flops.flops_extra_info(count, bench["median_ms"], device, conv.info),

@@ -16,6 +16,7 @@ import torch
 
 from perfgate import accuracy, flops, telemetry
 from perfgate.device import bind
+from perfgate.record import CaseRecord
 from perfgate.measure import Measurement, StopRule, WarmupRule, measure, reference_step
 from perfgate.stats import ratios
 from perfgate.variants import Converted, Env, Variant, VariantError, get_variant
@@ -62,7 +63,6 @@ class RunOptions:
     batch: int = 1
     checkpoint: str | None = None
     tolerances: dict[str, accuracy.Tolerance] = field(default_factory=dict)
-    fail_on_graph_break: bool = False
     warm_compile: bool = True  # also time a second compile against the warm inductor cache
     telemetry_interval_s: float | None = 0.1  # background GPU/CPU sampler during measure(); None: off
     count_flops: bool = True  # GFLOP per step, achieved TFLOP/s and the share of a measured matmul peak
@@ -73,9 +73,13 @@ class RunOptions:
 class CaseResult:
     case: Case
     measurement: Measurement
-    extra_info: dict[str, Any]
-    accuracy_violations: list[str]
+    record: CaseRecord
     step: Callable[[], Any] | None = field(default=None, repr=False)  # for evidence traces of this case
+
+    @property
+    def extra_info(self) -> dict[str, Any]:
+        """The record as pytest-benchmark's extra_info."""
+        return self.record.to_extra_info()
 
 
 def isolate(device: torch.device) -> None:
@@ -144,65 +148,47 @@ def run_case(
         if sampler is not None:
             sampler.stop()
 
-    acc = accuracy.metrics(m.output, ref, kind=wl.output_kind)
     tol = accuracy.tolerance_for(case.variant, opts.tolerances)
-    violations = accuracy.violations(acc, tol)
-
-    info: dict[str, Any] = {
-        "model": case.model,
-        "size": case.size,
-        "variant": case.variant,
-        "options": {k: v for k, v in wl.options.items()},
-        "device": str(device),
-        "dtype": conv.info.get("dtype", "float32"),
-        "params": wl.params,
-        "step": wl.spec.step,
-        "convert_s": convert_s,
-        "first_call_s": m.first_call_s,
-        "warmup_rounds": m.warmup_rounds,
-        "rounds": len(m.samples_ms),
-        "stop": m.stop,
-        "timer": m.timer,
-        "peak_mem_mib": m.memory.peak_mem_mib,
-        "reserved_mem_mib": m.memory.reserved_mem_mib,
-        "mem_method": m.memory.method,
-        "accuracy": acc,
-        "tolerance": {"rel_l2": tol.rel_l2, "cosine": tol.cosine, "psnr_db": tol.psnr_db},
-        "samples_ms": m.samples_ms,
-        **({"reference_ms": m.reference_ms, "reference_median_ms": float(np.median(m.reference_ms)),
-            "normalised_median": float(np.median(ratios(m.samples_ms, m.reference_ms)))} if m.reference_ms else {}),
-        **{k: v for k, v in conv.info.items() if k != "dtype"},
-        **m.summary,
-    }
-    med_s = info["median_ms"] / 1e3
-    info["throughput"] = {unit: n / med_s for unit, n in wl.throughput.items()}
-    info["unit"] = wl.unit
-    info["items_per_step"] = wl.throughput
+    summary = m.summary
+    rec = CaseRecord(
+        model=case.model, size=case.size, variant=case.variant, options=dict(wl.options), device=str(device),
+        dtype=conv.info.get("dtype", "float32"), params=wl.params, step=wl.spec.step,
+        convert_s=convert_s, first_call_s=m.first_call_s, warmup_rounds=m.warmup_rounds, rounds=len(m.samples_ms), stop=m.stop,
+        timer=m.timer, samples_ms=m.samples_ms, peak_mem_mib=m.memory.peak_mem_mib, reserved_mem_mib=m.memory.reserved_mem_mib,
+        mem_method=m.memory.method, accuracy=accuracy.metrics(m.output, ref, kind=wl.output_kind),
+        tolerance={"rel_l2": tol.rel_l2, "cosine": tol.cosine, "psnr_db": tol.psnr_db},
+        throughput={unit: n / (summary["median_ms"] / 1e3) for unit, n in wl.throughput.items()}, unit=wl.unit,
+        items_per_step=dict(wl.throughput), contention_cores=m.contention_cores,
+        **{k: v for k, v in conv.info.items() if k != "dtype"}, **summary,
+    )
+    if m.reference_ms:
+        rec.reference_ms = m.reference_ms
+        rec.reference_median_ms = float(np.median(m.reference_ms))
+        rec.normalised_median = float(np.median(ratios(m.samples_ms, m.reference_ms)))
     if wl.unit == "frames":
-        info["fps"] = info["throughput"]["frames"]
+        rec.fps = rec.throughput["frames"]
     if sampler is not None:
-        info["telemetry"] = sampler.summary()
+        rec.telemetry = sampler.summary()
     if flop_count is not None:
-        info.update(flops.flops_extra_info(flop_count, info["median_ms"], device, conv.info))
+        for k, v in flops.flops_extra_info(flop_count, summary["median_ms"], device, conv.info).items():
+            setattr(rec, k, v)
     elif flops_error:
-        info["flops_error"] = flops_error
+        rec.flops_error = flops_error
     if variant.uses_cuda_graphs:
         # Activations live in the graph's private pool, reserved but not allocated during replay:
         # the reserved peak is the honest figure for graph variants.
-        info["peak_mem_mib"] = m.memory.reserved_mem_mib
-        info["mem_method"] = "cuda_reserved (graph pool)"
+        rec.peak_mem_mib = m.memory.reserved_mem_mib
+        rec.mem_method = "cuda_reserved (graph pool)"
     if variant.compiles:
         skips = int(counters["inductor"].get("cudagraph_skips", 0))
-        info["cudagraph_skips"] = skips
+        rec.cudagraph_skips = skips
         if skips and variant.uses_cuda_graphs:
             raise VariantError(f"inductor skipped CUDA graphs {skips}x (mutated inputs?); timing it would time plain compile")
-        info["graph_breaks"] = _graph_breaks()
-        info["compile_cache"] = _cache_hits()
+        rec.graph_breaks = _graph_breaks()
+        rec.compile_cache = _cache_hits()
         if opts.warm_compile:
-            info["warm_compile_s"] = warm_compile_s(wl, variant, prepared_module, device)
-        if opts.fail_on_graph_break and info["graph_breaks"]:
-            violations.append(f"{info['graph_breaks']} graph break(s) (--perfgate-fail-on-graph-break)")
-    return CaseResult(case=case, measurement=m, extra_info=info, accuracy_violations=violations, step=step)
+            rec.warm_compile_s = warm_compile_s(wl, variant, prepared_module, device)
+    return CaseResult(case=case, measurement=m, record=rec, step=step)
 
 
 def warm_compile_s(wl: Workload, variant: Variant, prepared: Converted, device: torch.device) -> float:

@@ -15,11 +15,11 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from perfgate import baseline as baseline_store
-from perfgate import gate, profile_run, telemetry
-from perfgate.device import is_cpu
+from perfgate import gate, profile_run
+from perfgate.gate import store as baseline_store
 from perfgate.fingerprint import fingerprint, fingerprint_id
-from perfgate.policy import Policy
+from perfgate.gate.policy import Policy
+from perfgate.record import CaseRecord
 from perfgate.runner import Case, CaseResult, RunOptions, run_case
 from perfgate.variants import VARIANTS, Env
 from perfgate.workload import MODELS, default_size, get_model, sizes
@@ -93,6 +93,7 @@ class Session:
     results: dict[str, CaseResult] = field(default_factory=dict)
     verdicts: list[gate.Verdict] = field(default_factory=list)
     skips: dict[str, str] = field(default_factory=dict)
+    fail_on_graph_break: bool = False
     trace: str = "off"  # evidence on failure: "off", "all" cases or only "regressed" ones
     evidence_dir: Path = Path(".perfgate/evidence")
 
@@ -113,9 +114,10 @@ class Session:
             self._baseline = baseline_store.latest(self.baseline_dir, self.fingerprint)
         return self._baseline or None
 
-    def baseline_entry(self, fullname: str) -> dict[str, Any] | None:
+    def baseline_record(self, fullname: str) -> CaseRecord | None:
         found = self.load_baseline()
-        return baseline_store.by_name(found[1]).get(fullname) if found else None
+        entry = baseline_store.by_name(found[1]).get(fullname) if found else None
+        return CaseRecord.from_extra_info(entry["extra_info"]) if entry else None
 
     def no_baseline_notice(self) -> str:
         return (
@@ -128,88 +130,51 @@ class Session:
         return (case.model, case.size, case.options, case.device)
 
     def run(self, case: Case, progress: Callable[[str], None] | None = None) -> CaseResult:
-        """Measure a case, with its speedup over the eager baseline of this run when there is one."""
+        """Measure a case: its reliability as the gate sees it, and its speedup over the eager
+        baseline of this run when there is one."""
         result = run_case(case, self.run_options, progress=progress)
-        info = result.extra_info
-        info["contention_cores"] = result.measurement.contention_cores
-        settings = self.policy.settings(case.model, case.variant, "latency", case.device)
-        problems = []
-        if is_cpu(case.device) and result.measurement.contention_cores > settings.contention_max:
-            problems.append(
-                f"other processes used {result.measurement.contention_cores:.2f} cores during the measurement "
-                f"(> {settings.contention_max:g}): timings are not trustworthy"
-            )
-        if info.get("telemetry"):
-            # Throttled clocks or other processes on the GPU make the sample unreliable too.
-            problems.append(telemetry.unreliable_reason(info["telemetry"]))
-        if any(problems):
-            info["unreliable"] = "; ".join(p for p in problems if p)
+        rec = result.record
+        rec.unreliable = gate.unreliable_reason(rec, self.policy.settings(case.model, case.variant, "latency", case.device))
         # Eager and variant run minutes apart; on a CPU their reference-normalised medians cancel
         # the machine's drift in between, so the speedup compares code, not moments.
-        basis = "normalised_median" if "normalised_median" in info else "median_ms"
+        basis = "normalised_median" if rec.normalised_median is not None else "median_ms"
         if case.variant == "baseline":
-            if info.get("unreliable"):
+            if rec.unreliable:
                 self._eager_median.pop(self._group(case), None)  # no speedups from a contended eager run
             else:
-                self._eager_median[self._group(case)] = (basis, info[basis])
+                self._eager_median[self._group(case)] = (basis, getattr(rec, basis))
         eager = self._eager_median.get(self._group(case))
         if eager and eager[0] == basis:
-            info["speedup"] = eager[1] / info[basis]
-            info["speedup_basis"] = basis
+            rec.speedup = eager[1] / getattr(rec, basis)
+            rec.speedup_basis = basis
         return result
 
-    def judge(self, fullname: str, entry: dict[str, Any]) -> list[gate.Verdict]:
-        """Gate one finished benchmark entry against the baseline and the absolute budgets."""
-        hardware = self.fingerprint.get("gpu_name") or self.fingerprint.get("cpu_model") or ""
-        base = self.baseline_entry(fullname) if self.gate_enabled else None
-        verdicts = gate.compare_case(entry, base, self.policy) if self.gate_enabled else []
-        verdicts += gate.judge_budgets(entry, self.policy, hardware)
-        return verdicts
+    @property
+    def hardware(self) -> str:
+        """What budgets match on: the GPU name, or the CPU model."""
+        return self.fingerprint.get("gpu_name") or self.fingerprint.get("cpu_model") or ""
 
     def measure_and_judge(
         self, case: Case, fullname: str, progress: Callable[[str], None] | None = None
     ) -> tuple[CaseResult, list[gate.Verdict]]:
-        """Run a case and gate it; a suspected latency regression is re-measured (a bounded number
-        of times) before it stands, since one noisy neighbour can fake a slowdown. By default
-        (`remeasure_pooled`) the suspect run and its re-measurements are judged once, pooled: on
-        the development VM that caught a 10% slowdown 49 and 47 times in 50 (two runs) against 45
-        and 43 when every re-measurement had to regress on its own (docs/gate-quality.md)."""
-        settings = self.policy.settings(case.model, case.variant, "latency", case.device)
+        """Run a case and gate it, re-measuring while the gate asks to (`gate.decide`)."""
+        baseline = self.baseline_record(fullname) if self.gate_enabled else None
         result = self.run(case, progress)
-        verdicts = self.judge(fullname, {"fullname": fullname, "extra_info": result.extra_info})
-
-        def suspected() -> bool:
-            return any(v.metric == "latency" and v.verdict == gate.REGRESSION for v in verdicts)
-
-        def remeasure(attempt: int) -> CaseResult:
+        runs, verdicts = [result.record], []
+        while self.gate_enabled:
+            decision = gate.decide(fullname, runs, baseline, self.policy)
+            if not decision.remeasure:
+                result.record, verdicts = decision.record, list(decision.verdicts)
+                break
             if progress:
-                progress(f"suspected latency regression; re-measuring ({attempt + 1}/{settings.remeasure})")
+                progress(f"suspected latency regression; re-measuring ({len(runs)} run(s) so far)")
             result.step = None  # two copies of a large model need not fit on the device at once
             result.measurement.output = None
-            again = self.run(case, progress)
-            again.extra_info["remeasured"] = attempt + 1
-            return again
-
-        if suspected() and settings.remeasure and settings.remeasure_pooled:
-            infos = [result.extra_info]
-            for attempt in range(settings.remeasure):
-                result = remeasure(attempt)
-                infos.append(result.extra_info)
-            # Kept in the result, so `perfgate compare` on the JSON judges what the session judged.
-            result.extra_info["pooled"] = {"runs": len(infos), **gate.pool_entries(infos)}
-            verdicts = [v if v.metric != "latency" else _pooled_note(v, len(infos))
-                        for v in self.judge(fullname, {"fullname": fullname, "extra_info": result.extra_info})]
-        elif settings.remeasure:
-            for attempt in range(settings.remeasure):
-                if not suspected():
-                    break
-                result = remeasure(attempt)
-                verdicts = self.judge(fullname, {"fullname": fullname, "extra_info": result.extra_info})
-        verdicts += [
-            gate.Verdict(case=fullname, metric="accuracy", verdict=gate.REGRESSION,
-                         current=result.extra_info["accuracy"].get("rel_l2"), message=msg)
-            for msg in result.accuracy_violations
-        ]
+            result = self.run(case, progress)
+            result.record.remeasured = len(runs)
+            runs.append(result.record)
+        verdicts += gate.absolute_checks(fullname, result.record, self.policy, self.hardware,
+                                         fail_on_graph_break=self.fail_on_graph_break)
         if self.trace == "all" or (self.trace == "regressed" and self.failing(verdicts, case)):
             verdicts = self.attach_evidence(case, fullname, result, verdicts, progress)
         result.step = None  # the step holds the model: do not keep it past the case
@@ -228,7 +193,7 @@ class Session:
             progress("writing a profiler trace as evidence")
         evidence = profile_run.capture_evidence(result.step, case.device, self.evidence_dir / case.id)
         evidence["reproduce"] = profile_run.reproduce_commands(case, nodeid=fullname)
-        result.extra_info["evidence"] = evidence
+        result.record.evidence = evidence
         return [profile_run.with_evidence(v, evidence) if v.verdict in gate.FAILING else v for v in verdicts]
 
     def failing(self, verdicts: list[gate.Verdict], case: Case) -> list[gate.Verdict]:
@@ -236,8 +201,3 @@ class Session:
         return gate.failing(verdicts, fail_on_improvement=ratchet)
 
 
-def _pooled_note(v: gate.Verdict, runs: int) -> gate.Verdict:
-    from dataclasses import replace
-
-    note = f"{runs} runs pooled after a suspected regression"
-    return replace(v, message=f"{v.message}; {note}" if v.message else note)

@@ -10,8 +10,7 @@ import math
 import sys
 from pathlib import Path
 
-REQUIRED = ("model", "size", "variant", "device", "dtype", "params", "peak_mem_mib", "first_call_s",
-            "throughput", "unit", "samples_ms", "median_ms", "p90_ms", "p99_ms", "accuracy")
+from perfgate.record import REQUIRED_KEYS as REQUIRED  # every measured case records these
 
 
 def problems(data: dict) -> list[str]:

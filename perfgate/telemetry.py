@@ -4,8 +4,8 @@ Every `interval_s` a daemon thread reads, through NVML (module `pynvml` from nvi
 GPU's utilisation, memory used, temperature, power, SM clock and clock-event reasons, and through
 psutil the machine's CPU utilisation, this process's CPU use and RSS, and how many cores other
 processes kept busy. `summary()` gives min / mean / max per metric, the share of samples that
-carried each clock-event reason, and `unreliable_reason(summary)` turns throttling or contention
-into the gate's "unreliable" verdict. Without NVML (no driver: `NVMLError_LibraryNotFound`) the
+carried each clock-event reason; the gate (`perfgate.gate.decide.telemetry_reason`) turns
+throttling or another process on the GPU into its "unreliable" verdict. Without NVML (no driver: `NVMLError_LibraryNotFound`) the
 sampler reads the CPU only and says so once per process.
 
 Reads run on the sampler's own thread: each NVML query costs tens of microseconds to a few
@@ -41,10 +41,6 @@ CLOCK_EVENT_REASONS: dict[str, tuple[str, int]] = {
     "hw_power_brake_slowdown": ("nvmlClocksEventReasonHwPowerBrakeSlowdown", 0x80),
     "display_clock_setting": ("nvmlClocksEventReasonDisplayClockSetting", 0x100),
 }
-# Reasons that mean the clocks were pulled down by heat or hardware protection: a sample taken
-# then measures the cooling, not the code. The power cap alone is normal under full load on
-# data-centre GPUs; it counts only through the clock check below.
-SLOWDOWN_REASONS = ("hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
 
 METRICS = (
     "gpu_util_pct", "gpu_mem_util_pct", "gpu_mem_used_mib", "gpu_temp_c", "gpu_power_w", "sm_clock_mhz",
@@ -407,45 +403,3 @@ class TelemetrySampler:
         """The stored samples as dicts (for reports), fields that were never read left out."""
         with self._lock:
             return [{k: v for k, v in asdict(s).items() if v is not None} for s in self.samples]
-
-
-# --- verdict ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class ReliabilityRule:
-    """When telemetry makes a measurement untrustworthy.
-
-    slowdown_share_max: share of busy samples with a thermal / hardware slowdown reason.
-    clock_ratio_min: mean SM clock while busy over the GPU's maximum SM clock; nvbench's default
-      throttle threshold is 75% of the default clock.
-    other_cpu_cores_max: mean cores other processes kept busy (None: leave it to the caller,
-      which has the measurement's own contention figure).
-    """
-
-    slowdown_share_max: float = 0.05
-    clock_ratio_min: float = 0.75
-    other_cpu_cores_max: float | None = None
-    other_gpu_processes_max: int = 0
-
-
-def unreliable_reason(summary: Mapping[str, Any], rule: ReliabilityRule = ReliabilityRule()) -> str | None:
-    """Why a measurement with this telemetry summary is not trustworthy, or None."""
-    reasons = []
-    events = summary.get("clock_events") or {}
-    slow = {r: events[r] for r in SLOWDOWN_REASONS if events.get(r, 0.0) > rule.slowdown_share_max}
-    if slow:
-        listed = ", ".join(f"{r} in {share:.0%} of samples" for r, share in slow.items())
-        reasons.append(f"GPU clocks were slowed ({listed})")
-    gpu = summary.get("gpu") or {}
-    busy_clock, max_clock = (summary.get("busy_sm_clock_mhz") or {}).get("mean"), gpu.get("max_sm_clock_mhz")
-    if busy_clock and max_clock and busy_clock < rule.clock_ratio_min * max_clock:
-        reasons.append(f"mean SM clock while busy {busy_clock:.0f} MHz is {busy_clock / max_clock:.0%} of the maximum {max_clock:.0f} MHz (< {rule.clock_ratio_min:.0%})")
-    others = summary.get("gpu_other_processes_max")
-    if others is not None and others > rule.other_gpu_processes_max:
-        reasons.append(f"{others} other process(es) computed on the GPU")
-    cores = ((summary.get("metrics") or {}).get("other_cpu_cores") or {}).get("mean")
-    if rule.other_cpu_cores_max is not None and cores is not None and cores > rule.other_cpu_cores_max:
-        reasons.append(f"other processes kept {cores:.2f} cores busy (> {rule.other_cpu_cores_max:g})")
-    return "; ".join(reasons) + ": timings are not trustworthy" if reasons else None
-

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from perfgate.baseline import SCHEMA
+from perfgate.gate.store import SCHEMA
 
 FP = {
     "device_type": "cpu", "gpu_name": None, "compute_capability": None, "driver": None, "cuda": None,

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from perfgate import baseline as store
+from perfgate.gate import store
 from tests.helpers import FP, bench, run_json
 
 
@@ -100,14 +100,14 @@ def test_killed_writer_leaves_the_old_baseline_intact(tmp_path):
     code = f"""
 import sys, time
 sys.path.insert(0, {os.getcwd()!r})
-from perfgate import baseline as store
+from perfgate.gate import store
 class Slow:
     pass
 def slow(o):
     print("writing", flush=True); time.sleep(30); return 0
 import json
 data = {{"benchmarks": [Slow()]}}
-import perfgate.baseline as b
+import perfgate.gate.store as b
 orig = json.dump
 def dump(obj, fh, **kw):
     fh.write('{{"benchmarks": [')  # part of the file is out when the process dies

@@ -1,6 +1,6 @@
 import pytest
 
-from perfgate.policy import GateSettings, PolicyError, load, parse
+from perfgate.gate.policy import GateSettings, PolicyError, load, parse
 
 
 def test_overrides_by_glob_later_wins():

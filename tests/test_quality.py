@@ -10,9 +10,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from perfgate import gate, quality as q
+from perfgate import gate
+from perfgate.gate import quality as q
 from perfgate.cli import main
-from perfgate.policy import GateSettings
+from perfgate.gate.policy import GateSettings
 
 
 class FakeMeasurer:

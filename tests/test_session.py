@@ -7,14 +7,16 @@ import pytest
 from perfgate import session as sess
 from perfgate.measure import Measurement
 from perfgate.memory import PeakMemory
+from perfgate.record import CaseRecord
 from perfgate.runner import Case, CaseResult
 
 
 def _result(case: Case, median_ms: float, normalised: float | None) -> CaseResult:
     m = Measurement(samples_ms=[median_ms] * 10, first_call_s=0.0, warmup_rounds=0, stop="precise",
                     memory=PeakMemory(peak_mem_mib=1.0, reserved_mem_mib=None, method="vmhwm"), device="cpu", timer="CpuTimer")
-    info = {"median_ms": median_ms, **({"normalised_median": normalised} if normalised is not None else {})}
-    return CaseResult(case=case, measurement=m, extra_info=info, accuracy_violations=[])
+    rec = CaseRecord(model=case.model, variant=case.variant, device="cpu", samples_ms=m.samples_ms, median_ms=median_ms,
+                     normalised_median=normalised, contention_cores=0.0)
+    return CaseResult(case=case, measurement=m, record=rec)
 
 
 def test_in_run_speedup_uses_reference_normalised_medians_so_drift_between_cases_cancels(tmp_path, monkeypatch):
@@ -33,7 +35,7 @@ def test_in_run_speedup_uses_reference_normalised_medians_so_drift_between_cases
 
 def _timed(case: Case, samples_ms: list[float]) -> CaseResult:
     r = _result(case, sorted(samples_ms)[len(samples_ms) // 2], None)
-    r.extra_info.update(samples_ms=samples_ms, reference_ms=[1.0] * len(samples_ms), model=case.model, variant=case.variant)
+    r.record.samples_ms, r.record.reference_ms = samples_ms, [1.0] * len(samples_ms)
     return r
 
 
@@ -44,7 +46,7 @@ def _timed(case: Case, samples_ms: list[float]) -> CaseResult:
     (False, 2, "unchanged", 3),   # each: the last re-measurement clears it
 ])
 def test_a_suspected_regression_is_re_measured_pooled_or_each(tmp_path, monkeypatch, pooled, slow_runs, verdict, runs):
-    from perfgate.policy import GateSettings, Policy
+    from perfgate.gate.policy import GateSettings, Policy
 
     rng = __import__("numpy").random.default_rng(0)
     normal = lambda: list(10 * (1 + 0.01 * rng.standard_normal(40)))  # noqa: E731
@@ -57,7 +59,7 @@ def test_a_suspected_regression_is_re_measured_pooled_or_each(tmp_path, monkeypa
     monkeypatch.setattr(sess, "run_case", run_case)
     s = sess.Session(device="cpu", baselines_root=tmp_path, policy=Policy(defaults=GateSettings(remeasure_pooled=pooled)))
     base = _timed(Case(model="m", size="tiny", variant="bf16", device="cpu"), normal())
-    monkeypatch.setattr(s, "baseline_entry", lambda name: {"fullname": name, "extra_info": base.extra_info})
+    monkeypatch.setattr(s, "baseline_record", lambda name: base.record)
     result, verdicts = s.measure_and_judge(Case(model="m", size="tiny", variant="bf16", device="cpu"), "case")
     (lat,) = [v for v in verdicts if v.metric == "latency"]
     assert (lat.verdict, len(calls)) == (verdict, runs)

@@ -6,7 +6,8 @@ import textwrap
 
 import pytest
 
-from perfgate import policy, tiers
+from perfgate import tiers
+from perfgate.gate import policy
 from perfgate.session import expand_cases
 
 pytest_plugins = ("pytester",)

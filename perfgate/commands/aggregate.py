@@ -22,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from perfgate import distributed as pd
-    from perfgate.baseline import atomic_write_json
+    from perfgate.gate.store import atomic_write_json
     from perfgate.cli import EXIT_REGRESSION, CommandError
 
     if not args.folder.is_dir():

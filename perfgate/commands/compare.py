@@ -6,10 +6,12 @@ import argparse
 import json
 from pathlib import Path
 
-from perfgate import baseline as store
-from perfgate import gate, policy as policy_mod
+from perfgate import gate
+from perfgate.gate import policy as policy_mod
+from perfgate.gate import store
 from perfgate.cli import EXIT_REGRESSION, CommandError
 from perfgate.fingerprint import differences
+from perfgate.record import CaseRecord
 from perfgate.summary import text_table, VERDICT_HEADERS, verdict_rows
 
 HELP = "apply the regression gate to two pytest-benchmark JSON files (baseline first)"
@@ -38,8 +40,10 @@ def compare_files(base_path: Path, cur_path: Path, policy: policy_mod.Policy, *,
     hardware = fp.get("gpu_name") or fp.get("cpu_model") or ""
     verdicts: list[gate.Verdict] = []
     for entry in cur["benchmarks"]:
-        verdicts += gate.compare_case(entry, base_by.get(entry["fullname"]), policy)
-        verdicts += gate.judge_budgets(entry, policy, hardware)
+        name, record = entry["fullname"], CaseRecord.from_extra_info(entry["extra_info"])
+        base = base_by.get(name)
+        verdicts += gate.compare(name, record, CaseRecord.from_extra_info(base["extra_info"]) if base else None, policy)
+        verdicts += gate.absolute_checks(name, record, policy, hardware)
     return gate.sort_verdicts(verdicts)
 
 

@@ -12,7 +12,7 @@ HELP = "measure the gate's false-alarm rate on unchanged code and its detection 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from perfgate.quality import DEFAULT_SLOWDOWNS_PCT
+    from perfgate.gate.quality import DEFAULT_SLOWDOWNS_PCT
 
     p.add_argument("--comparisons", type=int, default=50, metavar="N", help="judged comparisons per slowdown (default 50)")
     p.add_argument("--slowdowns", default=",".join(f"{s:g}" for s in DEFAULT_SLOWDOWNS_PCT), metavar="PCT,...",
@@ -57,7 +57,7 @@ def _rule(spec: str, base: Any) -> Any:
     """A GateRule named `spec`: the policy `base` changed by 'key=value,...' (GateSettings keys,
     baseline_runs)."""
     from perfgate.cli import CommandError
-    from perfgate.quality import GateRule
+    from perfgate.gate.quality import GateRule
 
     known: dict[str, type] = {f.name: type(getattr(base, f.name)) for f in fields(base)}
     known |= {"baseline_runs": int}
@@ -80,9 +80,9 @@ def _rule(spec: str, base: Any) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from perfgate import policy as policy_mod
-    from perfgate import quality as q
-    from perfgate.baseline import atomic_write_json
+    from perfgate.gate import policy as policy_mod
+    from perfgate.gate import quality as q
+    from perfgate.gate.store import atomic_write_json
     from perfgate.cli import CommandError
 
     slowdowns = _slowdowns(args.slowdowns)
@@ -157,8 +157,8 @@ def _threads(requested: int | None) -> int:
 def _rejudge(args: argparse.Namespace, rules: list[Any]) -> int:
     import json
 
-    from perfgate import quality as q
-    from perfgate.baseline import atomic_write_json
+    from perfgate.gate import quality as q
+    from perfgate.gate.store import atomic_write_json
     from perfgate.cli import CommandError
 
     try:
@@ -177,7 +177,7 @@ def _rejudge(args: argparse.Namespace, rules: list[Any]) -> int:
 
 
 def _print(data: dict[str, Any], rules: list[Any], *, precision: float, depth: int) -> None:
-    from perfgate import quality as q
+    from perfgate.gate import quality as q
     from perfgate.summary import text_table
 
     cfg = data["config"]

@@ -27,7 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """Readers see the old file or the whole new one (same scheme as perfgate.baseline.atomic_write_json)."""
+    """Readers see the old file or the whole new one (same scheme as perfgate.gate.store.atomic_write_json)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

@@ -4,10 +4,9 @@ The workload is a chain of `depth` Linear(width, width) + GELU layers on a [batc
 MLP trunk, the shape of most blocks in the registered models); a slowdown of s% is the same chain
 with depth * (1 + s/100) layers, i.e. proportionally more real work, not a sleep. One comparison is
 what a developer gets from the gate: an independent baseline measurement and an independent current
-measurement with the real `perfgate.measure.measure` (default StopRule and WarmupRule), judged with
-the real `perfgate.gate.judge_latency`, a contended measurement called unreliable and a suspected
-regression re-measured with fresh current measurements before it stands (`Session.run` and
-`Session.measure_and_judge`). By default every measurement runs in a fresh process, as a recorded
+measurement with the real `perfgate.measure.measure` (default StopRule and WarmupRule), judged by
+the gate's own `gate.decide` as the session calls it: a contended measurement unreliable, a
+suspected regression re-measured with fresh current measurements before it stands. By default every measurement runs in a fresh process, as a recorded
 baseline and today's run do, so whatever differs between runs is part of the noise the gate meets.
 
 Slowdowns are measured round-robin and the order inside a comparison alternates (baseline first,
@@ -30,7 +29,8 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from perfgate import gate
-from perfgate.policy import GateSettings
+from perfgate.gate.policy import GateSettings, Policy
+from perfgate.record import CaseRecord
 
 if TYPE_CHECKING:  # torch and scipy load only when something is measured: `perfgate --help` stays fast
     from perfgate.stats import StopRule
@@ -139,7 +139,7 @@ class FreshProcessMeasurer:
         self.stop = stop
         self.reference = reference
         self._ctx = multiprocessing.get_context("forkserver")
-        self._ctx.set_forkserver_preload(["torch", "perfgate.measure", "perfgate.quality"])
+        self._ctx.set_forkserver_preload(["torch", "perfgate.measure", "perfgate.gate.quality"])
 
     def __call__(self, layers: int) -> Run:
         with ProcessPoolExecutor(max_workers=1, mp_context=self._ctx) as pool:
@@ -200,22 +200,17 @@ def quiet_measurer(measure_fn: MeasureFn, max_other_cores: float, *, timeout_s: 
 # --- judging: the session's rules for one case ---------------------------------------------------------
 
 
-Judge = Callable[[dict[str, Any], dict[str, Any], GateSettings], str]  # (current, baseline extra_info, settings) -> verdict
-
-
-def gate_judge(current: dict[str, Any], baseline: dict[str, Any], s: GateSettings) -> str:
-    """The gate's own latency verdict on two entries' samples (normalised when `s` and the runs allow)."""
-    return gate.judge_latency_entries("gate-quality", current, baseline, s).verdict
-
-
-def pooled_info(runs: Sequence[Run]) -> dict[str, Any]:
-    """Runs' samples pooled as one entry's extra_info, as the session pools re-measurements."""
-    return gate.pool_entries([{"samples_ms": r.samples_ms, "reference_ms": r.reference_ms} for r in runs])
+def as_record(run: Run, s: GateSettings) -> CaseRecord:
+    """A chain run as the case record the gate decides on, its reliability judged by the gate."""
+    rec = CaseRecord(model="chain", variant="chain", device="cpu", samples_ms=run.samples_ms, reference_ms=run.reference_ms,
+                     median_ms=run.median_ms, contention_cores=run.contention_cores)
+    rec.unreliable = gate.unreliable_reason(rec, s)
+    return rec
 
 
 @dataclass(frozen=True, kw_only=True)
 class GateRule:
-    """A policy under test: settings plus the latency judge (the gate's unless stated).
+    """A policy under test: the gate's rules (`gate.decide`) with these settings.
 
     The session's rule is `baseline_runs=1` with its settings' re-measure rule. Alternatives, to
     measure what they would buy: a baseline pooled from several recorded runs (`baseline_runs`);
@@ -225,7 +220,6 @@ class GateRule:
 
     name: str
     settings: GateSettings = GateSettings()
-    judge: Judge = gate_judge
     baseline_runs: int = 1
 
     def __post_init__(self) -> None:
@@ -233,45 +227,28 @@ class GateRule:
             raise ValueError(f"baseline_runs must be at least 1, got {self.baseline_runs}")
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "judge": getattr(self.judge, "__name__", str(self.judge)), "settings": asdict(self.settings),
-                "baseline_runs": self.baseline_runs}
-
-
-def unreliable(run: Run, s: GateSettings) -> bool:
-    """`Session.run`'s CPU rule: neighbours busier than `contention_max` cores make a timing untrustworthy."""
-    return run.contention_cores > s.contention_max
-
-
-def pooled_verdict(baselines: Sequence[Run], currents: Sequence[Run], rule: GateRule) -> str:
-    """One judgement of current run(s) against baseline run(s), samples pooled on each side. A
-    contended baseline is unreliable too: nobody should gate against it, and it says nothing about the gate."""
-    if any(unreliable(r, rule.settings) for r in [*baselines, *currents]):
-        return gate.UNRELIABLE
-    return rule.judge(pooled_info(currents), pooled_info(baselines), rule.settings)
+        return {"name": self.name, "settings": asdict(self.settings), "baseline_runs": self.baseline_runs}
 
 
 def sequential_verdict(baselines: Sequence[Run], currents: Sequence[Run], rule: GateRule) -> tuple[str | None, int]:
-    """`Session.measure_and_judge` under `rule`: a latency regression is re-measured (fresh current
-    runs) up to `remeasure` times; pooled (`remeasure_pooled`), one verdict on all current runs,
-    else the last verdict stands. Returns (verdict, current runs used), or (None, n) when another
-    current run (or baseline run) is needed to decide."""
+    """What `Session.measure_and_judge` would say under `rule` with these runs: `gate.decide` on the
+    current runs one by one, as the session re-measures. Returns (latency verdict, current runs
+    used), or (None, n) when another current run (or baseline run) is needed to decide. A contended
+    baseline is unreliable too: nobody should gate against it, and it says nothing about the gate."""
     base = list(baselines[: rule.baseline_runs])
     if len(base) < rule.baseline_runs or not currents:
         return None, len(currents)
-    verdict, used = pooled_verdict(base, currents[:1], rule), 1
-    if rule.settings.remeasure_pooled:
-        if verdict != gate.REGRESSION or rule.settings.remeasure == 0:
-            return verdict, used
-        used = 1 + rule.settings.remeasure
-        if len(currents) < used:
-            return None, len(currents)
-        return pooled_verdict(base, currents[:used], rule), used
-    while verdict == gate.REGRESSION and used <= rule.settings.remeasure:
-        if used == len(currents):
-            return None, used
-        verdict = pooled_verdict(base, currents[used : used + 1], rule)
-        used += 1
-    return verdict, used
+    baseline = gate.pool([as_record(b, rule.settings) for b in base])
+    if baseline.unreliable:
+        return gate.UNRELIABLE, 1
+    policy = Policy(defaults=rule.settings)
+    runs: list[CaseRecord] = []
+    for run in currents:
+        runs.append(as_record(run, rule.settings))
+        decision = gate.decide("gate-quality", runs, baseline, policy)
+        if not decision.remeasure:
+            return next(v.verdict for v in decision.verdicts if v.metric == "latency"), len(runs)
+    return None, len(runs)
 
 
 @dataclass(kw_only=True)
@@ -482,7 +459,7 @@ def run_noise(comparisons: Sequence[Comparison], s: GateSettings = GateSettings(
     from perfgate.stats import ratios, relative_ci_halfwidth
 
     depth_layers = {r.layers for c in comparisons for r in c.baselines}
-    runs = [r for c in comparisons for r in c.runs if r.layers in depth_layers and not unreliable(r, s)]
+    runs = [r for c in comparisons for r in c.runs if r.layers in depth_layers and not as_record(r, s).unreliable]
     if len(runs) < 2:
         return {"runs": len(runs)}
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-METRICS = ("latency", "memory", "accuracy", "speedup")
+from perfgate.gate.metrics import METRIC_NAMES as METRICS
 
 
 class PolicyError(ValueError):

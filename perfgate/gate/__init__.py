@@ -1,0 +1,21 @@
+"""The regression gate: every rule about whether a case passes lives in this package.
+
+- `metrics`: the gated metrics, one row each, and their judges (latency, memory, accuracy, speedup);
+- `decide`: reliability, the comparison with a baseline, re-measurement, the absolute checks;
+- `policy`: the settings (`[tool.perfgate.gate]`, overrides, budgets) the rules read;
+- `store`: baseline files; `quality`: the measured false-alarm and detection rates of these rules;
+- `verdicts`: the verdict record.
+
+Everything else (the session, the profiler, the reports) asks these functions; none decides itself.
+"""
+
+from perfgate.gate.decide import Decision, absolute_checks, compare, decide, pool, unreliable_reason
+from perfgate.gate.verdicts import (
+    BUDGET, FAILING, IMPROVEMENT, INCONCLUSIVE, NO_BASELINE, REGRESSION, UNCHANGED, UNRELIABLE, VERDICT_ORDER, Verdict, failing,
+    sort_verdicts,
+)
+
+__all__ = [
+    "BUDGET", "FAILING", "IMPROVEMENT", "INCONCLUSIVE", "NO_BASELINE", "REGRESSION", "UNCHANGED", "UNRELIABLE", "VERDICT_ORDER",
+    "Decision", "Verdict", "absolute_checks", "compare", "decide", "failing", "pool", "sort_verdicts", "unreliable_reason",
+]

@@ -1,0 +1,156 @@
+"""The gated metrics: one row each (what it reads, which policy setting, which way is better) and
+its judge, a pure function of the current and the baseline record.
+
+Latency regresses only when the slowdown of the median is larger than the tolerance AND
+statistically significant on the raw samples (one-sided Mann-Whitney U, scipy): on a shared
+2-core machine a 5% threshold on one number alarms all the time, a significance test alone flags
+trivial shifts. On a CPU the samples tested are, by default (`normalise`), each round's step time
+divided by a fixed reference workload timed in the same round (perfgate.measure): the whole
+machine's speed drifts between two runs by more than the slowdowns worth catching, and the ratio
+cancels it. Reported medians stay in milliseconds. Memory is gated by tolerance plus an absolute
+slack; accuracy against the baseline's error; a variant's speedup over the eager baseline of the
+same run travels across machines.
+
+A new gated metric is one `GatedMetric` row in `GATED` plus its judge.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Callable, Sequence
+
+import numpy as np
+
+from perfgate.gate.verdicts import IMPROVEMENT, INCONCLUSIVE, REGRESSION, UNCHANGED, Verdict
+from perfgate.record import CaseRecord
+
+if TYPE_CHECKING:
+    from perfgate.gate.policy import GateSettings
+
+Judge = Callable[[str, CaseRecord, CaseRecord, "GateSettings"], "Verdict | None"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class GatedMetric:
+    name: str  # the verdict's metric and the policy's `metric` selector
+    reads: str  # the record field it judges (for the reader: what the verdict is about)
+    setting: str  # the GateSettings field that sizes its tolerance
+    better: str  # "lower" or "higher"
+    timing: bool  # a busy machine spoils it: not judged on an unreliable run
+    judge: Judge
+
+
+def _pct(cur: float, base: float) -> float | None:
+    return (cur / base - 1.0) * 100.0 if base else None
+
+
+def latency_test(current: Sequence[float], baseline: Sequence[float]) -> tuple[float, float, float]:
+    """(median ratio current/baseline, p slower, p faster): one-sided Mann-Whitney U on raw samples."""
+    from scipy import stats as sps  # imported here: history and report start faster without scipy
+
+    cur, base = np.asarray(current, float), np.asarray(baseline, float)
+    ratio = float(np.median(cur) / np.median(base))
+    p_slower = float(sps.mannwhitneyu(cur, base, alternative="greater").pvalue)
+    p_faster = float(sps.mannwhitneyu(cur, base, alternative="less").pvalue)
+    return ratio, p_slower, p_faster
+
+
+def judge_latency_samples(
+    case: str,
+    current: Sequence[float],
+    baseline: Sequence[float],
+    s: GateSettings,
+    *,
+    reference: tuple[Sequence[float], Sequence[float]] | None = None,
+) -> Verdict:
+    """Latency verdict on raw samples in ms, or with `reference` = (current's, baseline's reference
+    samples, paired round by round) on the step/reference ratios; medians are reported in ms."""
+    base_med, cur_med = float(np.median(baseline)), float(np.median(current))
+    if reference is None:
+        ratio, p_slower, p_faster = latency_test(current, baseline)
+        what = f"median {cur_med:.3f} ms vs {base_med:.3f} ms"
+    else:
+        from perfgate.stats import ratios
+
+        ratio, p_slower, p_faster = latency_test(ratios(current, reference[0]), ratios(baseline, reference[1]))
+        ref_change = float(np.median(reference[0]) / np.median(reference[1]) - 1) * 100
+        what = (f"median {cur_med:.3f} ms vs {base_med:.3f} ms ({(cur_med / base_med - 1) * 100:+.1f}% raw, "
+                f"reference workload {ref_change:+.1f}%), normalised")
+    kw = dict(case=case, metric="latency", baseline=base_med, current=cur_med, change_pct=(ratio - 1) * 100)
+    big_slow, big_fast = ratio > 1 + s.latency_tolerance, ratio < 1 / (1 + s.latency_tolerance)
+    if big_slow and p_slower < s.alpha:
+        return Verdict(**kw, verdict=REGRESSION, p_value=p_slower,
+                       message=f"{what}: +{(ratio - 1) * 100:.1f}% > {s.latency_tolerance:.0%}, p={p_slower:.2g}")
+    if big_fast and p_faster < s.alpha:
+        return Verdict(**kw, verdict=IMPROVEMENT, p_value=p_faster, message=f"{what}: {(ratio - 1) * 100:.1f}%, p={p_faster:.2g}")
+    if big_slow or big_fast:
+        p = p_slower if big_slow else p_faster
+        return Verdict(**kw, verdict=INCONCLUSIVE, p_value=p,
+                       message=f"{what}: moved {(ratio - 1) * 100:+.1f}% but not significantly (p={p:.2g} >= {s.alpha:g}): too noisy to tell")
+    return Verdict(**kw, verdict=UNCHANGED, p_value=min(p_slower, p_faster), message=what if reference else "")
+
+
+def judge_latency(case: str, cur: CaseRecord, base: CaseRecord, s: GateSettings) -> Verdict:
+    """Normalised when the policy asks and both sides carry reference samples, else raw (saying why
+    when normalisation was asked for). A baseline measured unreliably is not judged against."""
+    if base.unreliable:
+        return Verdict(case=case, metric="latency", verdict=INCONCLUSIVE, current=cur.median_ms,
+                       message="the baseline of this case was measured unreliably; re-record it")
+    if s.normalise and cur.reference_ms and base.reference_ms:
+        return judge_latency_samples(case, cur.samples_ms, base.samples_ms, s, reference=(cur.reference_ms, base.reference_ms))
+    v = judge_latency_samples(case, cur.samples_ms, base.samples_ms, s)
+    if not s.normalise or not (cur.reference_ms or base.reference_ms):
+        return v  # not asked for, or neither side normalisable (a GPU case)
+    side = "the baseline" if not base.reference_ms else "this run"
+    note = f"raw ms: {side} has no reference samples to normalise by (re-record the baseline with this perfgate)"
+    # A CPU tolerance sized for normalised ratios is too tight for raw ms: no failure on raw ms alone.
+    verdict = INCONCLUSIVE if v.verdict == REGRESSION else v.verdict
+    return replace(v, verdict=verdict, message=f"{v.message}; {note}" if v.message else note)
+
+
+def judge_memory(case: str, cur: CaseRecord, base: CaseRecord, s: GateSettings) -> Verdict | None:
+    current, baseline = cur.peak_mem_mib, base.peak_mem_mib
+    if current is None or baseline is None:
+        return None
+    kw = dict(case=case, metric="memory", baseline=baseline, current=current, change_pct=_pct(current, baseline))
+    if current > baseline * (1 + s.memory_tolerance) + s.memory_slack_mib:
+        return Verdict(**kw, verdict=REGRESSION, message=f"peak {current:.1f} MiB vs {baseline:.1f} MiB (> {s.memory_tolerance:.0%} + {s.memory_slack_mib:g} MiB)")
+    if current < baseline * (1 - s.memory_tolerance) - s.memory_slack_mib:
+        return Verdict(**kw, verdict=IMPROVEMENT, message=f"peak {current:.1f} MiB vs {baseline:.1f} MiB")
+    return Verdict(**kw, verdict=UNCHANGED)
+
+
+def judge_accuracy(case: str, cur: CaseRecord, base: CaseRecord, s: GateSettings) -> Verdict | None:
+    current, baseline = cur.accuracy.get("rel_l2"), base.accuracy.get("rel_l2")
+    if current is None or baseline is None:
+        return None
+    kw = dict(case=case, metric="accuracy", baseline=baseline, current=current, change_pct=_pct(current, baseline) if baseline else None)
+    if not math.isfinite(current) or current > baseline * s.accuracy_factor + s.accuracy_slack:
+        return Verdict(**kw, verdict=REGRESSION, message=f"relative L2 error {current:.3g} vs {baseline:.3g} in the baseline")
+    return Verdict(**kw, verdict=UNCHANGED)
+
+
+def judge_speedup(case: str, cur: CaseRecord, base: CaseRecord, s: GateSettings) -> Verdict | None:
+    current, baseline = cur.speedup, base.speedup
+    if not current or not baseline:
+        return None
+    kw = dict(case=case, metric="speedup", baseline=baseline, current=current, change_pct=_pct(current, baseline))
+    bases = (cur.speedup_basis or "median_ms", base.speedup_basis or "median_ms")
+    if bases[0] != bases[1]:
+        return Verdict(**kw, verdict=INCONCLUSIVE,
+                       message=f"speedup from {bases[0]} here but {bases[1]} in the baseline: not comparable; re-record the baseline")
+    if current < baseline * (1 - s.speedup_tolerance):
+        return Verdict(**kw, verdict=REGRESSION, message=f"speedup over baseline {current:.2f}x vs {baseline:.2f}x recorded")
+    if current > baseline * (1 + s.speedup_tolerance):
+        return Verdict(**kw, verdict=IMPROVEMENT, message=f"speedup over baseline {current:.2f}x vs {baseline:.2f}x recorded")
+    return Verdict(**kw, verdict=UNCHANGED)
+
+
+GATED: tuple[GatedMetric, ...] = (
+    GatedMetric(name="latency", reads="samples_ms", setting="latency_tolerance", better="lower", timing=True, judge=judge_latency),
+    GatedMetric(name="memory", reads="peak_mem_mib", setting="memory_tolerance", better="lower", timing=False, judge=judge_memory),
+    GatedMetric(name="accuracy", reads="accuracy.rel_l2", setting="accuracy_factor", better="lower", timing=False, judge=judge_accuracy),
+    GatedMetric(name="speedup", reads="speedup", setting="speedup_tolerance", better="higher", timing=True, judge=judge_speedup),
+)
+METRIC_NAMES = tuple(m.name for m in GATED)

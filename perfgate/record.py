@@ -1,0 +1,150 @@
+"""The result of one benchmark case: one typed record the runner fills and every reader imports.
+
+`extra_info` in pytest-benchmark's JSON is its serialisation: `to_extra_info()` writes the keys
+that are set (a CPU run has no CUDA figure, an eager case no compile keys), `from_extra_info()`
+reads any file perfgate ever wrote, keeping keys it does not know in `extra`. The lists other
+modules used to keep by hand (the keys a smoke run must record, the metrics `perfgate history`
+offers, the per-rank figures that are no metrics) derive from the fields' metadata here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, Mapping
+
+# Field metadata: required (every measured case records it: the smoke check asks for these),
+# always (written even when None: the runner sets it for every case), history (label, better:
+# "lower" or "higher") for the metrics `perfgate history` and the report offer, unit where the
+# name cannot say it.
+
+
+def _f(default: Any = None, *, required: bool = False, always: bool = False, history: tuple[str, str] | None = None,
+       unit: str | None = None) -> Any:
+    meta: dict[str, Any] = {"required": required, "always": always or required}
+    if history:
+        meta["history"] = history
+    if unit is not None:
+        meta["unit"] = unit
+    if isinstance(default, (dict, list)):
+        return field(default_factory=lambda: type(default)(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass(kw_only=True)
+class CaseRecord:
+    # What ran.
+    model: str = _f("", required=True)
+    size: str = _f("", required=True)
+    variant: str = _f("", required=True)
+    options: dict[str, Any] = _f({}, always=True)
+    device: str = _f("", required=True)
+    dtype: str = _f("float32", required=True)
+    params: int | None = _f(None, required=True)
+    step: str = _f("inference", always=True)
+    # Phases.
+    convert_s: float | None = _f(None, always=True)
+    first_call_s: float | None = _f(None, required=True, history=("first call", "lower"))
+    warm_compile_s: float | None = _f(None, history=("warm compile time", "lower"))
+    warmup_rounds: int | None = _f(None, always=True)
+    rounds: int | None = _f(None, always=True)
+    stop: str | None = _f(None, always=True)
+    timer: str | None = _f(None, always=True)
+    # Timing: raw samples (what the gate tests) and their summary.
+    samples_ms: list[float] = _f([], required=True)
+    reference_ms: list[float] | None = _f()  # CPU: the reference workload, timed in the same rounds
+    reference_median_ms: float | None = _f()
+    normalised_median: float | None = _f()
+    n: int | None = _f(None, always=True)
+    mean_ms: float | None = _f(None, history=("mean latency", "lower"), always=True)
+    std_ms: float | None = _f(None, history=("latency std", "lower"), always=True)
+    min_ms: float | None = _f(None, history=("min latency", "lower"), always=True)
+    max_ms: float | None = _f(None, history=("max latency", "lower"), always=True)
+    median_ms: float | None = _f(None, required=True, history=("median latency", "lower"))
+    p90_ms: float | None = _f(None, required=True, history=("p90 latency", "lower"))
+    p99_ms: float | None = _f(None, required=True, history=("p99 latency", "lower"))
+    iqr_ms: float | None = _f(None, always=True)
+    noise_iqr_rel: float | None = _f(None, always=True)
+    median_ci_lo_ms: float | None = _f(None, always=True)
+    median_ci_hi_ms: float | None = _f(None, always=True)
+    # Memory.
+    peak_mem_mib: float | None = _f(None, required=True, history=("peak memory", "lower"))
+    reserved_mem_mib: float | None = _f(None, history=("reserved memory", "lower"), always=True)
+    mem_method: str | None = _f(None, always=True)
+    # Accuracy against the fp32 eager output.
+    accuracy: dict[str, float] = _f({}, required=True)
+    tolerance: dict[str, Any] = _f({}, always=True)
+    # Throughput in the model's units.
+    throughput: dict[str, float] = _f({}, required=True)
+    unit: str = _f("", required=True)
+    items_per_step: dict[str, float] = _f({}, always=True)
+    fps: float | None = _f(None, history=("frames per second", "higher"), unit="frames/s")
+    # The variant's conversion.
+    compile_mode: str | None = _f()
+    autocast: str | None = _f()
+    cuda_graph: bool | None = _f()
+    quantized_linears: int | None = _f()
+    linears: int | None = _f()
+    engine_build_s: float | None = _f(None, history=("TensorRT engine build", "lower"))
+    engine_load_s: float | None = _f()
+    engine_mib: float | None = _f()
+    cudagraph_skips: int | None = _f()
+    graph_breaks: int | None = _f(None, history=("graph breaks", "lower"))
+    compile_cache: dict[str, int] | None = _f()
+    # FLOPs and the roofline.
+    gflop_per_step: float | None = _f()
+    achieved_tflops: float | None = _f()
+    peak_tflops: float | None = _f()
+    peak_dtype: str | None = _f()
+    peak_share: float | None = _f()
+    peak_basis: dict[str, Any] | None = _f()
+    peak_note: str | None = _f()
+    attention_gflop: float | None = _f()
+    flops_method: str | None = _f()
+    flops_error: str | None = _f()
+    # Telemetry summary (sampler's own schema) and reliability.
+    telemetry: dict[str, Any] | None = _f()
+    contention_cores: float | None = _f()
+    unreliable: str | None = _f()
+    # In-run comparisons and the gate's bookkeeping.
+    speedup: float | None = _f(None, history=("speedup over eager baseline", "higher"), unit="x")
+    speedup_basis: str | None = _f()
+    remeasured: int | None = _f()
+    pooled: dict[str, Any] | None = _f()
+    evidence: dict[str, Any] | None = _f()
+    # Keys this version does not know (another tool's, a distributed run's): kept as they were.
+    extra: dict[str, Any] = field(default_factory=dict, metadata={"required": False, "always": False})
+
+    @classmethod
+    def from_extra_info(cls, info: Mapping[str, Any]) -> "CaseRecord":
+        known = FIELD_NAMES
+        return cls(**{k: v for k, v in info.items() if k in known}, extra={k: v for k, v in info.items() if k not in known})
+
+    def to_extra_info(self) -> dict[str, Any]:
+        """The keys that are set, in field order, then the unknown ones."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            if f.name == "extra":
+                continue
+            value = getattr(self, f.name)
+            if value is None and not f.metadata.get("always"):
+                continue
+            out[f.name] = value
+        return {**out, **self.extra}
+
+    @property
+    def throughput_primary(self) -> float | None:
+        """Items per second in the model's primary unit."""
+        v = self.throughput.get(self.unit)
+        return float(v) if isinstance(v, (int, float)) else None
+
+
+FIELD_NAMES = frozenset(f.name for f in fields(CaseRecord)) - {"extra"}
+REQUIRED_KEYS = tuple(f.name for f in fields(CaseRecord) if f.metadata.get("required"))
+HISTORY_FIELDS = {f.name: (*f.metadata["history"], f.metadata.get("unit")) for f in fields(CaseRecord) if "history" in f.metadata}
+
+
+def default_of(name: str) -> Any:
+    f = next(f for f in fields(CaseRecord) if f.name == name)
+    if f.default is not MISSING:
+        return f.default
+    return f.default_factory()  # type: ignore[misc]
