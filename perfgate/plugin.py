@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -12,11 +13,11 @@ import pytest
 
 from perfgate.gate import policy as policy_mod
 from perfgate.gate import store as baseline_store
-from perfgate import summary, tiers
-from perfgate.accuracy import Tolerance
+from perfgate import gate, summary, tiers, timeout
 from perfgate.measure import StopRule
 from perfgate.runner import Case, RunOptions
 from perfgate.device import default_device, device_error, is_cpu, resolve
+from perfgate.fingerprint import differences
 from perfgate.session import Session, _split, expand_cases
 from perfgate.variants import set_inductor_cache
 from perfgate.workload import load_model_file
@@ -53,6 +54,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="CPU: do not time the reference workload in each round (the gate then judges raw ms)")
     g.addoption("--perfgate-trace", choices=("off", "all", "regressed"), default="off",
                 help="write a profiler trace (and on CUDA a memory snapshot) for every case or only regressed ones")
+    g.addoption("--perfgate-case-timeout-s", type=float, default=None,
+                help="fail a case that runs longer than this, and go on (default [tool.perfgate] case_timeout_s, else 300 on CPU, 900 on CUDA; 0: off)")
+    g.addoption("--perfgate-fail-unjudged", choices=("auto", "yes", "no"), default="auto",
+                help="fail the run when no case's latency could be judged (all unreliable or without a baseline); auto: yes when $CI is set")
     g.addoption("--perfgate-evidence-dir", default=None, help="where --perfgate-trace writes (default .perfgate/evidence)")
 
 
@@ -78,17 +83,13 @@ def _run_options(config: pytest.Config, table: dict[str, Any]) -> RunOptions:
         )
     except ValueError as exc:
         raise pytest.UsageError(f"perfgate: {exc}; fix the --perfgate-* option") from None
-    tolerances = {}
-    for pattern, values in table.get("tolerance", {}).items():
-        try:
-            tolerances[pattern] = Tolerance(**values)
-        except TypeError:
-            raise pytest.UsageError(
-                f"perfgate: pyproject.toml [tool.perfgate.tolerance.{pattern!r}]: keys are rel_l2, cosine and psnr_db, got {', '.join(values)}"
-            ) from None
+    try:
+        tolerances = policy_mod.parse_tolerances(table.get("tolerance", {}), f"{Path(config.rootpath) / 'pyproject.toml'} [tool.perfgate]")
+    except policy_mod.PolicyError as exc:
+        raise pytest.UsageError(f"perfgate: {exc}") from None
     interval_ms = config.getoption("perfgate_telemetry_interval_ms")
-    if interval_ms < 0:
-        raise pytest.UsageError(f"perfgate: --perfgate-telemetry-interval-ms must be >= 0, got {interval_ms:g}")
+    if not (interval_ms >= 0 and math.isfinite(interval_ms)):  # NaN fails both
+        raise pytest.UsageError(f"perfgate: --perfgate-telemetry-interval-ms must be a number >= 0, got {interval_ms:g}")
     return RunOptions(
         stop=stop,
         checkpoint=config.getoption("perfgate_checkpoint"),
@@ -139,17 +140,32 @@ def pytest_configure(config: pytest.Config) -> None:
         session.tier = tiers.choose(tier_table, tier_defaults, "cpu" if is_cpu(device) else "cuda", named)
     except tiers.TierError as exc:
         raise pytest.UsageError(f"perfgate: {exc}") from None
+    try:
+        given = config.getoption("perfgate_case_timeout_s")
+        session.case_timeout_s = timeout.configured_limit(table.get("case_timeout_s") if given is None else given,
+                                                          "cpu" if is_cpu(device) else "cuda",
+                                                          "--perfgate-case-timeout-s" if given is not None else "[tool.perfgate] case_timeout_s")
+    except ValueError as exc:
+        raise pytest.UsageError(f"perfgate: {exc}") from None
     session.default_variants = list(session.tier.variants) or table.get("variants")
     session.cases = _expand(config, session)  # bad selections fail here, before collection
     config.stash[_KEY] = session
-    # pytest-benchmark reads its storage when it configures (trylast): point it at this
-    # fingerprint's folder so --benchmark-compare never meets another machine's numbers.
-    config.option.benchmark_storage = f"file://{session.baseline_dir}"
     if session.gate_enabled:
         try:
             session.load_baseline()
         except baseline_store.BaselineError as exc:
             raise pytest.UsageError(f"perfgate: {exc}") from None
+    _point_pytest_benchmark(config, session)
+
+
+def _point_pytest_benchmark(config: pytest.Config, session: Session) -> None:
+    """pytest-benchmark reads its options when it configures (trylast). Its own saves
+    (--benchmark-save/--benchmark-autosave) get a folder of their own per fingerprint, never the
+    baselines' (an autosave there became the file --benchmark-compare used while the gate used
+    another); a plain --benchmark-compare compares with the gate's newest baseline file."""
+    config.option.benchmark_storage = f"file://{Path(config.rootpath) / '.perfgate' / 'benchmarks' / session.fingerprint_id}"
+    if config.getoption("benchmark_compare", None) is True and session.gate_enabled and session.baselines.files:
+        config.option.benchmark_compare = str(session.baselines.files[0].resolve())
 
 
 def _expand(config: pytest.Config, session: Session) -> list[Case]:
@@ -201,6 +217,23 @@ def feed_benchmark(benchmark: Any, samples_ms: list[float], extra_info: dict[str
     benchmark.extra_info.update(extra_info)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_benchmark_compare_machine_info(config: pytest.Config, benchmarksession: Any, machine_info: dict[str, Any],
+                                          compared_benchmark: dict[str, Any]) -> None:
+    """perfgate's fingerprint decides what is comparable: one line when the compared file's differs,
+    instead of pytest-benchmark's one-line dump of both machine_infos (5 KB; and it raised where
+    its storage lay outside the working directory), which sees equal infos after this."""
+    session = config.stash.get(_KEY, None)
+    if session is None:
+        return
+    theirs = (compared_benchmark.get("machine_info") or {}).get("perfgate", {}).get("fingerprint") or {}
+    diff = differences(session.fingerprint, theirs)
+    if diff:
+        what = ", ".join(f"{k} {b!r} there, {a!r} here" for k, (a, b) in diff.items())
+        benchmarksession.logger.warning(f"perfgate: --benchmark-compare file was measured on another machine ({what})")
+    compared_benchmark["machine_info"] = machine_info
+
+
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict[str, Any]) -> None:
     session = config.stash.get(_KEY, None)
     if session is None:
@@ -250,6 +283,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             s.recorded = _record(config, s)
         else:  # a failing run (accuracy, build error, ...) must not become the reference
             s.record_refused = f"perfgate: not recording a baseline: the run failed (exit {int(exitstatus)}); fix it and record again"
+    unjudged = gate.unjudged_latency(s.verdicts) if s.gate_enabled else None
+    if unjudged:
+        counts = ", ".join(f"{n} {kind}" for kind, n in unjudged.items())
+        s.unjudged = f"perfgate: no case's latency could be judged ({counts}): this run gated no latency"
+        fail = config.getoption("perfgate_fail_unjudged")
+        if fail == "yes" or (fail == "auto" and os.environ.get("CI")):
+            s.unjudged += " (failing the run: --perfgate-fail-unjudged)"
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
     out = Path(config.getoption("perfgate_verdicts") or Path(config.rootpath) / ".perfgate" / "verdicts.json")
     baseline_store.atomic_write_json(out, summary.verdict_json(s))
     s.verdict_file = out
@@ -272,6 +313,15 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         tr.write_line(s.record_refused)
     if getattr(s, "verdict_file", None):
         tr.write_line(f"perfgate: verdicts written to {s.verdict_file}")
+    if s.unjudged:
+        tr.write_line(s.unjudged)
+    sources = s.baseline_sources()
+    if sources:
+        tr.write_line("perfgate: the gate judged each case against the newest baseline holding it: "
+                      + "; ".join(f"{n} case(s) against {path}" for path, n in sources.items()))
+    compared = config.getoption("benchmark_compare", None)
+    if isinstance(compared, str) and compared.endswith(".json"):
+        tr.write_line(f"perfgate: pytest-benchmark's table compared with {compared}")
     for name, r in s.results.items():
         ev = r.extra_info.get("evidence")
         if ev:
@@ -293,13 +343,27 @@ def run_benchmark(case: Case, benchmark: Any, request: pytest.FixtureRequest) ->
             tr.write_line(f"  {case.id}: {msg}")
 
     fullname = request.node.nodeid
+
+    def error(message: str) -> None:
+        """The case could not be measured: a verdict that says why (the verdict file and summary
+        show it), then one line; the traceback only with -v."""
+        session.verdicts.append(gate.Verdict(case=fullname, metric="run", verdict=gate.ERROR, message=message))
+        pytest.fail(f"{case.id}: {message}", pytrace=verbose)
+
     try:
-        result, verdicts = session.measure_and_judge(case, fullname, progress)
+        with timeout.limit(session.case_timeout_s):
+            result, verdicts = session.measure_and_judge(case, fullname, progress)
     except VariantError as exc:
         session.skips[case.id] = str(exc)
         pytest.skip(f"{case.variant}: {exc}")
+    except baseline_store.BaselineError as exc:  # an older baseline file, read only now that a case needs it
+        pytest.fail(f"{case.id}: {exc}", pytrace=False)
+    except timeout.CaseTimeout as exc:
+        error(f"{exc} (--perfgate-case-timeout-s / [tool.perfgate] case_timeout_s)")
     except torch.OutOfMemoryError as exc:
-        pytest.fail(f"{case.id}: out of memory on {case.device}: {str(exc).splitlines()[0]}", pytrace=False)
+        error(f"out of memory on {case.device}: {str(exc).splitlines()[0]}")
+    except Exception as exc:  # noqa: BLE001 - a model that fails to build or run is this case's failure, not the suite's
+        error(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} (the traceback with -v)")
     feed_benchmark(benchmark, result.measurement.samples_ms, result.extra_info)
     problems = [f"{v.metric} {v.verdict}: {v.message}" for v in session.failing(verdicts, case)]
     if problems:

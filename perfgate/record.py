@@ -9,6 +9,7 @@ offers, the per-rank figures that are no metrics) derive from the fields' metada
 
 from __future__ import annotations
 
+import math
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Mapping
 
@@ -148,3 +149,42 @@ def default_of(name: str) -> Any:
     if f.default is not MISSING:
         return f.default
     return f.default_factory()  # type: ignore[misc]
+
+
+def _positive_times(v: Any) -> bool:
+    return isinstance(v, list) and bool(v) and all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0 for x in v)
+
+
+def _finite(v: Any, *, low: float = -math.inf) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= low
+
+
+def value_problems(info: Mapping[str, Any]) -> list[str]:
+    """What is wrong with the values of one case's extra_info, one phrase each (empty when sound):
+    a NaN sample used to judge a 300x slower case "unchanged", inf "improvement", zero a crash."""
+    out = []
+    samples = info.get("samples_ms")
+    if not _positive_times(samples):
+        out.append("samples_ms must be a non-empty list of positive finite milliseconds")
+    ref = info.get("reference_ms")
+    if ref is not None and (not _positive_times(ref) or not isinstance(samples, list) or len(ref) != len(samples)):
+        out.append("reference_ms must be positive finite milliseconds pairing with samples_ms")
+    for key in ("peak_mem_mib", "reserved_mem_mib"):
+        if info.get(key) is not None and not _finite(info[key], low=0.0):
+            out.append(f"{key} must be a finite number >= 0, got {info[key]!r}")
+    for key in ("median_ms", "speedup"):
+        if info.get(key) is not None and not (_finite(info[key]) and info[key] > 0):
+            out.append(f"{key} must be a positive finite number, got {info[key]!r}")
+    acc = info.get("accuracy")
+    if acc is not None and not isinstance(acc, Mapping):
+        out.append("accuracy must be a table of numbers")
+    elif isinstance(acc, Mapping):
+        for k, v in acc.items():
+            ok = (_finite(v) or (k == "psnr_db" and v == math.inf)) and (k != "rel_l2" or v >= 0)  # PSNR of an exact output is inf
+            if not ok:
+                out.append(f"accuracy.{k} must be a finite number, got {v!r}")
+    pooled = info.get("pooled")
+    if pooled is not None and (not isinstance(pooled, Mapping) or not _positive_times(pooled.get("samples_ms"))):
+        out.append("pooled.samples_ms must be a non-empty list of positive finite milliseconds")
+    return out

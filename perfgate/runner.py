@@ -16,6 +16,7 @@ import torch
 
 from perfgate import accuracy, flops, telemetry
 from perfgate.device import bind
+from perfgate.gate.policy import Tolerance, tolerance_for
 from perfgate.record import CaseRecord
 from perfgate.measure import Measurement, StopRule, WarmupRule, measure, reference_step
 from perfgate.stats import ratios
@@ -62,7 +63,7 @@ class RunOptions:
     seed: int = 0
     batch: int = 1
     checkpoint: str | None = None
-    tolerances: dict[str, accuracy.Tolerance] = field(default_factory=dict)
+    tolerances: dict[str, Tolerance] = field(default_factory=dict)  # [tool.perfgate.tolerance] overrides
     warm_compile: bool = True  # also time a second compile against the warm inductor cache
     telemetry_interval_s: float | None = 0.1  # background GPU/CPU sampler during measure(); None: off
     count_flops: bool = True  # GFLOP per step, achieved TFLOP/s and the share of a measured matmul peak
@@ -148,7 +149,7 @@ def run_case(
         if sampler is not None:
             sampler.stop()
 
-    tol = accuracy.tolerance_for(case.variant, opts.tolerances)
+    tol = tolerance_for(case.variant, opts.tolerances)
     summary = m.summary
     rec = CaseRecord(
         model=case.model, size=case.size, variant=case.variant, options=dict(wl.options), device=str(device),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import fnmatch
 import itertools
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -94,6 +94,8 @@ class Session:
     verdicts: list[gate.Verdict] = field(default_factory=list)
     skips: dict[str, str] = field(default_factory=dict)
     fail_on_graph_break: bool = False
+    case_timeout_s: float = 0.0  # 0: no limit (the plugin sets the configured one)
+    unjudged: str = ""  # the end-of-run line when no latency could be judged
     trace: str = "off"  # evidence on failure: "off", "all" cases or only "regressed" ones
     evidence_dir: Path = Path(".perfgate/evidence")
 
@@ -101,23 +103,29 @@ class Session:
         self.fingerprint = fingerprint(self.device)
         self.fingerprint_id = fingerprint_id(self.fingerprint)
         self.env = Env.detect(self.device)
-        self._baseline: tuple[Path, dict[str, Any]] | None | bool = False  # False: not loaded yet
+        self._baselines: baseline_store.Baselines | None = None  # read on first use
         self._eager_median: dict[tuple, tuple[str, float]] = {}  # group -> (basis, eager value)
 
     @property
     def baseline_dir(self) -> Path:
         return baseline_store.baseline_dir(self.baselines_root, self.fingerprint_id)
 
-    def load_baseline(self) -> tuple[Path, dict[str, Any]] | None:
-        """The newest baseline for this fingerprint, validated (BaselineError if it is broken)."""
-        if self._baseline is False:
-            self._baseline = baseline_store.latest(self.baseline_dir, self.fingerprint)
-        return self._baseline or None
+    @property
+    def baselines(self) -> baseline_store.Baselines:
+        if self._baselines is None:
+            self._baselines = baseline_store.Baselines(self.baseline_dir, self.fingerprint)
+        return self._baselines
 
-    def baseline_record(self, fullname: str) -> CaseRecord | None:
-        found = self.load_baseline()
-        entry = baseline_store.by_name(found[1]).get(fullname) if found else None
-        return CaseRecord.from_extra_info(entry["extra_info"]) if entry else None
+    def load_baseline(self) -> baseline_store.Baselines | None:
+        """This fingerprint's baselines, the newest file validated now (BaselineError if it is
+        broken); None when none was recorded."""
+        self.baselines.check_newest()
+        return self.baselines if self.baselines.files else None
+
+    def baseline_record(self, fullname: str) -> tuple[CaseRecord, Path] | None:
+        """The case's record in the newest baseline that holds it, and that file."""
+        found = self.baselines.entry(fullname)
+        return (CaseRecord.from_extra_info(found[1]["extra_info"]), found[0]) if found else None
 
     def no_baseline_notice(self) -> str:
         return (
@@ -158,13 +166,15 @@ class Session:
         self, case: Case, fullname: str, progress: Callable[[str], None] | None = None
     ) -> tuple[CaseResult, list[gate.Verdict]]:
         """Run a case and gate it, re-measuring while the gate asks to (`gate.decide`)."""
-        baseline = self.baseline_record(fullname) if self.gate_enabled else None
+        found = self.baseline_record(fullname) if self.gate_enabled else None
+        baseline = found[0] if found else None
         result = self.run(case, progress)
         runs, verdicts = [result.record], []
         while self.gate_enabled:
             decision = gate.decide(fullname, runs, baseline, self.policy)
             if not decision.remeasure:
-                result.record, verdicts = decision.record, list(decision.verdicts)
+                result.record = decision.record
+                verdicts = [replace(v, baseline_file=str(found[1])) for v in decision.verdicts] if found else list(decision.verdicts)
                 break
             if progress:
                 progress(f"suspected latency regression; re-measuring ({len(runs)} run(s) so far)")
@@ -195,6 +205,14 @@ class Session:
         evidence["reproduce"] = profile_run.reproduce_commands(case, nodeid=fullname)
         result.record.evidence = evidence
         return [profile_run.with_evidence(v, evidence) if v.verdict in gate.FAILING else v for v in verdicts]
+
+    def baseline_sources(self) -> dict[str, int]:
+        """How many cases were judged against each baseline file, newest file first."""
+        cases: dict[str, set[str]] = {}
+        for v in self.verdicts:
+            if v.baseline_file:
+                cases.setdefault(v.baseline_file, set()).add(v.case)
+        return {f: len(c) for f, c in sorted(cases.items(), reverse=True)}
 
     def failing(self, verdicts: list[gate.Verdict], case: Case) -> list[gate.Verdict]:
         ratchet = self.fail_on_improvement or self.policy.settings(case.model, case.variant, "latency", case.device).fail_on_improvement

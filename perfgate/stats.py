@@ -54,14 +54,15 @@ class StopRule:
     budget_s: float = 5.0  # wall-clock budget for the timed rounds of one case
 
     def __post_init__(self) -> None:
+        # Written so that NaN fails every check (NaN compares false): a NaN budget would never stop.
         if not 0 < self.precision < 1:
             raise ValueError(f"precision must be in (0, 1), got {self.precision}")
         if not 0 < self.confidence < 1:
             raise ValueError(f"confidence must be in (0, 1), got {self.confidence}")
         if not 1 <= self.min_rounds <= self.max_rounds:
             raise ValueError(f"need 1 <= min_rounds <= max_rounds, got {self.min_rounds}, {self.max_rounds}")
-        if self.budget_s <= 0:
-            raise ValueError(f"budget_s must be positive, got {self.budget_s}")
+        if not self.budget_s > 0:  # inf: no budget (fixed round counts)
+            raise ValueError(f"budget_s must be a positive number of seconds, got {self.budget_s}")
 
 
 def stop_reason(samples: Sequence[float], elapsed_s: float, rule: StopRule) -> str | None:

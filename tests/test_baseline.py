@@ -60,7 +60,7 @@ def test_wrong_schema_and_missing_samples(tmp_path):
         store.load(_write(tmp_path / "0002_a.json", data), FP)
     for i, ref in enumerate(([1, 1], [1, 0, 1], [1, "x", 1])):
         data = run_json([bench("a", [1, 2, 3], reference_ms=ref)])
-        with pytest.raises(store.BaselineError, match="reference_ms that are not positive times pairing"):
+        with pytest.raises(store.BaselineError, match="reference_ms must be positive finite milliseconds pairing"):
             store.load(_write(tmp_path / f"000{3 + i}_a.json", data), FP)
 
 
@@ -123,3 +123,58 @@ store.record(__import__("pathlib").Path({str(d)!r}), data, "new")
     path, data = store.latest(d, FP)
     assert path == first and data["benchmarks"][0]["fullname"].endswith("[a]")
     assert [p.name for p in store.numbered_files(d)] == ["0001_old.json"]
+
+
+def _record_many(folder: str, label: str, n: int) -> list[str]:
+    return [store.record(__import__("pathlib").Path(folder), run_json([bench("a", [1.0, 2.0])]), f"{label}{i}").name for i in range(n)]
+
+
+def test_concurrent_recordings_with_different_labels_take_different_numbers(tmp_path):
+    """The stress test that found 48 of 120 numbers reused: 4 processes x 15 recordings at once."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(4) as pool:
+        names = [n for names in pool.map(_record_many, [str(tmp_path)] * 4, "abcd", [15] * 4) for n in names]
+    numbers = sorted(int(n[:4]) for n in names)
+    assert numbers == list(range(1, 61))
+
+
+@pytest.mark.parametrize(("field", "value", "problem"), [
+    ("samples_ms", [1.0, float("nan")], "samples_ms must be a non-empty list of positive finite milliseconds"),
+    ("samples_ms", [1.0, float("inf")], "samples_ms must be"),
+    ("samples_ms", [0.0, 1.0], "samples_ms must be"),
+    ("samples_ms", [-1.0, 1.0], "samples_ms must be"),
+    ("samples_ms", ["1.0"], "samples_ms must be"),
+    ("peak_mem_mib", float("nan"), "peak_mem_mib must be a finite number >= 0"),
+    ("speedup", 0, "speedup must be a positive finite number"),
+    ("accuracy", {"rel_l2": float("nan")}, "accuracy.rel_l2 must be a finite number"),
+], ids=["nan", "inf", "zero", "negative", "string", "memory-nan", "speedup-zero", "accuracy-nan"])
+def test_bad_values_in_a_baseline_are_one_line_errors(tmp_path, field, value, problem):
+    entry = bench("a", [1.0, 2.0])
+    entry["extra_info"][field] = value
+    path = tmp_path / "0001_x.json"
+    path.write_text(json.dumps(run_json([entry])))
+    with pytest.raises(store.BaselineError, match=problem) as err:
+        store.load(path)
+    assert str(path) in str(err.value) and "record one with" in str(err.value)
+
+
+def test_non_utf8_and_special_files(tmp_path):
+    (tmp_path / "0001_x.json").write_bytes(b"\xff\xfe{")
+    with pytest.raises(store.BaselineError, match="not UTF-8 text"):
+        store.load(tmp_path / "0001_x.json")
+    os.mkfifo(tmp_path / "0002_fifo.json")  # reading it would hang
+    assert [p.name for p in store.numbered_files(tmp_path)] == ["0001_x.json"]
+    assert [p.name for p in store.special_files(tmp_path)] == ["0002_fifo.json"]
+
+
+def test_each_case_is_judged_against_the_newest_baseline_that_holds_it(tmp_path):
+    """Recording a subset never un-gates the other cases."""
+    store.record(tmp_path, run_json([bench("a", [1.0]), bench("b", [2.0])]), "all")
+    store.record(tmp_path, run_json([bench("a", [3.0])]), "only-a")
+    b = store.Baselines(tmp_path)
+    a_file, a = b.entry("benchmarks/test_models.py::test_step[a]")
+    b_file, bb = b.entry("benchmarks/test_models.py::test_step[b]")
+    assert (a_file.name, a["extra_info"]["samples_ms"]) == ("0002_only-a.json", [3.0])
+    assert (b_file.name, bb["extra_info"]["samples_ms"]) == ("0001_all.json", [2.0])
+    assert b.entry("benchmarks/test_models.py::test_step[c]") is None

@@ -138,7 +138,10 @@ def test_entries_normalise_only_when_asked_and_both_sides_have_reference_samples
     base = rec(_samples(10, seed=21), reference_ms=_samples(2, seed=22))
     cur = rec([x * 1.3 for x in _samples(10, seed=23)], reference_ms=[x * 1.3 for x in _samples(2, seed=24)])
     judge = lambda c, b, s=S: metrics.judge_latency("a", c, b, s)  # noqa: E731
-    assert judge(cur, base).verdict == gate.UNCHANGED
+    # The machine 30% slower, step and reference alike: from one run that cannot be told from an op
+    # both share getting slower, so not "unchanged" (the reference moved beyond its noise).
+    v = judge(cur, base)
+    assert v.verdict == gate.INCONCLUSIVE and "reference workload itself moved +" in v.message and "is a regression" in v.message
     assert judge(cur, base, GateSettings(normalise=False)).verdict == gate.REGRESSION
     old = rec(_samples(10, seed=21))  # recorded before reference samples existed
     v = judge(cur, old)  # +30% raw: not failed on raw ms alone under a tolerance meant for ratios
@@ -207,3 +210,20 @@ def test_unreliable_reasons_come_from_the_gate_settings_and_telemetry():
                      "busy_sm_clock_mhz": {"mean": 1000.0}, "gpu_other_processes_max": 1}
     reason = gate.unreliable_reason(gpu, S)
     assert "hw_thermal_slowdown in 50% of samples" in reason and "51% of the maximum" in reason and "1 other process" in reason
+
+
+def test_a_shared_op_slowdown_is_never_an_improvement_and_a_step_slowdown_still_fails():
+    """Every F.linear done twice slows the reference more than a step that is part linear: the ratio
+    reads an improvement while raw ms grew (the first version's blind spot)."""
+    base, base_ref = _samples(10, seed=71), _samples(2, seed=72)
+    shared = rec([x * 1.2 for x in _samples(10, seed=73)], reference_ms=[x * 1.6 for x in _samples(2, seed=74)])
+    v = metrics.judge_latency("a", shared, rec(base, reference_ms=base_ref), S)
+    assert v.verdict == gate.INCONCLUSIVE and "improvement relative to the machine" in v.message and "moved +59.9%" in v.message
+    # The step alone 20% slower while the machine got 30% faster: the ratio's regression stands.
+    local = rec([x * 1.2 * 0.7 for x in _samples(10, seed=75)], reference_ms=[x * 0.7 for x in _samples(2, seed=76)])
+    v = metrics.judge_latency("a", local, rec(base, reference_ms=base_ref), S)
+    assert v.verdict == gate.REGRESSION and "reference workload itself moved -30" in v.message
+    # A reference within its noise: the normalised verdict as it was, with no note.
+    calm = rec([x * 1.01 for x in _samples(10, seed=77)], reference_ms=_samples(2, seed=78))
+    v = metrics.judge_latency("a", calm, rec(base, reference_ms=base_ref), S)
+    assert v.verdict == gate.UNCHANGED and "reference workload itself" not in v.message

@@ -61,7 +61,9 @@ memory_slack_mib = 1.0
 """
 
 # The device is pinned: on a machine with a GPU the default would be CUDA, and these tests mean the CPU.
-ARGS = ["-p", "perfgate.plugin", "--perfgate-device", "cpu", "--perfgate-models", "sleepy", "--perfgate-variants", "baseline",
+# Raw ms: the sleepy step is mostly a sleep, so it does not slow with a busy machine as the reference
+# workload does; normalising would judge the test machine's load, not the step.
+ARGS = ["-p", "perfgate.plugin", "--perfgate-device", "cpu", "--perfgate-no-reference", "--perfgate-models", "sleepy", "--perfgate-variants", "baseline",
         "--perfgate-min-rounds", "15", "--perfgate-max-rounds", "15", "-p", "no:cacheprovider"]
 
 
@@ -104,7 +106,10 @@ def test_record_then_compare_passes_unchanged_and_fails_on_edited_baselines(suit
 
     r = suite.runpytest_subprocess(*ARGS, "--benchmark-compare")
     r.assert_outcomes(passed=1)
-    r.stderr.fnmatch_lines(["*Comparing against benchmarks from: 0001_baseline.json*"])
+    r.stderr.fnmatch_lines(["*Comparing against benchmarks from: */baselines/*/0001_baseline.json*"])
+    r.stdout.fnmatch_lines(["*the gate judged each case against the newest baseline holding it: 1 case(s) against *0001_baseline.json",
+                            "*pytest-benchmark's table compared with *0001_baseline.json"])
+    r.stdout.no_fnmatch_line("*machine_info is different*")
     r.stdout.fnmatch_lines(["*sleepy-tiny-baseline*latency*"])
     r.stdout.no_fnmatch_line("*latency*regression*")
 
@@ -157,3 +162,81 @@ def test_unavailable_variant_is_skipped_with_its_reason(suite):
     r.assert_outcomes(skipped=2)
     r.stdout.fnmatch_lines(["*skipped variants:*", "*1 x TensorRT needs a CUDA device*"])
     r.stdout.fnmatch_lines(["*SKIPPED*tensorrt: TensorRT needs a CUDA device*"])
+
+
+FLAKY_MODEL = '''
+"""A model that hangs in its forward, fails to build, or works, by size."""
+import time
+from dataclasses import dataclass
+import torch
+from torch import nn
+from perfgate import ModelSpec, register_model
+
+@dataclass(frozen=True, kw_only=True)
+class FlakyConfig:
+    mode: str = "ok"
+
+CONFIGS = {"ok": FlakyConfig(), "hang": FlakyConfig(mode="hang"), "broken": FlakyConfig(mode="broken")}
+
+class Flaky(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        if config.mode == "broken":
+            raise RuntimeError("weights of layer 3 do not fit: 64 != 65")
+        self.config = config
+        self.w = nn.Parameter(torch.ones(4))
+
+    def forward(self, x):
+        if self.config.mode == "hang":
+            time.sleep(3600)
+        return x * self.w
+
+def example_inputs(config, *, batch=1, seed=0, device="cpu", dtype=torch.float32, **options):
+    return (torch.ones(batch, 4, device=device, dtype=dtype),)
+
+def step_info(config, *, batch=1, **options):
+    return {"frames": float(batch)}
+
+register_model(ModelSpec(name="flaky", module=__name__, model_class="Flaky", default_sizes={"cpu": "ok"}))
+'''
+
+
+@pytest.fixture
+def flaky(suite):
+    suite.path.joinpath("flaky_model.py").write_text(FLAKY_MODEL)
+    return suite
+
+
+FLAKY = ["-p", "perfgate.plugin", "--perfgate-device", "cpu", "--perfgate-model-file", "flaky_model.py", "--perfgate-models", "flaky",
+         "--perfgate-variants", "baseline", "--perfgate-min-rounds", "5", "--perfgate-max-rounds", "5", "-p", "no:cacheprovider"]
+
+
+def test_a_hanging_case_times_out_and_the_suite_goes_on(flaky):
+    r = flaky.runpytest_subprocess(*FLAKY, "--perfgate-sizes", "hang,ok", "--perfgate-case-timeout-s", "10", "--perfgate-no-gate")
+    r.assert_outcomes(failed=1, passed=1)
+    r.stdout.fnmatch_lines(["*flaky-hang-baseline: timed out after 10 s (--perfgate-case-timeout-s*"])
+    verdicts = json.loads(flaky.path.joinpath(".perfgate", "verdicts.json").read_text())["verdicts"]
+    assert [(v["verdict"], v["message"][:20]) for v in verdicts if v["metric"] == "run"] == [("error", "timed out after 10 s")]
+
+
+def test_a_model_that_fails_to_build_is_one_line_and_its_traceback_only_with_v(flaky):
+    r = flaky.runpytest_subprocess(*FLAKY, "--perfgate-sizes", "broken,ok", "--perfgate-no-gate")
+    r.assert_outcomes(failed=1, passed=1)
+    r.stdout.fnmatch_lines(["*flaky-broken-baseline: RuntimeError: weights of layer 3 do not fit: 64 != 65 (the traceback with -v)*"])
+    r.stdout.no_fnmatch_line("*Traceback*")
+    r.stdout.no_fnmatch_line("*raise RuntimeError*")
+    r = flaky.runpytest_subprocess(*FLAKY, "--perfgate-sizes", "broken", "--perfgate-no-gate", "-v")
+    r.stdout.fnmatch_lines(["*raise RuntimeError*"])
+
+
+def test_a_run_that_judged_no_latency_says_so_and_fails_in_ci(flaky, monkeypatch):
+    monkeypatch.delenv("CI", raising=False)
+    r = flaky.runpytest_subprocess(*FLAKY)  # no baseline recorded: nothing to judge against
+    r.assert_outcomes(passed=1)
+    assert r.ret == 0
+    r.stdout.fnmatch_lines(["perfgate: no case's latency could be judged (1 no baseline): this run gated no latency"])
+    monkeypatch.setenv("CI", "true")
+    r = flaky.runpytest_subprocess(*FLAKY)
+    assert r.ret == 1
+    r.stdout.fnmatch_lines(["*this run gated no latency (failing the run: --perfgate-fail-unjudged)"])
+    assert flaky.runpytest_subprocess(*FLAKY, "--perfgate-fail-unjudged", "no").ret == 0

@@ -51,7 +51,8 @@ def test_run_folder_holds_json_and_self_contained_html(profiled: tuple[Path, dic
     b = p["benchmark"]
     assert b["n"] == 5 and b["min_ms"] <= b["median_ms"] <= b["max_ms"] and b["steps_per_s"] > 0
     assert p["flops"]["gflop_per_step"] == pytest.approx(0.014680064)
-    assert p["flops"]["achieved_tflops"] > 0 and 0 < p["flops"]["peak_share"]
+    # A share of the measured peak, or (the peak timed on a busy machine) the note saying why none.
+    assert p["flops"]["achieved_tflops"] > 0 and (0 < p["flops"].get("peak_share", 0) <= 1 or "does not bound" in p["flops"]["peak_note"])
     assert p["telemetry"]["source"] == "psutil" and p["telemetry"]["n_samples"] >= 1
     assert p["memory"]["method"] in ("vmhwm", "rss_sampler") and p["memory"]["weights_mib"] > 0
     rows = p["precision"]["rows"]
@@ -289,7 +290,8 @@ def test_suite_integration_telemetry_flops_and_evidence(tmp_path: Path, monkeypa
     result, verdicts = session.measure_and_judge(case, fullname)
     info = result.extra_info
     assert info["telemetry"]["source"] == "psutil" and info["telemetry"]["n_samples"] >= 1
-    assert info["gflop_per_step"] == pytest.approx(0.014680064) and info["peak_dtype"] == "fp32"
+    assert info["gflop_per_step"] == pytest.approx(0.014680064)
+    assert info.get("peak_dtype") == "fp32" or "fp32 peak" in info["peak_note"]
     ev = info["evidence"]
     assert json.loads(Path(ev["trace"]).read_text())["traceEvents"]
     (v,) = verdicts

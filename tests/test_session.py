@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from perfgate import session as sess
@@ -59,7 +61,7 @@ def test_a_suspected_regression_is_re_measured_pooled_or_each(tmp_path, monkeypa
     monkeypatch.setattr(sess, "run_case", run_case)
     s = sess.Session(device="cpu", baselines_root=tmp_path, policy=Policy(defaults=GateSettings(remeasure_pooled=pooled)))
     base = _timed(Case(model="m", size="tiny", variant="bf16", device="cpu"), normal())
-    monkeypatch.setattr(s, "baseline_record", lambda name: base.record)
+    monkeypatch.setattr(s, "baseline_record", lambda name: (base.record, Path("baselines/x/0001_b.json")))
     result, verdicts = s.measure_and_judge(Case(model="m", size="tiny", variant="bf16", device="cpu"), "case")
     (lat,) = [v for v in verdicts if v.metric == "latency"]
     assert (lat.verdict, len(calls)) == (verdict, runs)

@@ -7,6 +7,7 @@ from torch import nn
 
 from perfgate import accuracy
 from perfgate.gate.decide import accuracy_violations
+from perfgate.gate.policy import Tolerance, tolerance_for
 from perfgate.variants import (
     VARIANTS, Autocast, Cast, Compile, CudaGraphs, Env, Quantize, TensorRT, Variant, VariantError, count_quantized_linears,
     export_program, get_variant, probe_import, unsupported_fp8_shape,
@@ -134,18 +135,18 @@ def test_accuracy_metrics_on_known_inputs():
     assert m["rel_l2"] == pytest.approx(0.1 / math.sqrt(2)) and m["max_abs"] == pytest.approx(0.1)
     assert m["psnr_db"] == pytest.approx(10 * math.log10(4 / (0.01 / 4)))
     m = accuracy.metrics((torch.tensor([1.0, float("nan")]),), (torch.tensor([1.0, 2.0]),))
-    assert accuracy_violations(m, vars(accuracy.tolerance_for("baseline"))) == ["output has NaN or Inf"]
+    assert accuracy_violations(m, vars(tolerance_for("baseline"))) == ["output has NaN or Inf"]
     assert accuracy.metrics(-ref, ref)["cosine"] == pytest.approx(-1.0)
 
 
 def test_tolerances_by_variant_and_overrides():
-    assert accuracy.tolerance_for("compile-max-autotune").rel_l2 == 1e-3
-    assert accuracy.tolerance_for("autocast-bf16+compile").rel_l2 == 0.1
-    assert accuracy.tolerance_for("bf16+fp8-rowwise+compile").cosine == 0.98
-    over = {"bf16": accuracy.Tolerance(rel_l2=0.5, cosine=0.9)}
-    assert accuracy.tolerance_for("bf16", over).rel_l2 == 0.5
+    assert tolerance_for("compile-max-autotune").rel_l2 == 1e-3
+    assert tolerance_for("autocast-bf16+compile").rel_l2 == 0.1
+    assert tolerance_for("bf16+fp8-rowwise+compile").cosine == 0.98
+    over = {"bf16": Tolerance(rel_l2=0.5, cosine=0.9)}
+    assert tolerance_for("bf16", over).rel_l2 == 0.5
     wrong = accuracy.metrics(torch.randn(100), torch.randn(100))
-    assert accuracy_violations(wrong, vars(accuracy.tolerance_for("int8-dynamic")))  # a wrong fast variant fails
+    assert accuracy_violations(wrong, vars(tolerance_for("int8-dynamic")))  # a wrong fast variant fails
 
 
 @pytest.mark.parametrize("variant", ["cudagraphs", "tensorrt", "int8-dynamic", "bf16+fp8-rowwise+compile"])

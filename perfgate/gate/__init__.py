@@ -11,11 +11,11 @@ Everything else (the session, the profiler, the reports) asks these functions; n
 
 from perfgate.gate.decide import Decision, absolute_checks, compare, decide, pool, unreliable_reason
 from perfgate.gate.verdicts import (
-    BUDGET, FAILING, IMPROVEMENT, INCONCLUSIVE, NO_BASELINE, REGRESSION, UNCHANGED, UNRELIABLE, VERDICT_ORDER, Verdict, failing,
-    sort_verdicts,
+    BUDGET, ERROR, FAILING, IMPROVEMENT, JUDGED, INCONCLUSIVE, NO_BASELINE, REGRESSION, UNCHANGED, UNRELIABLE, VERDICT_ORDER, Verdict, failing,
+    sort_verdicts, unjudged_latency,
 )
 
 __all__ = [
-    "BUDGET", "FAILING", "IMPROVEMENT", "INCONCLUSIVE", "NO_BASELINE", "REGRESSION", "UNCHANGED", "UNRELIABLE", "VERDICT_ORDER",
-    "Decision", "Verdict", "absolute_checks", "compare", "decide", "failing", "pool", "sort_verdicts", "unreliable_reason",
+    "BUDGET", "ERROR", "FAILING", "JUDGED", "IMPROVEMENT", "INCONCLUSIVE", "NO_BASELINE", "REGRESSION", "UNCHANGED", "UNRELIABLE", "VERDICT_ORDER",
+    "Decision", "Verdict", "absolute_checks", "compare", "decide", "failing", "pool", "sort_verdicts", "unjudged_latency", "unreliable_reason",
 ]

@@ -98,7 +98,8 @@ def judge_latency(case: str, cur: CaseRecord, base: CaseRecord, s: GateSettings)
         return Verdict(case=case, metric="latency", verdict=INCONCLUSIVE, current=cur.median_ms,
                        message="the baseline of this case was measured unreliably; re-record it")
     if s.normalise and cur.reference_ms and base.reference_ms:
-        return judge_latency_samples(case, cur.samples_ms, base.samples_ms, s, reference=(cur.reference_ms, base.reference_ms))
+        normalised = judge_latency_samples(case, cur.samples_ms, base.samples_ms, s, reference=(cur.reference_ms, base.reference_ms))
+        return _guard_reference(normalised, cur, base, s)
     v = judge_latency_samples(case, cur.samples_ms, base.samples_ms, s)
     if not s.normalise or not (cur.reference_ms or base.reference_ms):
         return v  # not asked for, or neither side normalisable (a GPU case)
@@ -107,6 +108,30 @@ def judge_latency(case: str, cur: CaseRecord, base: CaseRecord, s: GateSettings)
     # A CPU tolerance sized for normalised ratios is too tight for raw ms: no failure on raw ms alone.
     verdict = INCONCLUSIVE if v.verdict == REGRESSION else v.verdict
     return replace(v, verdict=verdict, message=f"{v.message}; {note}" if v.message else note)
+
+
+def _guard_reference(normalised: Verdict, cur: CaseRecord, base: CaseRecord, s: GateSettings) -> Verdict:
+    """A reference workload that moved beyond its own noise never turns a slowdown into
+    "unchanged" or "improvement".
+
+    Dividing by the reference cancels whatever the reference shares with the step: a change that
+    slowed F.linear everywhere slowed the reference as much as the step, and the ratio read -5% to
+    -29% ("improvement") on a step whose raw time grew 17-144%. So when the reference itself moved
+    beyond the tolerance, significantly, raw milliseconds are judged too: a normalised regression
+    stands (the step slowed more than the machine), a raw regression the ratio hides becomes
+    inconclusive, saying that the machine or a shared op changed (from one run the two cannot be
+    told apart; `perfgate ab` runs both revisions in one job)."""
+    ref_ratio, p_slower, p_faster = latency_test(cur.reference_ms or [], base.reference_ms or [])
+    moved = (ref_ratio > 1 + s.latency_tolerance and p_slower < s.alpha) or (ref_ratio < 1 / (1 + s.latency_tolerance) and p_faster < s.alpha)
+    if not moved:
+        return normalised
+    raw = judge_latency_samples(normalised.case, cur.samples_ms, base.samples_ms, s)
+    note = (f"the reference workload itself moved {(ref_ratio - 1) * 100:+.1f}% (the machine, or an op it shares with the step "
+            f"such as F.linear, changed); raw ms {raw.change_pct:+.1f}% (p={raw.p_value:.2g})")
+    if raw.verdict == REGRESSION and normalised.verdict != REGRESSION:
+        return replace(normalised, verdict=INCONCLUSIVE,
+                       message=f"{normalised.message}: {normalised.verdict} relative to the machine, but {note} is a regression")
+    return replace(normalised, message=f"{normalised.message}; {note}")
 
 
 def judge_memory(case: str, cur: CaseRecord, base: CaseRecord, s: GateSettings) -> Verdict | None:

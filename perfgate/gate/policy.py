@@ -25,6 +25,7 @@ Later overrides win. Unknown keys are errors that name the key and the file, not
 from __future__ import annotations
 
 import fnmatch
+import math
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -99,45 +100,139 @@ class Policy:
         return [b for b in self.budgets if b.matches(model, size, variant, hardware)]
 
 
+@dataclass(frozen=True, kw_only=True)
+class Tolerance:
+    rel_l2: float
+    cosine: float  # minimum
+    psnr_db: float | None = None  # minimum, for images and audio
+
+
+# Why these numbers: fp32 variants (compile, TensorRT fp32) only reorder float sums, ~1e-6 relative
+# per op growing with depth; bf16 keeps 8 bits of mantissa (~0.4% per rounding), int8/fp8 ~1% per
+# layer. Deep decoders compound it, so the bounds are loose enough for the full models yet far
+# below what a broken kernel gives (rel_l2 ~1, cosine ~0).
+DEFAULT_TOLERANCES: dict[str, Tolerance] = {
+    "baseline": Tolerance(rel_l2=1e-5, cosine=0.999999),
+    "compile*": Tolerance(rel_l2=1e-3, cosine=0.9999, psnr_db=60),
+    "cudagraphs": Tolerance(rel_l2=1e-5, cosine=0.999999),
+    "tensorrt": Tolerance(rel_l2=1e-2, cosine=0.999, psnr_db=40),
+    "*int8*": Tolerance(rel_l2=0.2, cosine=0.98, psnr_db=20),  # before *bf16*: bf16+fp8-* is judged as FP8
+    "*fp8*": Tolerance(rel_l2=0.2, cosine=0.98, psnr_db=20),
+    "*fp16*": Tolerance(rel_l2=0.05, cosine=0.998, psnr_db=30),
+    "*bf16*": Tolerance(rel_l2=0.1, cosine=0.99, psnr_db=25),
+    "*": Tolerance(rel_l2=0.1, cosine=0.99, psnr_db=25),
+}
+
+
+def tolerance_for(variant: str, overrides: Mapping[str, Tolerance] | None = None) -> Tolerance:
+    """First matching glob, overrides before defaults, in their written order."""
+    for table in (overrides or {}, DEFAULT_TOLERANCES):
+        for pattern, tol in table.items():
+            if fnmatch.fnmatchcase(variant, pattern):
+                return tol
+    raise KeyError(variant)  # unreachable: "*" matches
+
+
 _SETTING_KEYS = {f.name: f.type for f in fields(GateSettings)}
 
+# The values each setting may take, with what it means: a value outside them switches a check off
+# or makes it fail always (alpha = 0 is never significant; a NaN tolerance compares false).
+_RANGES: dict[str, tuple[float, float, bool, str]] = {  # (low, high, low inclusive, meaning)
+    "latency_tolerance": (0.0, 10.0, True, "a relative slowdown, e.g. 0.05 for 5%"),
+    "alpha": (0.0, 0.2, False, "a significance level above 0, e.g. 0.01"),
+    "memory_tolerance": (0.0, 10.0, True, "a relative growth, e.g. 0.05 for 5%"),
+    "memory_slack_mib": (0.0, 1e6, True, "MiB"),
+    "accuracy_factor": (1.0, 1e6, True, "a factor of at least 1 on the baseline's error"),
+    "accuracy_slack": (0.0, 1.0, True, "an absolute relative-L2 slack"),
+    "speedup_tolerance": (0.0, 1.0, True, "a relative drop below 1, e.g. 0.10 for 10%"),
+    "remeasure": (0, 10, True, "a whole number of re-measurements, 0 to 10"),
+    "contention_max": (0.0, 1024.0, True, "cores"),
+}
 
-def _settings(raw: Mapping[str, Any], where: str) -> dict[str, Any]:
+
+def _settings(raw: Any, where: str) -> dict[str, Any]:
+    if not isinstance(raw, Mapping):
+        raise PolicyError(f"{where}: must be a table of settings, got {raw!r}")
     out = {}
     for k, v in raw.items():
         if k not in _SETTING_KEYS:
             raise PolicyError(f"{where}: unknown key {k!r}; known: {', '.join(_SETTING_KEYS)}")
         default = getattr(GateSettings(), k)
-        if isinstance(default, bool) != isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise PolicyError(f"{where}: {k} must be a {type(default).__name__}, got {v!r}")
-        if not isinstance(default, bool) and v < 0:
-            raise PolicyError(f"{where}: {k} must not be negative, got {v!r}")
+        if isinstance(default, bool):
+            if not isinstance(v, bool):
+                raise PolicyError(f"{where}: {k} must be true or false, got {v!r}")
+            out[k] = v
+            continue
+        wants_int = isinstance(default, int)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (wants_int and not float(v).is_integer()):
+            raise PolicyError(f"{where}: {k} must be {'a whole number' if wants_int else 'a number'}, got {v!r}")
+        low, high, low_inclusive, meaning = _RANGES[k]
+        if not math.isfinite(v) or not (low <= v if low_inclusive else low < v) or v > high:
+            bounds = f"{'[' if low_inclusive else '('}{low:g}, {high:g}]"
+            raise PolicyError(f"{where}: {k} = {v!r} is outside {bounds} ({meaning}); fix the value")
         out[k] = type(default)(v)
     return out
 
 
+def _tables(raw: Any, key: str, source: str) -> list[Mapping[str, Any]]:
+    """A `[[tool.perfgate.KEY]]` array of tables, or a one-line error."""
+    if not isinstance(raw, list) or not all(isinstance(r, Mapping) for r in raw):
+        raise PolicyError(f"{source} {key}: must be an array of tables ([[tool.perfgate.{key}]]), got {raw!r}")
+    return raw
+
+
+def _budget(raw: Mapping[str, Any], where: str) -> Budget:
+    budget_keys = {f.name for f in fields(Budget)}
+    unknown = set(raw) - budget_keys
+    if unknown:
+        raise PolicyError(f"{where}: unknown key {sorted(unknown)[0]!r}; known: {', '.join(sorted(budget_keys))}")
+    for k, v in raw.items():
+        if k in ("model", "size", "variant", "gpu"):
+            if not isinstance(v, str):
+                raise PolicyError(f"{where}: {k} must be a name or glob, got {v!r}")
+        elif isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            raise PolicyError(f"{where}: {k} must be a positive number, got {v!r}")
+    return Budget(**raw)
+
+
+def parse_tolerances(raw: Any, source: str = "[tool.perfgate]") -> dict[str, Tolerance]:
+    """`[tool.perfgate.tolerance."GLOB"]` tables: rel_l2 at most (>= 0), cosine at least (in [-1, 1]),
+    psnr_db at least (optional)."""
+    if not isinstance(raw, Mapping):
+        raise PolicyError(f"{source} tolerance: must be a table of tables ([tool.perfgate.tolerance.\"GLOB\"])")
+    out = {}
+    for pattern, values in raw.items():
+        where = f"{source} tolerance.{pattern!r}"
+        if not isinstance(values, Mapping) or set(values) - {"rel_l2", "cosine", "psnr_db"} or not {"rel_l2", "cosine"} <= set(values):
+            raise PolicyError(f"{where}: keys are rel_l2 and cosine (and psnr_db), got {values!r}")
+        for k, v in values.items():
+            bounds = {"rel_l2": (0.0, math.inf), "cosine": (-1.0, 1.0), "psnr_db": (-math.inf, math.inf)}[k]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not bounds[0] <= v <= bounds[1]:
+                raise PolicyError(f"{where}: {k} must be a finite number in [{bounds[0]:g}, {bounds[1]:g}], got {v!r}")
+        out[pattern] = Tolerance(rel_l2=float(values["rel_l2"]), cosine=float(values["cosine"]),
+                                 psnr_db=None if values.get("psnr_db") is None else float(values["psnr_db"]))
+    return out
+
+
 def parse(table: Mapping[str, Any], source: str = "[tool.perfgate]") -> Policy:
-    """Build a Policy from the `[tool.perfgate]` table."""
+    """Build a Policy from the `[tool.perfgate]` table; every value is checked (PolicyError, one line)."""
     defaults = GateSettings(**_settings(table.get("gate", {}), f"{source} gate"))
     overrides = []
-    for i, raw in enumerate(table.get("override", [])):
+    for i, raw in enumerate(_tables(table.get("override", []), "override", source)):
         where = f"{source} override #{i + 1}"
         raw = dict(raw)
         sel = {k: raw.pop(k) for k in ("model", "variant", "metric", "device") if k in raw}
+        for k, v in sel.items():
+            if not isinstance(v, str):
+                raise PolicyError(f"{where}: {k} must be a name or glob, got {v!r}")
         if sel.get("metric", "*") not in (*METRICS, "*") and not any(c in sel["metric"] for c in "*?["):
             raise PolicyError(f"{where}: metric {sel['metric']!r} is none of {', '.join(METRICS)}")
         overrides.append(Override(**sel, settings=_settings(raw, where)))
-    budgets = []
-    budget_keys = {f.name for f in fields(Budget)}
-    for i, raw in enumerate(table.get("budget", [])):
-        unknown = set(raw) - budget_keys
-        if unknown:
-            raise PolicyError(f"{source} budget #{i + 1}: unknown key {sorted(unknown)[0]!r}; known: {', '.join(sorted(budget_keys))}")
-        budgets.append(Budget(**raw))
+    budgets = [_budget(raw, f"{source} budget #{i + 1}") for i, raw in enumerate(_tables(table.get("budget", []), "budget", source))]
     return Policy(defaults=defaults, overrides=tuple(overrides), budgets=tuple(budgets))
 
 
-TABLE_KEYS = ("gate", "override", "budget", "tolerance", "variants", "model_files", "tier", "tiers")
+TABLE_KEYS = ("gate", "override", "budget", "tolerance", "variants", "model_files", "tier", "tiers", "case_timeout_s")
 
 
 def load_table(pyproject: str | Path) -> dict[str, Any]:

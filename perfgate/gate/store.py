@@ -10,7 +10,6 @@ earlier files intact and at worst a `.tmp` file that loading ignores.
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import tempfile
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.fingerprint import differences
+from perfgate.record import value_problems
 
 SCHEMA = 1
 RECORD_HINT = "record one with: pytest benchmarks --perfgate-record"
@@ -33,9 +33,18 @@ def baseline_dir(root: str | os.PathLike[str], fp_id: str) -> Path:
 
 
 def numbered_files(folder: Path) -> list[Path]:
+    """The numbered baseline files of `folder`, oldest first; only regular files (a FIFO named like
+    a baseline would hang the reader: `special_files` names them for a notice)."""
     if not folder.is_dir():
         return []
-    return sorted((p for p in folder.iterdir() if _NUMBERED.match(p.name)), key=lambda p: p.name)
+    return sorted((p for p in folder.iterdir() if _NUMBERED.match(p.name) and p.is_file()), key=lambda p: p.name)
+
+
+def special_files(folder: Path) -> list[Path]:
+    """Entries named like baselines that are no regular files (FIFOs, folders, broken links): skipped."""
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if _NUMBERED.match(p.name) and not p.is_file())
 
 
 def validate(data: Any, path: Path, fingerprint: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -51,14 +60,14 @@ def validate(data: Any, path: Path, fingerprint: dict[str, Any] | None = None) -
     for i, bench in enumerate(data["benchmarks"]):
         if not isinstance(bench, dict) or "fullname" not in bench or not isinstance(bench.get("stats"), dict):
             raise BaselineError(f"{path}: benchmark #{i} lacks 'fullname' or 'stats'; {fix}")
-        samples = bench.get("extra_info", {}).get("samples_ms")
+        if not isinstance(bench.get("extra_info"), dict):
+            raise BaselineError(f"{path}: benchmark {bench['fullname']!r} has no extra_info; {fix}")
+        samples = bench["extra_info"].get("samples_ms")
         if not isinstance(samples, list) or not samples:
             raise BaselineError(f"{path}: benchmark {bench['fullname']!r} has no raw samples (extra_info.samples_ms); {fix}")
-        ref = bench["extra_info"].get("reference_ms")
-        if ref is not None and (not isinstance(ref, list) or len(ref) != len(samples)
-                                or not all(isinstance(x, (int, float)) and math.isfinite(x) and x > 0 for x in ref)):
-            raise BaselineError(f"{path}: benchmark {bench['fullname']!r} has reference_ms that are not positive times "
-                                f"pairing with its samples_ms; {fix}")
+        problems = value_problems(bench["extra_info"])
+        if problems:
+            raise BaselineError(f"{path}: benchmark {bench['fullname']!r}: {problems[0]}; {fix}")
     if fingerprint is not None:
         diff = differences(fingerprint, block.get("fingerprint") or {})
         if diff:
@@ -75,6 +84,8 @@ def load(path: str | os.PathLike[str], fingerprint: dict[str, Any] | None = None
         text = path.read_text(encoding="utf8")
     except OSError as exc:
         raise BaselineError(f"{path}: cannot read ({exc.strerror}); check the path or {RECORD_HINT}") from None
+    except UnicodeDecodeError:
+        raise BaselineError(f"{path}: not UTF-8 text, so no JSON; restore it (git checkout -- {path}) or delete it and {RECORD_HINT}") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -86,12 +97,43 @@ def load(path: str | os.PathLike[str], fingerprint: dict[str, Any] | None = None
 
 
 def latest(folder: Path, fingerprint: dict[str, Any] | None = None) -> tuple[Path, dict[str, Any]] | None:
-    """The newest baseline in `folder`, validated; None if there is none. A broken newest file is an
-    error, never silently replaced by an older one."""
+    """The newest baseline in `folder`, validated; None if there is none."""
     files = numbered_files(folder)
     if not files:
         return None
     return files[-1], load(files[-1], fingerprint)
+
+
+class Baselines:
+    """A fingerprint's baselines, resolved per case: each case is judged against the newest file
+    that holds it, so recording a subset never un-gates the other cases. Files are read newest
+    first and only as far back as a case needs; a broken file on the way is an error, never
+    silently passed over for an older one."""
+
+    def __init__(self, folder: Path, fingerprint: dict[str, Any] | None = None) -> None:
+        self.folder = folder
+        self.fingerprint = fingerprint
+        self.files = list(reversed(numbered_files(folder)))  # newest first
+        self.skipped = special_files(folder)
+        self._read: dict[Path, dict[str, dict[str, Any]]] = {}
+
+    def _entries(self, path: Path) -> dict[str, dict[str, Any]]:
+        if path not in self._read:
+            self._read[path] = by_name(load(path, self.fingerprint))
+        return self._read[path]
+
+    def check_newest(self) -> None:
+        """Read the newest file now, so a broken one stops the run before any case is measured."""
+        if self.files:
+            self._entries(self.files[0])
+
+    def entry(self, fullname: str) -> tuple[Path, dict[str, Any]] | None:
+        """(the file, its entry) of the newest baseline holding `fullname`, or None."""
+        for path in self.files:
+            found = self._entries(path).get(fullname)
+            if found is not None:
+                return path, found
+        return None
 
 
 def by_name(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -128,13 +170,17 @@ def _umask() -> int:
 
 
 def record(folder: Path, data: dict[str, Any], label: str) -> Path:
-    """Add `data` as the next numbered baseline in `folder`."""
+    """Add `data` as the next numbered baseline in `folder`. The number is taken under a lock on the
+    folder (filelock, which torch already depends on): two recordings with different labels at once
+    used to take the same number (48 of 120 in a stress test); the no-clobber link alone protects
+    only an identical name."""
+    from filelock import FileLock
+
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", label).strip("-") or "baseline"
-    for _ in range(100):
-        files = numbered_files(folder)
-        num = int(files[-1].name[:4]) + 1 if files else 1
-        try:
-            return atomic_write_json(folder / f"{num:04d}_{safe}.json", data, clobber=False)
-        except FileExistsError:
-            continue  # another writer took the number; take the next
-    raise BaselineError(f"{folder}: could not find a free baseline number; remove stray files there")
+    folder.mkdir(parents=True, exist_ok=True)
+    with FileLock(folder / ".record.lock"):
+        numbers = [int(p.name[:4]) for p in folder.iterdir() if _NUMBERED.match(p.name)]
+        num = max(numbers, default=0) + 1
+        if num > 9999:
+            raise BaselineError(f"{folder}: baseline numbers are used up (9999); move old files to an archive folder")
+        return atomic_write_json(folder / f"{num:04d}_{safe}.json", data, clobber=False)

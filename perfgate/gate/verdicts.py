@@ -12,8 +12,10 @@ INCONCLUSIVE = "inconclusive"
 NO_BASELINE = "no baseline"
 UNRELIABLE = "unreliable"
 BUDGET = "budget"  # an absolute real-time target missed
-VERDICT_ORDER = (REGRESSION, BUDGET, UNRELIABLE, INCONCLUSIVE, IMPROVEMENT, NO_BASELINE, UNCHANGED)
-FAILING = (REGRESSION, BUDGET)
+ERROR = "error"  # the case could not be measured: it raised, or ran past its time limit
+VERDICT_ORDER = (ERROR, REGRESSION, BUDGET, UNRELIABLE, INCONCLUSIVE, IMPROVEMENT, NO_BASELINE, UNCHANGED)
+FAILING = (ERROR, REGRESSION, BUDGET)
+JUDGED = (REGRESSION, IMPROVEMENT, UNCHANGED, INCONCLUSIVE)  # latency verdicts that compared two reliable runs
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -26,6 +28,7 @@ class Verdict:
     change_pct: float | None = None
     p_value: float | None = None
     message: str = ""
+    baseline_file: str | None = None  # the recorded baseline this verdict judged against
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -34,6 +37,18 @@ class Verdict:
 def sort_verdicts(verdicts: Sequence[Verdict]) -> list[Verdict]:
     """Regressions first, then by case and metric."""
     return sorted(verdicts, key=lambda v: (VERDICT_ORDER.index(v.verdict) if v.verdict in VERDICT_ORDER else 99, v.case, v.metric))
+
+
+def unjudged_latency(verdicts: Sequence[Verdict]) -> dict[str, int] | None:
+    """When no case's latency could be judged (every one unreliable, without a baseline or failed),
+    how many fell in each kind; None when at least one was judged, or no latency verdict exists."""
+    latency = [v for v in verdicts if v.metric == "latency" or v.verdict == ERROR]
+    if not latency or any(v.verdict in JUDGED for v in latency if v.metric == "latency"):
+        return None
+    counts: dict[str, int] = {}
+    for v in latency:
+        counts[v.verdict] = counts.get(v.verdict, 0) + 1
+    return counts
 
 
 def failing(verdicts: Sequence[Verdict], *, fail_on_improvement: bool = False) -> list[Verdict]:

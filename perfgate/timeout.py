@@ -1,0 +1,62 @@
+"""A per-case time limit: a hanging case fails with "timed out after N s" and the suite goes on.
+
+SIGALRM through `signal.setitimer`, as pytest-timeout's signal method does; written here because
+that plugin either fails the test from inside its handler (so perfgate could record no verdict for
+it) or, in its thread method, kills the whole process and the verdict file with it. The alarm
+interrupts Python code and any C call that returns to the interpreter (a kernel that never
+returns cannot be interrupted in-process by anyone). Only the main thread receives signals:
+elsewhere, and where SIGALRM does not exist, the limit is off and `limit` says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from typing import Iterator
+
+
+class CaseTimeout(Exception):
+    """Raised in the case's own code when its time limit passes."""
+
+
+def available() -> bool:
+    return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+
+
+@contextlib.contextmanager
+def limit(seconds: float | None) -> Iterator[bool]:
+    """Raise CaseTimeout in this thread after `seconds` (None or 0: no limit). Yields whether a
+    limit is in force."""
+    if not seconds or not available():
+        yield False
+        return
+
+    def alarm(signum: int, frame: object) -> None:
+        raise CaseTimeout(f"timed out after {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield True
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+DEFAULT_LIMIT_S = {"cpu": 300.0, "cuda": 900.0}  # generous: a cold compile of the largest model takes minutes
+
+
+def configured_limit(value: object, device_type: str, source: str = "[tool.perfgate] case_timeout_s") -> float:
+    """The time limit of one case on `device_type`: `case_timeout_s = 600` or
+    `case_timeout_s = { cpu = 300, cuda = 900 }` (0 switches it off); ValueError names the key."""
+    if value is None:
+        return DEFAULT_LIMIT_S.get(device_type, DEFAULT_LIMIT_S["cuda"])
+    if isinstance(value, dict):
+        unknown = set(value) - set(DEFAULT_LIMIT_S)
+        if unknown:
+            raise ValueError(f"{source}: device type {sorted(unknown)[0]!r} is neither cpu nor cuda")
+        value = value.get(device_type, DEFAULT_LIMIT_S.get(device_type))
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 or value == float("inf"):
+        raise ValueError(f"{source}: must be a number of seconds >= 0 (0: no limit) or a table per device type, got {value!r}")
+    return float(value)
