@@ -10,7 +10,6 @@ Series are keyed by fingerprint as well as case, so numbers from two machines ne
 from __future__ import annotations
 
 import fnmatch
-import json
 import math
 import os
 import re
@@ -22,6 +21,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from perfgate.record import HISTORY_FIELDS
+from perfgate.results import ResultFileError, read_benchmark_json
 
 SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
 
@@ -67,8 +67,8 @@ def metric_info(name: str) -> Metric:
     return METRICS.get(name) or Metric(name, unit_of(name), "", name)
 
 
-class RunError(Exception):
-    """A result file that cannot be used; the message is one line naming the file and the problem."""
+# A result file that cannot be used; the message is one line naming the file and the problem.
+RunError = ResultFileError
 
 
 @dataclass(frozen=True)
@@ -147,56 +147,17 @@ def run_fingerprint_id(data: Mapping[str, Any]) -> str | None:
     return block.get("fingerprint_id") or mi.get("fingerprint_id")
 
 
-# Raw sample arrays are most of a result file and most of its parse time (json makes a float
-# object per number); history needs none of them, so they are emptied before parsing. Only
-# arrays of number characters match, so no string can be cut.
-_SAMPLE_ARRAYS = re.compile(r'"(samples_ms|reference_ms|data)":\s*\[[-0-9.eE+,\s]*\]')
-
-
 def load_run(path: str | os.PathLike[str], *, samples: bool = True) -> Run:
-    """Read one result file; RunError (one line: file, problem) when it cannot be used.
-    `samples=False` empties extra_info.samples_ms, reference_ms and stats.data (4-5x faster on real files)."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf8")
-    except OSError as exc:
-        raise RunError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    except UnicodeDecodeError:
-        raise RunError(f"{path}: cannot read (not UTF-8 text)") from None
-    try:
-        data = json.loads(text if samples else _SAMPLE_ARRAYS.sub(r'"\1": []', text))
-    except json.JSONDecodeError:
-        try:  # the whole text: its error position is the file's, not the lean copy's
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            what = "truncated" if _truncated(text) else "corrupt"
-            raise RunError(f"{path}: {what} JSON at line {exc.lineno} column {exc.colno}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
-        raise RunError(f"{path}: not a pytest-benchmark file (no 'benchmarks' list)")
+    """Read one result file (perfgate.results, the one loader) and check that every entry has a
+    name and something to show; RunError (one line: file, problem) when it cannot be used.
+    `samples=False` empties extra_info.samples_ms, reference_ms and stats.data (4-5x faster)."""
+    data = read_benchmark_json(path, samples=samples)
     for i, b in enumerate(data["benchmarks"]):
         if not isinstance(b, dict) or not isinstance(b.get("name") or b.get("fullname"), str):
-            raise RunError(f"{path}: benchmark #{i} has no name")
+            raise RunError(path, f"benchmark #{i} has no name")
         if not isinstance(b.get("extra_info"), dict) and not isinstance(b.get("stats"), dict):
-            raise RunError(f"{path}: benchmark {b.get('name') or b.get('fullname')!r} has neither extra_info nor stats")
+            raise RunError(path, f"benchmark {b.get('name') or b.get('fullname')!r} has neither extra_info nor stats")
     return Run(str(path), data)
-
-
-def _truncated(text: str) -> bool:
-    """Whether broken JSON is a cut-off file (every bracket so far matched, some left open: a
-    killed writer) rather than a corrupt one (mismatched brackets, stray text)."""
-    stack: list[str] = []
-    in_str = esc = False
-    for ch in text:
-        if in_str:
-            esc, in_str = (False, True) if esc else (ch == "\\", ch != '"')
-        elif ch == '"':
-            in_str = True
-        elif ch in "[{":
-            stack.append("]" if ch == "[" else "}")
-        elif ch in "]}":
-            if not stack or stack.pop() != ch:
-                return False
-    return bool(stack) or in_str
 
 
 def load_runs(paths: Iterable[str | os.PathLike[str]], *, samples: bool = True) -> tuple[list[Run], list[str]]:

@@ -33,7 +33,6 @@ import math
 import os
 import shlex
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -812,26 +811,10 @@ def run_profile(cfg: ProfileConfig, *, stream: Any = None) -> tuple[Path, dict[s
 
 
 def write_report(run_dir: Path, report: dict[str, Any]) -> None:
-    atomic_write_text(run_dir / "report.json", json.dumps(report, indent=2, default=str) + "\n")
-    atomic_write_text(run_dir / "report.html", render_html(report))
+    from perfgate.output import files
 
-
-def atomic_write_text(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a report is for everyone who can read the folder
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    files.write_text(run_dir / "report.json", json.dumps(report, indent=2, default=str) + "\n")
+    files.write_text(run_dir / "report.html", render_html(report))
 
 
 # --- evidence for the benchmark suite ----------------------------------------------------------
