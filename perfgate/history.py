@@ -23,8 +23,6 @@ import numpy as np
 from perfgate.record import HISTORY_FIELDS
 from perfgate.results import ResultFileError, read_benchmark_json
 
-SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
-
 
 @dataclass(frozen=True)
 class Metric:
@@ -39,9 +37,15 @@ UNIT_SUFFIXES = (("_ms", "ms"), ("_s", "s"), ("_mib", "MiB"), ("_mb", "MB"), ("_
                  ("_c", "°C"), ("_mhz", "MHz"))
 
 
+_STATISTIC = r"(mean|median|min|max|avg|std|p\d+)"
+
+
 def unit_of(key: str) -> str:
-    """'%' for gpu_util_pct and gpu_util_pct_mean, 'MiB' for rss_mib, '' when the name has no unit."""
-    tail = re.sub(r"_(mean|median|min|max|avg|std|p\d+)$", "", key.rsplit(".", 1)[-1])
+    """'%' for gpu_util_pct, gpu_util_pct_mean and telemetry.metrics.gpu_util_pct.mean (the
+    sampler's summary), 'MiB' for rss_mib, '' when the name has no unit."""
+    parts = key.split(".")
+    tail = parts[-2] if len(parts) > 1 and re.fullmatch(_STATISTIC, parts[-1]) else parts[-1]
+    tail = re.sub(rf"_{_STATISTIC}$", "", tail)
     return next((u for suffix, u in UNIT_SUFFIXES if tail.endswith(suffix)), "")
 
 
@@ -452,89 +456,3 @@ def _folder_fingerprint(path: Path, root: Path) -> str | None:
     except ValueError:
         return None
     return rel.parts[0] if len(rel.parts) > 1 else None
-
-
-# ----------------------------------------------------------------------------- text
-
-
-def sparkline(values: Sequence[float | None]) -> str:
-    """Unicode block sparkline scaled to the values' own range; a gap for a missing value."""
-    nums = [v for v in values if v is not None and math.isfinite(v)]
-    if not nums:
-        return ""
-    lo, hi = min(nums), max(nums)
-    top = len(SPARK_BLOCKS) - 1
-    out = []
-    for v in values:
-        if v is None or not math.isfinite(v):
-            out.append(" ")
-        elif hi == lo:
-            out.append(SPARK_BLOCKS[top // 2])
-        else:
-            out.append(SPARK_BLOCKS[round((v - lo) / (hi - lo) * top)])
-    return "".join(out)
-
-
-def last_points(s: Series, n: int) -> list[Point]:
-    return s.points[-n:] if n > 0 else list(s.points)
-
-
-def change_word(change_pct: float | None, metric: Metric, noise_pct: float = 0.0) -> str:
-    """'+3.2% worse' style tag for a change, by the metric's direction."""
-    if change_pct is None:
-        return "-"
-    tag = ""
-    if metric.better and abs(change_pct) > noise_pct:
-        worse = change_pct > 0 if metric.better == "lower" else change_pct < 0
-        tag = " worse" if worse else " better"
-    return f"{change_pct:+.1f}%{tag}"
-
-
-def value_format(values: Sequence[float]) -> str:
-    """One format spec for a column: about four significant digits of its largest value."""
-    big = max((abs(v) for v in values), default=0.0)
-    if big == 0 or big >= 1000:
-        return ".0f" if big else ".3g"
-    if big < 0.01:
-        return ".2e"
-    return f".{max(0, 3 - math.floor(math.log10(big)))}f"
-
-
-def _when(p: Point) -> str:
-    t = p.run_time or p.commit_time
-    return t[:16].replace("T", " ") if t else "-"
-
-
-def text_lines(history: History, *, last: int = 20, brief: bool = False) -> list[str]:
-    """The terminal view: per case a sparkline and the entries with their change."""
-    from perfgate.summary import text_table  # the project's one table formatter
-
-    m = history.metric
-    unit = f" {m.unit}" if m.unit else ""
-    direction = f", {m.better} is better" if m.better else ""
-    lines = [f"{m.name} ({m.label}{', ' + m.unit if m.unit else ''}{direction}); "
-             f"{history.files} file(s), {len(history.series)} case(s)" + (f", last {last} entries" if last > 0 else "")]
-    by_fp: dict[str, list[Series]] = {}
-    for s in history.series:
-        by_fp.setdefault(s.fingerprint_id, []).append(s)
-    for fp, series in by_fp.items():
-        lines += ["", f"fingerprint {fp}"]
-        if brief:
-            rows = []
-            for s in series:
-                pts = last_points(s, last)
-                rows.append([s.label, sparkline([p.value for p in pts]), str(len(s.points)),
-                             format(pts[-1].value, value_format([pts[-1].value])) + unit, change_word(pts[-1].change_pct, m)])
-            lines += ["  " + r for r in text_table(("case", "trend", "entries", "last", "change"), rows)]
-            continue
-        for s in series:
-            pts = last_points(s, last)
-            spec = value_format([p.value for p in pts])
-            n = len(s.points)
-            lines += ["", f"{s.label}  {sparkline([p.value for p in pts])}  ({n} {'entry' if n == 1 else 'entries'})"]
-            rows = [[_when(p), (p.commit or "-")[:8] + ("*" if p.dirty else ""), format(p.value, spec), change_word(p.change_pct, m),
-                     Path(p.source).name, "unreliable" if p.unreliable else ""] for p in pts]
-            lines += ["  " + r.rstrip() for r in text_table(("run time (UTC)", "commit", f"{m.name}", "change", "file", "note"), rows)]
-    if any(p.dirty for s in history.series for p in s.points) and not brief:
-        lines += ["", "* run from a working tree with uncommitted changes"]
-    return lines

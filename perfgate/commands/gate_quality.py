@@ -178,7 +178,7 @@ def _rejudge(args: argparse.Namespace, rules: list[Any]) -> int:
 
 def _print(data: dict[str, Any], rules: list[Any], *, precision: float, depth: int) -> None:
     from perfgate.gate import quality as q
-    from perfgate.summary import text_table
+    from perfgate.output.text import text_table
 
     cfg = data["config"]
     noise = data["noise"]
