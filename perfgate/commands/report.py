@@ -54,8 +54,7 @@ def _write_markdown(target: str, md: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from perfgate.cli import CommandError
     from perfgate.history import load_run
-    from perfgate import report
-    from perfgate.output import files, markdown
+    from perfgate.output import files, html, markdown
     from perfgate.output.report_data import history_for
     from perfgate.results import ResultFileError, load_verdicts
 
@@ -77,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
                                           storage_dirs=args.storage if args.storage is not None else [".benchmarks"])
         for line in unreadable:
             print(f"perfgate report: history skipped {line}", file=sys.stderr)
-    out = files.write_text(args.output, report.render_html(runs, verdicts, history, title=args.title, unreadable=unreadable))
+    out = files.write_text(args.output, html.benchmark_report(runs, verdicts, history, title=args.title, unreadable=unreadable))
     print(f"perfgate report: wrote {out} ({out.stat().st_size / 1024:.0f} KiB, {sum(len(r.benchmarks) for r in runs)} case(s))",
           file=sys.stderr)
     return 0
