@@ -27,6 +27,7 @@ import torch
 
 from perfgate.device import bind
 from perfgate.measure import WarmupRule
+from perfgate.output.text import fmt_g, text_table
 from perfgate.stats import StopRule
 
 DEFAULT_STRAGGLER_PCT = 10.0  # a rank whose median is this much above the median of rank medians
@@ -571,16 +572,10 @@ def _case_label(bench: Mapping[str, Any]) -> str:
     return m.group(1) if m else name
 
 
-def _fmt(v: Any, digits: int = 4) -> str:
-    if not isinstance(v, (int, float)) or isinstance(v, bool):
-        return "-"
-    return f"{v:.{digits}g}"
-
-
 def _throughput(info: Mapping[str, Any]) -> str:
     unit = info.get("unit")
     thr = (info.get("throughput") or {}).get(unit) if unit else None
-    return f"{_fmt(thr)} {unit}/s" if isinstance(thr, (int, float)) else "-"
+    return f"{fmt_g(thr)} {unit}/s" if isinstance(thr, (int, float)) else "-"
 
 
 RANK_TABLE_HEADERS = ("case", "rank", "median ms", "p90 ms", "throughput", "peak MiB", "vs median", "note")
@@ -599,17 +594,15 @@ def rank_rows(aggregated: Mapping[str, Any]) -> list[list[str]]:
             note = ", ".join(n for n in ("straggler" if s["rank"] in strag else "",
                                          "slowest" if s["rank"] == info.get("slowest_rank") else "",
                                          "unreliable" if s.get("unreliable") else "") if n)
-            rows.append([_case_label(b) if s is ranks[0] else "", str(s["rank"]), _fmt(s.get("median_ms")), _fmt(s.get("p90_ms")),
-                         _throughput({"unit": info.get("unit"), "throughput": s.get("throughput")}), _fmt(s.get("peak_mem_mib")), vs, note])
+            rows.append([_case_label(b) if s is ranks[0] else "", str(s["rank"]), fmt_g(s.get("median_ms")), fmt_g(s.get("p90_ms")),
+                         _throughput({"unit": info.get("unit"), "throughput": s.get("throughput")}), fmt_g(s.get("peak_mem_mib")), vs, note])
         how = "sum" if info.get("throughput_aggregation") == "sum" else "slowest"
-        rows.append(["", "all", _fmt(info.get("median_ms")), _fmt(info.get("p90_ms")), f"{_throughput(info)} ({how})",
-                     _fmt(info.get("peak_mem_mib")), "", f"latency: rank {info.get('slowest_rank')}"])
+        rows.append(["", "all", fmt_g(info.get("median_ms")), fmt_g(info.get("p90_ms")), f"{_throughput(info)} ({how})",
+                     fmt_g(info.get("peak_mem_mib")), "", f"latency: rank {info.get('slowest_rank')}"])
     return rows
 
 
 def rank_table(aggregated: Mapping[str, Any]) -> list[str]:
-    from perfgate.summary import text_table
-
     return text_table(RANK_TABLE_HEADERS, rank_rows(aggregated))
 
 

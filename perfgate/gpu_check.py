@@ -203,10 +203,10 @@ def main(argv: list[str] | None = None) -> int:
                                                   "--perfgate-verdicts", str(out / "rerun-verdicts.json"),
                                                   "--junit-xml", str(out / "rerun.xml")), out, junit=out / "rerun.xml"))
     text, data = summary(steps, out, device)
-    from perfgate.profile_run import atomic_write_text
+    from perfgate.output import files
 
-    atomic_write_text(out / "summary.md", text)
-    atomic_write_text(out / "summary.json", json.dumps(data, indent=2) + "\n")
+    files.write_text(out / "summary.md", text)
+    files.write_json(out / "summary.json", data)
     print("\n" + text + f"\ngpu-check: everything is in {out}")
     return EXIT_OK if data["passed"] else EXIT_FAILED
 

@@ -10,7 +10,6 @@ Series are keyed by fingerprint as well as case, so numbers from two machines ne
 from __future__ import annotations
 
 import fnmatch
-import json
 import math
 import os
 import re
@@ -22,8 +21,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from perfgate.record import HISTORY_FIELDS
-
-SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
+from perfgate.results import ResultFileError, read_benchmark_json
 
 
 @dataclass(frozen=True)
@@ -39,9 +37,15 @@ UNIT_SUFFIXES = (("_ms", "ms"), ("_s", "s"), ("_mib", "MiB"), ("_mb", "MB"), ("_
                  ("_c", "°C"), ("_mhz", "MHz"))
 
 
+_STATISTIC = r"(mean|median|min|max|avg|std|p\d+)"
+
+
 def unit_of(key: str) -> str:
-    """'%' for gpu_util_pct and gpu_util_pct_mean, 'MiB' for rss_mib, '' when the name has no unit."""
-    tail = re.sub(r"_(mean|median|min|max|avg|std|p\d+)$", "", key.rsplit(".", 1)[-1])
+    """'%' for gpu_util_pct, gpu_util_pct_mean and telemetry.metrics.gpu_util_pct.mean (the
+    sampler's summary), 'MiB' for rss_mib, '' when the name has no unit."""
+    parts = key.split(".")
+    tail = parts[-2] if len(parts) > 1 and re.fullmatch(_STATISTIC, parts[-1]) else parts[-1]
+    tail = re.sub(rf"_{_STATISTIC}$", "", tail)
     return next((u for suffix, u in UNIT_SUFFIXES if tail.endswith(suffix)), "")
 
 
@@ -67,8 +71,8 @@ def metric_info(name: str) -> Metric:
     return METRICS.get(name) or Metric(name, unit_of(name), "", name)
 
 
-class RunError(Exception):
-    """A result file that cannot be used; the message is one line naming the file and the problem."""
+# A result file that cannot be used; the message is one line naming the file and the problem.
+RunError = ResultFileError
 
 
 @dataclass(frozen=True)
@@ -147,56 +151,17 @@ def run_fingerprint_id(data: Mapping[str, Any]) -> str | None:
     return block.get("fingerprint_id") or mi.get("fingerprint_id")
 
 
-# Raw sample arrays are most of a result file and most of its parse time (json makes a float
-# object per number); history needs none of them, so they are emptied before parsing. Only
-# arrays of number characters match, so no string can be cut.
-_SAMPLE_ARRAYS = re.compile(r'"(samples_ms|reference_ms|data)":\s*\[[-0-9.eE+,\s]*\]')
-
-
 def load_run(path: str | os.PathLike[str], *, samples: bool = True) -> Run:
-    """Read one result file; RunError (one line: file, problem) when it cannot be used.
-    `samples=False` empties extra_info.samples_ms, reference_ms and stats.data (4-5x faster on real files)."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf8")
-    except OSError as exc:
-        raise RunError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    except UnicodeDecodeError:
-        raise RunError(f"{path}: cannot read (not UTF-8 text)") from None
-    try:
-        data = json.loads(text if samples else _SAMPLE_ARRAYS.sub(r'"\1": []', text))
-    except json.JSONDecodeError:
-        try:  # the whole text: its error position is the file's, not the lean copy's
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            what = "truncated" if _truncated(text) else "corrupt"
-            raise RunError(f"{path}: {what} JSON at line {exc.lineno} column {exc.colno}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
-        raise RunError(f"{path}: not a pytest-benchmark file (no 'benchmarks' list)")
+    """Read one result file (perfgate.results, the one loader) and check that every entry has a
+    name and something to show; RunError (one line: file, problem) when it cannot be used.
+    `samples=False` empties extra_info.samples_ms, reference_ms and stats.data (4-5x faster)."""
+    data = read_benchmark_json(path, samples=samples)
     for i, b in enumerate(data["benchmarks"]):
         if not isinstance(b, dict) or not isinstance(b.get("name") or b.get("fullname"), str):
-            raise RunError(f"{path}: benchmark #{i} has no name")
+            raise RunError(path, f"benchmark #{i} has no name")
         if not isinstance(b.get("extra_info"), dict) and not isinstance(b.get("stats"), dict):
-            raise RunError(f"{path}: benchmark {b.get('name') or b.get('fullname')!r} has neither extra_info nor stats")
+            raise RunError(path, f"benchmark {b.get('name') or b.get('fullname')!r} has neither extra_info nor stats")
     return Run(str(path), data)
-
-
-def _truncated(text: str) -> bool:
-    """Whether broken JSON is a cut-off file (every bracket so far matched, some left open: a
-    killed writer) rather than a corrupt one (mismatched brackets, stray text)."""
-    stack: list[str] = []
-    in_str = esc = False
-    for ch in text:
-        if in_str:
-            esc, in_str = (False, True) if esc else (ch == "\\", ch != '"')
-        elif ch == '"':
-            in_str = True
-        elif ch in "[{":
-            stack.append("]" if ch == "[" else "}")
-        elif ch in "]}":
-            if not stack or stack.pop() != ch:
-                return False
-    return bool(stack) or in_str
 
 
 def load_runs(paths: Iterable[str | os.PathLike[str]], *, samples: bool = True) -> tuple[list[Run], list[str]]:
@@ -491,89 +456,3 @@ def _folder_fingerprint(path: Path, root: Path) -> str | None:
     except ValueError:
         return None
     return rel.parts[0] if len(rel.parts) > 1 else None
-
-
-# ----------------------------------------------------------------------------- text
-
-
-def sparkline(values: Sequence[float | None]) -> str:
-    """Unicode block sparkline scaled to the values' own range; a gap for a missing value."""
-    nums = [v for v in values if v is not None and math.isfinite(v)]
-    if not nums:
-        return ""
-    lo, hi = min(nums), max(nums)
-    top = len(SPARK_BLOCKS) - 1
-    out = []
-    for v in values:
-        if v is None or not math.isfinite(v):
-            out.append(" ")
-        elif hi == lo:
-            out.append(SPARK_BLOCKS[top // 2])
-        else:
-            out.append(SPARK_BLOCKS[round((v - lo) / (hi - lo) * top)])
-    return "".join(out)
-
-
-def last_points(s: Series, n: int) -> list[Point]:
-    return s.points[-n:] if n > 0 else list(s.points)
-
-
-def change_word(change_pct: float | None, metric: Metric, noise_pct: float = 0.0) -> str:
-    """'+3.2% worse' style tag for a change, by the metric's direction."""
-    if change_pct is None:
-        return "-"
-    tag = ""
-    if metric.better and abs(change_pct) > noise_pct:
-        worse = change_pct > 0 if metric.better == "lower" else change_pct < 0
-        tag = " worse" if worse else " better"
-    return f"{change_pct:+.1f}%{tag}"
-
-
-def value_format(values: Sequence[float]) -> str:
-    """One format spec for a column: about four significant digits of its largest value."""
-    big = max((abs(v) for v in values), default=0.0)
-    if big == 0 or big >= 1000:
-        return ".0f" if big else ".3g"
-    if big < 0.01:
-        return ".2e"
-    return f".{max(0, 3 - math.floor(math.log10(big)))}f"
-
-
-def _when(p: Point) -> str:
-    t = p.run_time or p.commit_time
-    return t[:16].replace("T", " ") if t else "-"
-
-
-def text_lines(history: History, *, last: int = 20, brief: bool = False) -> list[str]:
-    """The terminal view: per case a sparkline and the entries with their change."""
-    from perfgate.summary import text_table  # the project's one table formatter
-
-    m = history.metric
-    unit = f" {m.unit}" if m.unit else ""
-    direction = f", {m.better} is better" if m.better else ""
-    lines = [f"{m.name} ({m.label}{', ' + m.unit if m.unit else ''}{direction}); "
-             f"{history.files} file(s), {len(history.series)} case(s)" + (f", last {last} entries" if last > 0 else "")]
-    by_fp: dict[str, list[Series]] = {}
-    for s in history.series:
-        by_fp.setdefault(s.fingerprint_id, []).append(s)
-    for fp, series in by_fp.items():
-        lines += ["", f"fingerprint {fp}"]
-        if brief:
-            rows = []
-            for s in series:
-                pts = last_points(s, last)
-                rows.append([s.label, sparkline([p.value for p in pts]), str(len(s.points)),
-                             format(pts[-1].value, value_format([pts[-1].value])) + unit, change_word(pts[-1].change_pct, m)])
-            lines += ["  " + r for r in text_table(("case", "trend", "entries", "last", "change"), rows)]
-            continue
-        for s in series:
-            pts = last_points(s, last)
-            spec = value_format([p.value for p in pts])
-            n = len(s.points)
-            lines += ["", f"{s.label}  {sparkline([p.value for p in pts])}  ({n} {'entry' if n == 1 else 'entries'})"]
-            rows = [[_when(p), (p.commit or "-")[:8] + ("*" if p.dirty else ""), format(p.value, spec), change_word(p.change_pct, m),
-                     Path(p.source).name, "unreliable" if p.unreliable else ""] for p in pts]
-            lines += ["  " + r.rstrip() for r in text_table(("run time (UTC)", "commit", f"{m.name}", "change", "file", "note"), rows)]
-    if any(p.dirty for s in history.series for p in s.points) and not brief:
-        lines += ["", "* run from a working tree with uncommitted changes"]
-    return lines

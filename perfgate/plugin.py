@@ -13,7 +13,8 @@ import pytest
 
 from perfgate.gate import policy as policy_mod
 from perfgate.gate import store as baseline_store
-from perfgate import gate, summary, tiers, timeout
+from perfgate import gate, results, tiers, timeout
+from perfgate.output import files, markdown, report_data, terminal
 from perfgate.measure import StopRule
 from perfgate.runner import Case, RunOptions
 from perfgate.device import default_device, device_error, is_cpu, resolve
@@ -292,12 +293,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             s.unjudged += " (failing the run: --perfgate-fail-unjudged)"
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
     out = Path(config.getoption("perfgate_verdicts") or Path(config.rootpath) / ".perfgate" / "verdicts.json")
-    baseline_store.atomic_write_json(out, summary.verdict_json(s))
+    verdicts = report_data.session_verdicts(s)
+    files.write_json(out, results.verdicts_json(verdicts, s.fingerprint))
     s.verdict_file = out
     step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if step_summary:
+        commit = config.hook.pytest_benchmark_generate_commit_info(config=config)
         with open(step_summary, "a", encoding="utf8") as fh:
-            fh.write(summary.markdown(s) + "\n")
+            fh.write(markdown.job_summary([report_data.session_run(s, commit)], verdicts) + "\n")
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
@@ -305,7 +308,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if s is None or not s.results and not s.skips:
         return
     tr = terminalreporter
-    for line in summary.terminal_lines(s):
+    for line in terminal.session_lines(s):
         tr.write_line(line)
     if getattr(s, "recorded", None):
         tr.write_line(f"perfgate: recorded baseline {s.recorded}")

@@ -1,6 +1,16 @@
 """Fixtures shared by the harness's tests (no test logic here)."""
 
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
 import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(autouse=True)
@@ -10,3 +20,42 @@ def _no_xdist_worker_env(monkeypatch: pytest.MonkeyPatch) -> None:
     failed for that alone (nothing was recorded). Sub-runs are not xdist workers."""
     for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
         monkeypatch.delenv(name, raising=False)
+
+
+@dataclass(frozen=True)
+class RealRun:
+    """Files of one real run of the benchmark suite: what the report, the Markdown and the history read."""
+
+    folder: Path
+    results: Path  # --benchmark-json
+    verdicts: Path  # --perfgate-verdicts
+    step_summary: Path  # what the plugin appended to $GITHUB_STEP_SUMMARY
+    stdout: str
+
+
+# The shared 2-core machine is busy: without this every case would be "unreliable" and have no
+# in-run speedup (a contended eager run gives none), and the report's speedup chart would vanish.
+REAL_RUN_PYPROJECT = """
+[tool.perfgate.gate]
+contention_max = 1000.0
+"""
+
+
+@pytest.fixture(scope="session")
+def real_run(tmp_path_factory: pytest.TempPathFactory) -> RealRun:
+    """The suite itself on two tiny models, three variants, few rounds (about 15 s): eager, bf16
+    (slower than eager on most CPUs) and int8-dynamic (several times slower on the tiny block),
+    with telemetry, the gate on and no baseline (so: the no-baseline notice), one skipped case."""
+    folder = tmp_path_factory.mktemp("real-run")
+    (folder / "benchmarks").mkdir()
+    (folder / "benchmarks" / "test_models.py").write_text((ROOT / "benchmarks" / "test_models.py").read_text())
+    (folder / "pyproject.toml").write_text(REAL_RUN_PYPROJECT)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "PERFGATE_", "PYTEST_XDIST"))}
+    env["GITHUB_STEP_SUMMARY"] = str(folder / "step-summary.md")
+    cmd = [sys.executable, "-m", "pytest", "-p", "perfgate.plugin", "-p", "no:cacheprovider", "benchmarks", "-q",
+           "--perfgate-device", "cpu", "--perfgate-models", "physicsnemo-block,physicsnemo-train",
+           "--perfgate-variants", "baseline,bf16,int8-dynamic", "--perfgate-smoke",
+           "--benchmark-json", "run.json", "--perfgate-verdicts", "verdicts.json"]
+    r = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return RealRun(folder, folder / "run.json", folder / "verdicts.json", folder / "step-summary.md", r.stdout)

@@ -3,7 +3,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
+from pathlib import Path
 
 import pytest
 
@@ -94,30 +94,28 @@ def test_interrupted_write_leaves_the_old_file_intact(tmp_path, monkeypatch):
 
 
 def test_killed_writer_leaves_the_old_baseline_intact(tmp_path):
-    """SIGKILL a process in the middle of recording: the earlier baseline still loads."""
+    """SIGKILL a process in the middle of recording (the new file written but not yet linked to its
+    name): the earlier baseline still loads and the new number was never taken."""
     d = tmp_path / "fp"
     first = store.record(d, run_json([bench("a", [1, 2, 3])]), "old")
     code = f"""
-import sys, time
+import os, sys, time
 sys.path.insert(0, {os.getcwd()!r})
+from pathlib import Path
 from perfgate.gate import store
-class Slow:
-    pass
-def slow(o):
-    print("writing", flush=True); time.sleep(30); return 0
-import json
-data = {{"benchmarks": [Slow()]}}
-import perfgate.gate.store as b
-orig = json.dump
-def dump(obj, fh, **kw):
-    fh.write('{{"benchmarks": [')  # part of the file is out when the process dies
-    fh.flush()
-    slow(None)
-b.json.dump = dump
-store.record(__import__("pathlib").Path({str(d)!r}), data, "new")
+sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
+from tests.helpers import bench, run_json
+
+def fsync(fd):  # the temporary file is complete on disk; the link to its final name comes next
+    print("writing", flush=True)
+    time.sleep(30)
+
+os.fsync = fsync
+store.record(Path({str(d)!r}), run_json([bench("b", [4, 5, 6])]), "new")
 """
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "writing"
+    assert [p.name for p in d.iterdir() if p.name.startswith(".0002_new.json.")]  # the write was under way
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     path, data = store.latest(d, FP)

@@ -1,4 +1,4 @@
-"""perfgate.history and `perfgate history`: ordering, filters, metrics, unreadable files, sparklines.
+"""perfgate.history and `perfgate history`: ordering, filters, metrics, unreadable files, the text view.
 
 The builders below write result files shaped like the plugin's `--benchmark-json` output (taken
 from a real physicsnemo-block run, trimmed), so no model runtime is needed.
@@ -16,6 +16,7 @@ import pytest
 
 from perfgate import history as h
 from perfgate.cli import main
+from perfgate.output import terminal, text
 
 FP_ID = "cpu-test-cpu-t2-0123456789"
 
@@ -169,17 +170,20 @@ def test_parse_day_rejects_nonsense():
     "metric, expected",
     [
         ("median_ms", 20.0), ("peak_mem_mib", 256.0), ("speedup", 2.5), ("fps", 50.0), ("rel_l2", 1e-3),
-        ("throughput", 50.0), ("telemetry.summary.gpu_util_pct_mean", 87.5),
+        ("throughput", 50.0), ("telemetry.metrics.gpu_util_pct.mean", 87.5), ("telemetry.metrics.rss_mib.max", 512.0),
     ],
 )
 def test_metrics_read_from_extra_info(tmp_path, metric, expected):
+    # telemetry in the sampler's own summary schema (perfgate.telemetry.TelemetrySampler.summary())
     b = bench(median_ms=20.0, peak_mem_mib=256.0, speedup=2.5, accuracy={"rel_l2": 1e-3},
-              telemetry={"summary": {"gpu_util_pct_mean": 87.5}})
+              telemetry={"interval_s": 0.1, "n_samples": 3, "source": "nvml+psutil",
+                         "metrics": {"gpu_util_pct": {"min": 80.0, "mean": 87.5, "max": 95.0},
+                                     "rss_mib": {"min": 500.0, "mean": 506.0, "max": 512.0}}})
     write(fp_dir(tmp_path) / "0001.json", run_json([b]))
     (s,) = collect(tmp_path, metric=metric).series
     assert s.values() == pytest.approx([expected], rel=1e-6)
     assert h.metric_info(metric).unit == {"median_ms": "ms", "peak_mem_mib": "MiB", "speedup": "x", "fps": "frames/s",
-                                          "rel_l2": "", "throughput": "items/s"}.get(metric, "%")
+                                          "rel_l2": "", "throughput": "items/s", "telemetry.metrics.rss_mib.max": "MiB"}.get(metric, "%")
 
 
 def test_plain_pytest_benchmark_files_fall_back_to_stats(tmp_path):
@@ -274,13 +278,13 @@ def test_hundreds_of_files_are_quick(tmp_path):
     ids=["ramp", "flat", "gap", "empty", "nan"],
 )
 def test_sparkline(values, expected):
-    assert h.sparkline(values) == expected
+    assert text.sparkline(values) == expected
 
 
 def test_change_word_follows_the_metric_direction():
-    assert h.change_word(5.0, h.METRICS["median_ms"]) == "+5.0% worse"
-    assert h.change_word(5.0, h.METRICS["speedup"]) == "+5.0% better"
-    assert h.change_word(None, h.METRICS["speedup"]) == "-"
+    assert terminal.change_word(5.0, h.METRICS["median_ms"].better) == "+5.0% worse"
+    assert terminal.change_word(5.0, h.METRICS["speedup"].better) == "+5.0% better"
+    assert terminal.change_word(None, h.METRICS["speedup"].better) == "-"
 
 
 # ----------------------------------------------------------------------------- CLI

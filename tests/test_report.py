@@ -1,15 +1,19 @@
-"""perfgate.report and `perfgate report`: the HTML page (also rendered in headless Chromium), its
-plots' axes, and the Markdown summary."""
+"""`perfgate report`: the HTML page (also rendered in headless Chromium) and the Markdown summary,
+from the files a real run of the suite writes (the `real_run` fixture in conftest.py): its
+pytest-benchmark JSON with the telemetry sampler's real summaries, its verdicts file, and the
+Markdown the plugin appended to the job summary. Earlier runs for the history are copies of the
+real file at other commits, with scaled medians."""
 
 from __future__ import annotations
 
+import copy
 import json
-import math
 import os
 import re
 import shutil
 import struct
 import subprocess
+import time
 import zlib
 from pathlib import Path
 from typing import Any
@@ -17,219 +21,251 @@ from typing import Any
 import numpy as np
 import pytest
 
-from perfgate import gate
-from perfgate import report as r
+from perfgate import gate, telemetry
 from perfgate.cli import main
 from perfgate.history import Run, load_run
-from tests.test_history import FP_ID, bench, day, fp_dir, run_json, write
+from perfgate.output import charts, html, markdown
+from perfgate.output.report_data import history_for, telemetry_rows, timeline_series
+from perfgate.output.text import fmt_num
+from perfgate.results import VerdictSet, load_verdicts, verdicts_from_json, verdicts_json
 
-REGRESSION = gate.Verdict(case="benchmarks/test_models.py::test_step[physicsnemo-block-tiny-compile]", metric="latency",
-                          verdict=gate.REGRESSION, baseline=5.0, current=6.5, change_pct=30.0, p_value=1e-4,
-                          message="median 6.500 ms vs 5.000 ms (+30.0% > 5%, p=0.0001)")
-
-
-def telemetry(n: int = 30) -> dict[str, Any]:
-    return {"samples": [{"t_s": i * 0.05, "gpu_util_pct": 40.0 + i, "cpu_util_pct": 90.0 - i, "rss_mib": 500.0 + i,
-                         "gpu_name": "H100", "throttled": False} for i in range(n)],
-            "summary": {"gpu_util_pct_mean": 54.5, "samples": n}}
+CASE = "benchmarks/test_models.py::test_step[{}]"
 
 
-def tonight() -> dict[str, Any]:
-    return run_json([
-        bench("physicsnemo-block", "baseline", 10.0, speedup=1.0, telemetry=telemetry()),
-        bench("physicsnemo-block", "compile", 6.5, speedup=10.0 / 6.5, graph_breaks=2, warm_compile_s=3.2),
-        bench("physicsnemo-block", "bf16", 12.0, speedup=10.0 / 12.0, peak_mem_mib=60.0, unreliable="other processes used 1.6 cores"),
-        bench("owl-world-model", "baseline", 40.0, size="200m"),
-    ], commit="c" * 40, commit_time=day(9), dirty=True)
+def day(d: int) -> str:
+    return f"2026-11-{d:02d}T00:00:00+00:00"
 
 
-def verdicts_json(*verdicts: gate.Verdict) -> dict[str, Any]:
-    return {"fingerprint_id": FP_ID, "failed": any(v.verdict in gate.FAILING for v in verdicts),
-            "verdicts": [v.as_dict() for v in verdicts], "skipped": {"test_step[x-tiny-tensorrt]": "needs CUDA"}}
+def at_commit(data: dict[str, Any], commit: str, when: str, *, scale: float = 1.0, dirty: bool = False,
+              drop: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The real run as if made at another commit and time, its medians times `scale`, the
+    variants in `drop` left out."""
+    out = copy.deepcopy(data)
+    out["commit_info"].update(id=commit, time=when, author_time=when, dirty=dirty)
+    out["datetime"] = when
+    out["perfgate"]["commit"], out["perfgate"]["recorded_at"] = commit, when
+    out["benchmarks"] = [b for b in out["benchmarks"] if b["extra_info"]["variant"] not in drop]
+    for b in out["benchmarks"]:
+        b["extra_info"]["median_ms"] *= scale
+    return out
 
 
-ALL_VERDICTS = (
-    gate.Verdict(case="benchmarks/test_models.py::test_step[physicsnemo-block-tiny-baseline]", metric="latency", verdict=gate.UNCHANGED,
-                 baseline=10.0, current=10.0, change_pct=0.0, p_value=0.5),
-    gate.Verdict(case="benchmarks/test_models.py::test_step[physicsnemo-block-tiny-bf16]", metric="latency", verdict=gate.IMPROVEMENT,
-                 baseline=14.0, current=12.0, change_pct=-14.3, p_value=0.001, message="faster | much"),
-    REGRESSION,
-    gate.Verdict(case="benchmarks/test_models.py::test_step[owl-world-model-200m-baseline]", metric="budget:fps", verdict=gate.BUDGET,
-                 baseline=30.0, current=25.0, message="fps 25, budget at least 30"),
-)
+def write(path: Path, data: Any) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(data if isinstance(data, str) else json.dumps(data))
+    return path
 
 
 @pytest.fixture
-def saved(tmp_path) -> Path:
-    """Three earlier runs of the same cases under the fingerprint's baseline folder."""
-    for i, med in enumerate((9.5, 10.5, 9.8), start=1):
-        write(fp_dir(tmp_path) / f"{i:04d}_nightly.json",
-              run_json([bench("physicsnemo-block", "baseline", med), bench("physicsnemo-block", "compile", med / 2)],
-                       commit=f"{i}" * 40, commit_time=day(i)))
+def real(real_run) -> dict[str, Any]:
+    return json.loads(real_run.results.read_text())
+
+
+def info(data: dict[str, Any], case: str) -> dict[str, Any]:
+    return next(b["extra_info"] for b in data["benchmarks"] if b["name"] == f"test_step[{case}]")
+
+
+@pytest.fixture
+def tonight(real) -> dict[str, Any]:
+    return at_commit(real, "c" * 40, day(9), dirty=True)
+
+
+@pytest.fixture
+def saved(tmp_path, real) -> Path:
+    """Three earlier runs of the same cases, bf16 not among them, under the fingerprint's folder."""
+    fp_dir = tmp_path / "baselines" / real["perfgate"]["fingerprint_id"]
+    for i, scale in enumerate((0.95, 1.05, 0.98), start=1):
+        write(fp_dir / f"{i:04d}_nightly.json", at_commit(real, str(i) * 40, day(i), scale=scale, drop=("bf16",)))
     return tmp_path
 
 
-# ----------------------------------------------------------------------------- axes and plots
+@pytest.fixture
+def verdicts(real_run) -> VerdictSet:
+    """Verdicts of each kind on the real cases, with the real run's skipped case."""
+    real = load_verdicts(real_run.verdicts)
+    return VerdictSet([
+        gate.Verdict(case=CASE.format("physicsnemo-block-tiny-baseline"), metric="latency", verdict=gate.UNCHANGED,
+                     baseline=10.0, current=10.0, change_pct=0.0, p_value=0.5),
+        gate.Verdict(case=CASE.format("physicsnemo-block-tiny-int8-dynamic"), metric="latency", verdict=gate.IMPROVEMENT,
+                     baseline=14.0, current=12.0, change_pct=-14.3, p_value=0.001, message="faster | much"),
+        gate.Verdict(case=CASE.format("physicsnemo-block-tiny-bf16"), metric="latency", verdict=gate.REGRESSION, baseline=5.0,
+                     current=6.5, change_pct=30.0, p_value=1e-4, message="median 6.500 ms vs 5.000 ms (+30.0% > 5%, p=0.0001)"),
+        gate.Verdict(case=CASE.format("physicsnemo-train-tiny-baseline"), metric="budget:median_ms", verdict=gate.BUDGET,
+                     baseline=0.5, current=1.0, message="median 1 ms, budget at most 0.5"),
+    ], real.skipped, real.fingerprint_id)
 
 
-@pytest.mark.parametrize(
-    "lo, hi, expected",
-    [(0, 1.23, [0, 0.25, 0.5, 0.75, 1.0, 1.25]), (0.07, 0.68, [0, 0.2, 0.4, 0.6, 0.8]), (140, 236, [140, 160, 180, 200, 220, 240])],
-    ids=["speedup", "small", "latency"],
-)
-def test_nice_ticks_cover_the_data_with_round_steps(lo, hi, expected):
-    assert r.nice_ticks(lo, hi) == pytest.approx(expected)
+def render(saved: Path, tonight: dict[str, Any], verdicts: VerdictSet | None, with_history: bool = True) -> str:
+    runs = [load_run(write(saved / "tonight.json", tonight))]
+    hist, skipped = history_for(runs, baselines_root=saved / "baselines", storage_dirs=[]) if with_history else (None, [])
+    return html.benchmark_report(runs, verdicts, hist, unreadable=skipped)
 
 
-@pytest.mark.parametrize("lo, hi", [(5, 5), (0, 0), (-3, 7), (1e-4, 3e-4), (12_000, 250_000)], ids=["flat", "zero", "negative", "tiny", "big"])
-def test_nice_ticks_any_range(lo, hi):
-    ticks = r.nice_ticks(lo, hi)
-    steps = {round(b - a, 9) for a, b in zip(ticks, ticks[1:])}
-    assert ticks[0] <= lo and ticks[-1] >= hi and len(steps) == 1 and 3 <= len(ticks) <= 11
-    (step,) = steps
-    mantissa = step / 10 ** math.floor(math.log10(step))
-    assert round(mantissa, 6) in (1, 2, 2.5, 5)
-
-
-def test_log_ticks_and_labels():
-    assert r.log_ticks(7.6, 614) == pytest.approx([5, 10, 20, 50, 100, 200, 500, 1000])
-    assert r.tick_labels([0, 2, 4, 6]) == ["0", "2", "4", "6"]
-    assert r.tick_labels([0, 0.25, 0.5]) == ["0.00", "0.25", "0.50"]
-    assert r.tick_labels([500, 1000]) == ["500", "1,000"]
-
-
-def test_box_chart_switches_to_log_axis_for_spread_latencies():
-    wide = r.box_chart([("a", [1.0, 1.1, 1.2]), ("b", [100.0, 110.0])], title="t", axis_label="latency (ms)")
-    narrow = r.box_chart([("a", [10.0, 11.0]), ("b", [12.0, 13.0])], title="t", axis_label="latency (ms)")
-    assert "latency (ms) (log scale)" in wide and "log scale" not in narrow
-    assert narrow.count("<circle") == 4  # every sample is a dot
-
-
-def test_charts_carry_title_axis_units_and_legend():
-    bars = r.hbar_chart([("compile", 1.6), ("bf16", 0.8)], title="Speedup", axis_label="speedup (×)", value_suffix="×",
-                        ref=1.0, ref_label="1× = eager", legend=(("faster", r.GOOD), ("slower", r.BAD)))
-    assert "<title>Speedup</title>" in bars and "speedup (×)" in bars and "1.60×" in bars
-    assert all(word in bars for word in ("faster", "slower", "1× = eager"))
-    lines = r.line_chart([("gpu_util_pct", [0, 1, 2], [10, 50, 90]), ("cpu_util_pct", [0, 1, 2], [80, 70, 60])],
-                         title="util", x_label="time (s)", y_label="%", zero=True)
-    assert lines.count("<polyline") == 2 and "gpu_util_pct" in lines and "time (s)" in lines
-
-
-def test_telemetry_series_grouped_by_unit_and_non_numbers_ignored():
-    groups = r.telemetry_series(telemetry(5))
-    assert {u: [n for n, _, _ in s] for u, s in groups.items()} == {"%": ["gpu_util_pct", "cpu_util_pct"], "MiB": ["rss_mib"]}
-    assert groups["%"][0][1] == pytest.approx([0, 0.05, 0.1, 0.15, 0.2])
-    no_time = r.telemetry_series({"samples": [{"gpu_util_pct": 1.0}, {"gpu_util_pct": 2.0}]})
-    assert no_time["%"][0][1] == [0.0, 1.0]
-    assert r.telemetry_series({}) == {} and r.telemetry_series({"samples": "garbage"}) == {}
+def section(page: str, ident: str) -> str:
+    return page.split(f'id="{ident}"')[1].split("</section>")[0]
 
 
 # ----------------------------------------------------------------------------- HTML
 
 
-def render(tmp_path: Path, verdicts=ALL_VERDICTS, with_history: bool = True) -> str:
-    path = write(tmp_path / "tonight.json", tonight())
-    runs = [load_run(path)]
-    hist, skipped = r.history_for(runs, baselines_root=tmp_path / "baselines", storage_dirs=[]) if with_history else (None, [])
-    vs = r.verdicts_from_json(verdicts_json(*verdicts)) if verdicts is not None else None
-    return r.render_html(runs, vs, hist, unreadable=skipped)
-
-
-def test_html_is_self_contained_and_has_every_section(saved):
-    page = render(saved)
-    assert "<script" not in page and "<link" not in page and "@import" not in page
+def test_html_is_self_contained_and_has_every_section(saved, tonight, verdicts):
+    page = render(saved, tonight, verdicts)
+    assert "<script" not in page and "<link" not in page and "@import" not in page and "<?xml" not in page
     assert re.findall(r"(?:src|href)=\"(?:https?:)?//", page) == []
-    assert set(re.findall(r"https?://[^\"' )]+", page)) == {"http://www.w3.org/2000/svg"}  # the SVG namespace only
-    for section in ('id="verdicts"', 'id="m-physicsnemo-block-tiny-on-cpu"', 'id="m-owl-world-model-200m-on-cpu"',
-                    'id="telemetry"', 'id="fingerprint"', 'id="sources"'):
-        assert section in page
-    for header in r.OPT_HEADERS:
+    # Only the SVG namespaces: nothing to fetch.
+    assert set(re.findall(r"https?://[^\"' )]+", page)) == {"http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"}
+    for ident in ("verdicts", "m-physicsnemo-block-tiny-on-cpu", "m-physicsnemo-train-tiny-on-cpu", "telemetry", "fingerprint", "sources"):
+        assert f'id="{ident}"' in page
+    for header in html.OPT_HEADERS:
         assert f">{header}</th>" in page
-    assert "100.0 FPS" in page and "153.8 FPS" in page  # 1000/10 and 1000/6.5 ms, as the seeds write it
-    assert "2 graph break(s)" in page and "unreliable" in page
+    base = info(tonight, "physicsnemo-block-tiny-baseline")
+    assert f"{fmt_num(base['throughput']['examples'])} examples/s" in page  # the model's own unit
+    int8 = info(tonight, "physicsnemo-block-tiny-int8-dynamic")
+    assert f"{int8['quantized_linears']}/{int8['linears']} linears quantised" in page
+    ids = re.findall(r'\bid="([^"]+)"', page)
+    assert len(ids) == len(set(ids))  # several inline SVGs, each with ids of its own
 
 
-def test_html_plots_per_model(saved):
-    page = render(saved)
-    block = page.split('id="m-physicsnemo-block-tiny-on-cpu"')[1].split("</section>")[0]
+def test_html_plots_per_model_and_history(saved, tonight, verdicts):
+    page = render(saved, tonight, verdicts)
+    block = section(page, "m-physicsnemo-block-tiny-on-cpu")
     assert "Speedup over eager baseline" in block and "speedup (×, higher is better)" in block
     assert "Latency per step" in block and "latency (ms, lower is better)" in block
-    assert "Peak memory (vmhwm)" in block and "peak memory (MiB, lower is better)" in block
-    # history: baseline and compile have 3 saved runs + tonight, tonight's point ringed; bf16 has none
-    assert block.count("this report&#x27;s run") == 2 and "No earlier run saved for: bf16" in block
-    assert "baseline: 10.00 ms (+2.0% vs previous)" in block
-    page_no_hist = render(saved, with_history=False)
-    assert "History of the median" not in page_no_hist
+    assert f"Peak memory ({info(tonight, 'physicsnemo-block-tiny-baseline')['mem_method']})" in block
+    # History: baseline and int8-dynamic have 3 saved runs + tonight (ringed); bf16 has none.
+    assert block.count("this report's run") == 2 and "No earlier run saved for: bf16" in block
+    median = info(tonight, "physicsnemo-block-tiny-baseline")["median_ms"]
+    assert f"baseline: {fmt_num(median)} ms (+2.0% vs previous)" in block  # tonight against the 0.98x run before it
+    assert "History of the median" not in render(saved, tonight, verdicts, with_history=False)
 
 
-def test_html_verdicts_regressions_first(saved):
-    page = render(saved)
-    table = page.split('id="verdicts"')[1].split("</table>")[0]
-    order = [m for m in re.findall(r'class="badge \w+">([a-z ]+)<', table)]
+def test_html_verdicts_regressions_first(saved, tonight, verdicts):
+    page = render(saved, tonight, verdicts)
+    table = section(page, "verdicts").split("</table>")[0]
+    order = re.findall(r'class="badge \w+">([a-z ]+)<', table)
     assert order[:2] == ["regression", "budget"] and order[-1] == "unchanged"
-    assert "2 failing verdict(s)" in page and "1 skipped case(s)" in page
-    assert "No verdicts file given" in render(saved, verdicts=None)
+    assert "2 failing verdict(s)" in page and f"{len(verdicts.skipped)} skipped case(s)" in page
+    assert "No verdicts file given" in render(saved, tonight, None)
 
 
-def test_html_escapes_names(tmp_path):
-    data = run_json([bench("m", "<script>alert(1)</script>", 1.0)])
-    page = r.render_html([Run("x.json", data)], None, None)
-    assert "<script>" not in page and "&lt;script&gt;" in page
+def test_html_escapes_names(tmp_path, real):
+    data = copy.deepcopy(real)
+    data["benchmarks"][0]["extra_info"]["variant"] = "<script>alert(1)</script>"
+    page = html.benchmark_report([Run("x.json", data)], None, None)
+    assert "<script" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert page.count("&lt;script&gt;") >= 3  # the table and the charts' labels
 
 
-def test_telemetry_missing_is_a_note_not_an_error(tmp_path):
-    page = r.render_html([Run("x.json", run_json([bench()]))], None, None)
-    assert "No telemetry in these runs" in page
+def test_telemetry_section_shows_what_the_sampler_wrote(saved, tonight, verdicts):
+    page = render(saved, tonight, verdicts)
+    tel = section(page, "telemetry")
+    metrics = info(tonight, "physicsnemo-block-tiny-baseline")["telemetry"]["metrics"]
+    assert {"cpu_util_pct", "rss_mib"} <= set(metrics)  # the real sampler's summary schema
+    assert "cpu_util_pct (%)" in tel and "rss_mib (MiB)" in tel and "other_cpu_cores (cores)" in tel
+    cpu = metrics["cpu_util_pct"]
+    assert f"{fmt_num(cpu['mean'], 3)} ({fmt_num(cpu['min'], 3)}–{fmt_num(cpu['max'], 3)})" in tel
+    assert "telemetry in %" in tel and "telemetry in MiB" in tel and tel.count("<svg") >= 4
+    for b in tonight["benchmarks"]:
+        del b["extra_info"]["telemetry"]
+    assert "No telemetry in these runs" in render(saved, tonight, verdicts)
 
 
-def test_plain_pytest_benchmark_file_is_reported_from_stats(tmp_path):
-    b = bench(median_ms=20.0)
-    del b["extra_info"]
-    page = r.render_html([Run("plain.json", run_json([b], fp_id=None))], None, None)
-    assert "other benchmarks" in page and ">20.00<" in page and "No perfgate fingerprint" in page
+def test_telemetry_rows_and_timeline_from_a_live_sampler():
+    with telemetry.TelemetrySampler("cpu", interval_s=0.01) as sampler:
+        end = time.perf_counter() + 0.15
+        while time.perf_counter() < end:  # busy: a few samples of this process's CPU use
+            sum(i * i for i in range(1000))
+    summary, timeline = sampler.summary(), sampler.timeline()
+    rows = {r.metric: r for r in telemetry_rows(summary)}
+    assert set(rows) == set(summary["metrics"]) and rows["rss_mib"].unit == "MiB" and rows["cpu_util_pct"].unit == "%"
+    assert all(r.min <= r.mean <= r.max for r in rows.values())
+    groups = timeline_series(timeline)
+    assert "value" not in groups and {n for n, _, _ in groups["%"]} >= {"cpu_util_pct"}
+    (name, xs, ys), *_ = groups["MiB"]
+    assert name == "rss_mib" and len(xs) == len(timeline) >= 2 and xs == sorted(xs)
+    # The schema the report read before it was fixed never came out of the sampler.
+    assert telemetry_rows({"samples": timeline, "summary": {"cpu_util_pct_mean": 50.0}}) == []
+
+
+def test_plain_pytest_benchmark_file_is_reported_from_stats(real):
+    data = copy.deepcopy(real)
+    del data["perfgate"], data["machine_info"]["perfgate"]
+    for b in data["benchmarks"]:
+        del b["extra_info"]
+    page = html.benchmark_report([Run("plain.json", data)], None, None)
+    median_ms = data["benchmarks"][0]["stats"]["median"] * 1e3
+    assert "other benchmarks" in page and f">{fmt_num(median_ms)}<" in page and "No perfgate fingerprint" in page
 
 
 # ----------------------------------------------------------------------------- Markdown
 
 
-def test_markdown_regressions_first_short_with_links(tmp_path):
-    runs = [Run("tonight.json", tonight())]
-    md = r.markdown_summary(runs, verdicts_json(*ALL_VERDICTS), {"HTML report": "https://ci.example/report.html", "run JSON": "tonight.json"})
+def test_markdown_regressions_first_short_with_links(tonight, verdicts):
+    md = markdown.job_summary([Run("tonight.json", tonight)], verdicts,
+                              {"HTML report": "https://ci.example/report.html", "run JSON": "tonight.json"})
     lines = md.splitlines()
     assert lines[0] == "### perfgate: :x: 2 regression(s)"
-    table = [line for line in lines if line.startswith("| physicsnemo") or line.startswith("| owl")]
-    assert table[0].startswith("| physicsnemo-block [tiny] compile | latency | 5.000 | 6.500 | +30.0% |")
-    assert table[1].startswith("| owl-world-model [200m] baseline | budget:fps |")
-    assert "1 unchanged" in md and "1 improvement" in md and "1 skipped" in md and "`ccccccc (dirty)`" in md
+    table = [line for line in lines if line.startswith("| physicsnemo")]
+    assert table[0].startswith("| physicsnemo-block [tiny] bf16 | latency | 5.000 | 6.500 | +30.0% |")
+    assert table[1].startswith("| physicsnemo-train [tiny] baseline | budget:median_ms |")
+    assert "1 unchanged" in md and "1 improvement" in md and f"{len(verdicts.skipped)} skipped" in md and "`ccccccc (dirty)`" in md
     assert "faster \\| much" not in md.split("<details>")[0]  # the improvement is folded away, below the failures
-    assert "| physicsnemo-block [tiny] bf16 | latency | 12.00 | -14.3% | improvement |" in md
+    assert "| physicsnemo-block [tiny] int8-dynamic | latency | 12.00 | -14.3% | improvement |" in md
     assert lines[-1] == "Artifacts: [HTML report](https://ci.example/report.html) · [run JSON](tonight.json)"
     assert len(lines) < 40
 
 
-def test_markdown_without_regression_or_verdicts():
-    runs = [tonight()]  # the JSON itself is accepted too
-    ok = r.markdown_summary(runs, [ALL_VERDICTS[0]], {})
+def test_markdown_without_regression_or_verdicts(real):
+    ok = markdown.job_summary([real], [gate.Verdict(case="c", metric="latency", verdict=gate.UNCHANGED)], {})
     assert ok.startswith("### perfgate: :white_check_mark: no regression") and "<details>" not in ok
-    assert "| physicsnemo-block [tiny] on cpu | compile | 6.500 | 1.54× |" in ok  # the fastest variant per model
-    measured = r.markdown_summary(runs, None, None)
+    block = [b["extra_info"] for b in real["benchmarks"] if b["extra_info"]["model"] == "physicsnemo-block"]
+    fastest = min(block, key=lambda i: i["median_ms"])
+    speedup = "-" if fastest.get("speedup") is None else f"{fastest['speedup']:.2f}×"
+    assert f"| physicsnemo-block [tiny] on cpu | {fastest['variant']} | {fmt_num(fastest['median_ms'])} | {speedup} |" in ok
+    measured = markdown.job_summary([real], None, None)
     assert measured.startswith("### perfgate: no verdicts") and "Artifacts" not in measured
 
 
-def test_markdown_many_regressions_are_capped():
+def test_markdown_gate_off_and_ratchet(real):
+    off = VerdictSet([], gate_enabled=False)
+    assert markdown.job_summary([real], off).startswith("### perfgate: measured only (gate off)")
+    better = [gate.Verdict(case=CASE.format("physicsnemo-block-tiny-baseline"), metric="latency", verdict=gate.IMPROVEMENT, change_pct=-20.0)]
+    assert markdown.job_summary([real], VerdictSet(better)).startswith("### perfgate: :white_check_mark:")
+    ratchet = markdown.job_summary([real], VerdictSet(better, fail_on_improvement=True))  # --perfgate-ratchet fails on it
+    assert ratchet.startswith("### perfgate: :x: 1 regression(s)") and "| physicsnemo-block [tiny] baseline | latency |" in ratchet
+
+
+def test_markdown_many_regressions_are_capped(real):
     many = [gate.Verdict(case=f"c{i}", metric="latency", verdict=gate.REGRESSION, change_pct=10.0) for i in range(30)]
-    md = r.markdown_summary([tonight()], many, {}, max_rows=5)
+    md = markdown.job_summary([real], many, {}, max_rows=5)
     assert len(re.findall(r"^\| c\d+ \|", md, re.MULTILINE)) == 5 and "… and 25 more in the report." in md
+
+
+def test_the_plugin_and_perfgate_report_write_the_same_summary(real_run):
+    """One Markdown builder: what pytest appended to $GITHUB_STEP_SUMMARY is what `perfgate report
+    --markdown` makes of the files the same run wrote (links aside)."""
+    step = real_run.step_summary.read_text()
+    assert step.startswith("### perfgate: :white_check_mark: no regression") and "no baseline recorded for this machine" in step
+    from_files = markdown.job_summary([load_run(real_run.results)], load_verdicts(real_run.verdicts), {})
+    assert step == from_files + "\n"
+
+
+def test_verdicts_file_round_trip(verdicts):
+    back = verdicts_from_json(json.loads(json.dumps(verdicts_json(verdicts))))
+    assert back.verdicts == gate.sort_verdicts(verdicts.verdicts) and back.skipped == verdicts.skipped
+    assert (back.gate_enabled, back.fail_on_improvement, back.fingerprint_id) == (True, False, verdicts.fingerprint_id)
+    older = verdicts_from_json({"verdicts": [], "failed": False})  # written before gate_enabled and notices
+    assert older.gate_enabled and older.notices == ()
 
 
 # ----------------------------------------------------------------------------- CLI
 
 
-def test_cli_report_writes_html_and_markdown(saved, monkeypatch, capsys):
+def test_cli_report_writes_html_and_markdown(saved, tonight, verdicts, monkeypatch, capsys):
     monkeypatch.chdir(saved)
-    write(saved / "tonight.json", tonight())
-    write(saved / "verdicts.json", verdicts_json(*ALL_VERDICTS))
-    write(fp_dir(saved) / "0009_broken.json", "{")
+    write(saved / "tonight.json", tonight)
+    write(saved / "verdicts.json", verdicts_json(verdicts))
+    write(saved / "baselines" / tonight["perfgate"]["fingerprint_id"] / "0009_broken.json", "{")
     assert main(["report", "tonight.json", "--verdicts", "verdicts.json", "-o", "out/report.html", "--markdown", "summary.md",
                  "--link", "HTML report=https://ci.example/r.html"]) == 0
     err = capsys.readouterr().err
@@ -244,20 +280,34 @@ def test_cli_report_writes_html_and_markdown(saved, monkeypatch, capsys):
     assert (saved / "out" / "report.html").stat().st_mode & 0o777 == 0o666 & ~umask  # shareable, not mkstemp's 0600
 
 
+def test_cli_markdown_is_written_even_when_the_html_fails(tmp_path, real, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "run.json", real)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no HTML today")
+
+    monkeypatch.setattr(html, "benchmark_report", broken)
+    with pytest.raises(RuntimeError):
+        main(["report", "run.json", "--markdown", "summary.md", "--no-history"])
+    assert (tmp_path / "summary.md").read_text().startswith("### perfgate: no verdicts")
+
+
 @pytest.mark.parametrize(
     "files, argv, message",
     [
         ({"run.json": "{"}, ["run.json"], "run.json: truncated JSON at line 1 column 2; pass the file pytest wrote with --benchmark-json"),
         ({}, ["missing.json"], "missing.json: cannot read"),
         ({"run.json": None, "v.json": '{"x": 1}'}, ["run.json", "--verdicts", "v.json"], "v.json: not a perfgate verdicts file"),
+        ({"run.json": None, "v.json": '{"verdicts": ['}, ["run.json", "--verdicts", "v.json"], "v.json: truncated JSON at line 1"),
         ({"run.json": None}, ["run.json", "--link", "oops"], "--link 'oops': write NAME=URL"),
     ],
-    ids=["truncated-run", "missing-run", "bad-verdicts", "bad-link"],
+    ids=["truncated-run", "missing-run", "bad-verdicts", "truncated-verdicts", "bad-link"],
 )
-def test_cli_report_bad_input_is_one_line_exit_2(tmp_path, monkeypatch, capsys, files, argv, message):
+def test_cli_report_bad_input_is_one_line_exit_2(tmp_path, monkeypatch, capsys, real, files, argv, message):
     monkeypatch.chdir(tmp_path)
     for name, text in files.items():
-        write(tmp_path / name, text if text is not None else tonight())
+        write(tmp_path / name, text if text is not None else real)
     assert main(["report", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("perfgate report: ") and message in err[0]
@@ -352,12 +402,12 @@ def test_png_reader_round_trip(tmp_path):
     assert decoded.shape == (h, w, bpp) and [row.tobytes() for row in decoded.reshape(h, -1)] == img
 
 
-def test_report_renders_in_headless_chromium(saved, tmp_path):
+def test_report_renders_in_headless_chromium(saved, tonight, verdicts, tmp_path):
     exe = chromium()
     if exe is None:
         pytest.skip("chromium is not installed: run scripts/install-chromium (Debian's chromium package)")
     html_path = tmp_path / "report.html"
-    html_path.write_text(render(saved))
+    html_path.write_text(render(saved, tonight, verdicts))
     shot = tmp_path / "shot.png"
     cmd = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
            "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}",
@@ -367,7 +417,7 @@ def test_report_renders_in_headless_chromium(saved, tmp_path):
     dom = proc.stdout
     # Content, as the browser parsed it.
     assert "<title>perfgate report</title>" in dom
-    assert "physicsnemo-block [tiny] on cpu" in dom and "owl-world-model [200m] on cpu" in dom
+    assert "physicsnemo-block [tiny] on cpu" in dom and "physicsnemo-train [tiny] on cpu" in dom
     assert dom.count("<svg") >= 8 and "2 failing verdict(s)" in dom
     # The screenshot: not blank, and the charts' colours are on it (the SVG was drawn, not only text).
     img = png_pixels(shot)
@@ -376,7 +426,7 @@ def test_report_renders_in_headless_chromium(saved, tmp_path):
     background = max(colours.values())
     assert background < 0.97 * img.shape[0] * img.shape[1], "the screenshot is (almost) one colour: blank page"
     assert len(colours) > 50, f"only {len(colours)} colours in the screenshot"
-    # Bars are solid chart colours (lines, dots and boxes are blended): about 25,000 blue pixels
-    # with the bars drawn, about 2,000 without; 3,000 orange (bf16 slower than eager) against 200.
-    assert colours.get(r.GOOD.upper(), 0) > 10_000, "too few bar-blue pixels: the SVG bar charts were not drawn"
-    assert colours.get(r.BAD.upper(), 0) > 1_500, "too few slower-than-eager (orange) bar pixels"
+    # Bars are solid chart colours (lines, dots and boxes are blended): eager's 1x speedup bar and
+    # the first memory bar are blue; int8-dynamic, several times slower than eager, is an orange bar.
+    assert colours.get(charts.GOOD.upper(), 0) > 10_000, "too few bar-blue pixels: the SVG bar charts were not drawn"
+    assert colours.get(charts.BAD.upper(), 0) > 500, "too few slower-than-eager (orange) bar pixels"

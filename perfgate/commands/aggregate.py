@@ -22,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from perfgate import distributed as pd
-    from perfgate.gate.store import atomic_write_json
+    from perfgate.output.files import write_json
     from perfgate.cli import EXIT_REGRESSION, CommandError
 
     if not args.folder.is_dir():
@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
         agg = pd.aggregate(runs, threshold_pct=args.straggler_pct, world_size=args.world_size)
     except pd.AggregateError as exc:
         raise CommandError(f"{args.folder}: {exc}" if str(args.folder) not in str(exc) else str(exc)) from None
-    out = atomic_write_json(args.output or args.folder / pd.AGGREGATED_FILE, agg)
+    out = write_json(args.output or args.folder / pd.AGGREGATED_FILE, agg)
     print("\n".join(pd.summary_lines(agg, out)))
     stragglers = agg["perfgate"]["distributed"]["stragglers"]
     return EXIT_REGRESSION if args.fail_on_straggler and stragglers else 0

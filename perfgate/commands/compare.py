@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from perfgate import gate
@@ -12,7 +11,8 @@ from perfgate.gate import store
 from perfgate.cli import EXIT_REGRESSION, CommandError
 from perfgate.fingerprint import differences
 from perfgate.record import CaseRecord
-from perfgate.summary import text_table, VERDICT_HEADERS, verdict_rows
+from perfgate.output import files
+from perfgate.output.terminal import verdict_table
 
 HELP = "apply the regression gate to two pytest-benchmark JSON files (baseline first)"
 
@@ -53,9 +53,9 @@ def run(args: argparse.Namespace) -> int:
     except policy_mod.PolicyError as exc:
         raise CommandError(str(exc)) from None
     verdicts = compare_files(args.baseline, args.current, policy, allow_other=args.allow_other_fingerprint)
-    print("\n".join(text_table(VERDICT_HEADERS, verdict_rows(verdicts))))
+    print("\n".join(verdict_table(verdicts)))
     if args.json:
-        store.atomic_write_json(args.json, {"verdicts": [v.as_dict() for v in verdicts]})
+        files.write_json(args.json, {"verdicts": [v.as_dict() for v in verdicts]})
     bad = gate.failing(verdicts, fail_on_improvement=args.ratchet)
     for v in bad:
         print(f"FAIL {v.case} {v.metric}: {v.message or v.verdict}")

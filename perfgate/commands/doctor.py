@@ -8,7 +8,7 @@ import json
 from perfgate.fingerprint import fingerprint, fingerprint_id
 from perfgate.cli import CommandError
 from perfgate.device import default_device, device_error, resolve
-from perfgate.summary import text_table
+from perfgate.output.text import text_table
 from perfgate.variants import VARIANTS, Env
 
 HELP = "show which optimisation variants run here and what is missing for the others"

@@ -82,7 +82,7 @@ def _rule(spec: str, base: Any) -> Any:
 def run(args: argparse.Namespace) -> int:
     from perfgate.gate import policy as policy_mod
     from perfgate.gate import quality as q
-    from perfgate.gate.store import atomic_write_json
+    from perfgate.output.files import write_json
     from perfgate.cli import CommandError
 
     slowdowns = _slowdowns(args.slowdowns)
@@ -127,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
         data = q.report(comparisons, rules, depth=args.depth, config=config | {"load_after": q.machine_load(), "partial": partial},
                         samples=not args.no_samples)
         if args.json:
-            atomic_write_json(args.json, data)
+            write_json(args.json, data)
         return data
 
     comparisons = q.run_experiment(measure_fn, depth=args.depth, slowdowns_pct=slowdowns, comparisons=args.comparisons,
@@ -158,7 +158,7 @@ def _rejudge(args: argparse.Namespace, rules: list[Any]) -> int:
     import json
 
     from perfgate.gate import quality as q
-    from perfgate.gate.store import atomic_write_json
+    from perfgate.output.files import write_json
     from perfgate.cli import CommandError
 
     try:
@@ -171,14 +171,14 @@ def _rejudge(args: argparse.Namespace, rules: list[Any]) -> int:
     data = q.report(comparisons, rules, depth=depth, config=cfg | {"rejudged_from": str(args.from_json)}, samples=not args.no_samples)
     _print(data, rules, precision=cfg.get("stop_rule", {}).get("precision", 0.02), depth=depth)
     if args.json:
-        atomic_write_json(args.json, data)
+        write_json(args.json, data)
         print(f"wrote {args.json}")
     return 0
 
 
 def _print(data: dict[str, Any], rules: list[Any], *, precision: float, depth: int) -> None:
     from perfgate.gate import quality as q
-    from perfgate.summary import text_table
+    from perfgate.output.text import text_table
 
     cfg = data["config"]
     noise = data["noise"]

@@ -50,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
 
     from perfgate import history as h
     from perfgate.cli import CommandError
+    from perfgate.output.terminal import history_lines
 
     try:
         since = h.parse_day(args.since) if args.since else None
@@ -76,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"fingerprint_id": fp_id, **hist.as_dict()}, indent=1))
         return 0
-    print("\n".join(h.text_lines(hist, last=args.last, brief=args.brief)))
+    print("\n".join(history_lines(hist, last=args.last, brief=args.brief)))
     if hist.other_fingerprints:
         print(f"\n({hist.other_fingerprints} file(s) of other fingerprints left out; --all-fingerprints shows them)")
     return 0

@@ -10,7 +10,7 @@ import torch
 
 from perfgate.cli import CommandError
 from perfgate.session import select
-from perfgate.summary import text_table
+from perfgate.output.text import text_table
 from perfgate.workload import MODELS, build_module, count_parameters, family, get_model, load_model_file
 
 HELP = "list model families: sizes, parameter counts, input shapes and GFLOP per step"

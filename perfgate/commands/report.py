@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 HELP = "write a self-contained HTML report (tables, plots, history, telemetry) of result JSON files"
@@ -26,25 +25,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="artifact link for the Markdown summary (repeatable; default: the HTML report and the run files)")
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Readers see the old file or the whole new one (same scheme as perfgate.gate.store.atomic_write_json)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; a report is meant to be shared
-        with os.fdopen(fd, "w", encoding="utf8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def _links(args: argparse.Namespace) -> dict[str, str]:
     from perfgate.cli import CommandError
 
@@ -59,40 +39,44 @@ def _links(args: argparse.Namespace) -> dict[str, str]:
     return links
 
 
+def _write_markdown(target: str, md: str) -> None:
+    from perfgate.output import files
+
+    if target == "-":
+        sys.stdout.write(md)
+    elif os.environ.get("GITHUB_STEP_SUMMARY") == target:  # appended to, as GitHub documents
+        with Path(target).open("a", encoding="utf8") as fh:
+            fh.write(md)
+    else:
+        files.write_text(target, md)
+
+
 def run(args: argparse.Namespace) -> int:
-    from perfgate import report
     from perfgate.cli import CommandError
-    from perfgate.history import RunError, load_run
+    from perfgate.history import load_run
+    from perfgate.output import files, html, markdown
+    from perfgate.output.report_data import history_for
+    from perfgate.results import ResultFileError, load_verdicts
 
     links = _links(args)
     try:
         runs = [load_run(p) for p in args.runs]
-    except RunError as exc:
+    except ResultFileError as exc:
         raise CommandError(f"{exc}; pass the file pytest wrote with --benchmark-json") from None
     try:
-        verdicts = report.load_verdicts(args.verdicts) if args.verdicts else None
-    except report.ReportError as exc:
+        verdicts = load_verdicts(args.verdicts) if args.verdicts else None
+    except ResultFileError as exc:
         raise CommandError(str(exc)) from None
+    # The Markdown first: a pull request gets its summary even if drawing the HTML fails.
+    if args.markdown:
+        _write_markdown(args.markdown, markdown.job_summary(runs, verdicts, links))
     history, unreadable = (None, [])
     if not args.no_history:
-        history, unreadable = report.history_for(runs, baselines_root=args.baselines,
-                                                 storage_dirs=args.storage if args.storage is not None else [".benchmarks"])
+        history, unreadable = history_for(runs, baselines_root=args.baselines,
+                                          storage_dirs=args.storage if args.storage is not None else [".benchmarks"])
         for line in unreadable:
             print(f"perfgate report: history skipped {line}", file=sys.stderr)
-    out = Path(args.output)
-    write_text_atomic(out, report.render_html(runs, verdicts, history, title=args.title, unreadable=unreadable))
+    out = files.write_text(args.output, html.benchmark_report(runs, verdicts, history, title=args.title, unreadable=unreadable))
     print(f"perfgate report: wrote {out} ({out.stat().st_size / 1024:.0f} KiB, {sum(len(r.benchmarks) for r in runs)} case(s))",
           file=sys.stderr)
-    if args.markdown:
-        md = report.markdown_summary(runs, verdicts, links)
-        if args.markdown == "-":
-            sys.stdout.write(md)
-        else:
-            path = Path(args.markdown)
-            # $GITHUB_STEP_SUMMARY is appended to, as GitHub documents; any other file is replaced.
-            if os.environ.get("GITHUB_STEP_SUMMARY") == args.markdown:
-                with path.open("a", encoding="utf8") as fh:
-                    fh.write(md)
-            else:
-                write_text_atomic(path, md)
     return 0

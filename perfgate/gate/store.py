@@ -1,22 +1,23 @@
 """Baseline files: pytest-benchmark JSON with a versioned `perfgate` block, keyed by fingerprint.
 
 Layout: `baselines/<fingerprint_id>/NNNN_<label>.json`, the numbering pytest-benchmark's own
-storage uses, so `--benchmark-compare` finds the newest one unchanged. Recording adds a new
-number (history is never overwritten) and writes atomically: a temporary file in the same
-folder, fsync, then a no-clobber link to the final name; a run killed mid-write leaves the
-earlier files intact and at worst a `.tmp` file that loading ignores.
+storage uses (its own saves live apart, in .perfgate/benchmarks/). Recording adds a new
+number (history is never overwritten) and writes through `perfgate.output.files` without
+clobber: a temporary file in the same folder, fsync, then a link to the final name; a run killed
+mid-write leaves the earlier files intact and at worst a hidden `.tmp` file that loading ignores.
+Reading goes through `perfgate.results`, the one loader; the baseline's own checks are added here.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from perfgate import results
 from perfgate.fingerprint import differences
+from perfgate.output import files
 from perfgate.record import value_problems
 
 SCHEMA = 1
@@ -81,27 +82,20 @@ def validate(data: Any, path: Path, fingerprint: dict[str, Any] | None = None) -
 def load(path: str | os.PathLike[str], fingerprint: dict[str, Any] | None = None) -> dict[str, Any]:
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf8")
-    except OSError as exc:
-        raise BaselineError(f"{path}: cannot read ({exc.strerror}); check the path or {RECORD_HINT}") from None
-    except UnicodeDecodeError:
-        raise BaselineError(f"{path}: not UTF-8 text, so no JSON; restore it (git checkout -- {path}) or delete it and {RECORD_HINT}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        what = "truncated" if exc.pos >= len(text.rstrip()) else "corrupt"
-        raise BaselineError(
-            f"{path}: {what} JSON at line {exc.lineno} column {exc.colno}; restore it (git checkout -- {path}) or delete it and {RECORD_HINT}"
-        ) from None
+        data = results.read_benchmark_json(path)
+    except results.ResultFileError as exc:
+        fix = f"check the path or {RECORD_HINT}" if exc.unreadable else f"restore it (git checkout -- {path}) or delete it and {RECORD_HINT}"
+        raise BaselineError(f"{exc}; {fix}") from None
     return validate(data, path, fingerprint)
 
 
 def latest(folder: Path, fingerprint: dict[str, Any] | None = None) -> tuple[Path, dict[str, Any]] | None:
-    """The newest baseline in `folder`, validated; None if there is none."""
-    files = numbered_files(folder)
-    if not files:
+    """The newest baseline in `folder`, validated; None if there is none. A broken newest file is an
+    error, never silently replaced by an older one."""
+    numbered = numbered_files(folder)
+    if not numbered:
         return None
-    return files[-1], load(files[-1], fingerprint)
+    return numbered[-1], load(numbered[-1], fingerprint)
 
 
 class Baselines:
@@ -140,33 +134,8 @@ def by_name(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {b["fullname"]: b for b in data["benchmarks"]}
 
 
-def atomic_write_json(path: Path, data: Any, *, clobber: bool = True) -> Path:
-    """Write JSON so that readers see the old file or the whole new one, never a part."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a baseline is a file to share
-        with os.fdopen(fd, "w", encoding="utf8") as fh:
-            json.dump(data, fh, indent=2, sort_keys=False, default=str)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        if clobber:
-            os.replace(tmp, path)
-        else:
-            os.link(tmp, path)  # fails if the name exists: history is never overwritten
-            os.unlink(tmp)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+# The name perfgate.dist_plugin writes rank files with; the writer is perfgate.output.files.
+atomic_write_json = files.write_json
 
 
 def record(folder: Path, data: dict[str, Any], label: str) -> Path:
@@ -183,4 +152,4 @@ def record(folder: Path, data: dict[str, Any], label: str) -> Path:
         num = max(numbers, default=0) + 1
         if num > 9999:
             raise BaselineError(f"{folder}: baseline numbers are used up (9999); move old files to an archive folder")
-        return atomic_write_json(folder / f"{num:04d}_{safe}.json", data, clobber=False)
+        return files.write_json(folder / f"{num:04d}_{safe}.json", data, clobber=False)

@@ -1,0 +1,183 @@
+"""The benchmark report's data, pure: cases grouped per model, the history series of their
+medians, the telemetry the sampler summarised, the fastest variant per model, and adapters from a
+live pytest session to the same shapes (so the plugin's Markdown is the report's Markdown)."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, Mapping, Sequence
+
+from perfgate import gate
+from perfgate.history import Run, Series, build_series, case_label, gather, metric_value, unit_of
+from perfgate.record import CaseRecord
+from perfgate.results import VerdictSet
+
+
+def group_title(rec: CaseRecord) -> str:
+    """'model [size opt=v] on device': the cases one optimisation table compares."""
+    opts = "".join(f" {k}={v}" for k, v in sorted((rec.options or {}).items()))
+    return f"{rec.model} [{rec.size or '?'}{opts}] on {rec.device or '?'}"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One benchmark of one run."""
+
+    run: Run
+    bench: dict[str, Any]
+    label: str  # the row name: variant, plus the run when several runs are reported
+
+    @cached_property
+    def record(self) -> CaseRecord:
+        return CaseRecord.from_extra_info(self.bench.get("extra_info") or {})
+
+    @property
+    def fullname(self) -> str:
+        return str(self.bench.get("fullname") or self.bench.get("name"))
+
+    def value(self, metric: str) -> float | None:
+        """From the record, else pytest-benchmark's stats (plain files)."""
+        return metric_value(self.bench, metric)
+
+    def samples_ms(self) -> list[float]:
+        if self.record.samples_ms:
+            return [float(x) for x in self.record.samples_ms if isinstance(x, (int, float))]
+        data = (self.bench.get("stats") or {}).get("data")
+        return [float(x) * 1e3 for x in data if isinstance(x, (int, float))] if isinstance(data, list) else []
+
+
+def run_label(run: Run) -> str:
+    commit = (run.commit or "")[:7]
+    return f"{run.label}" + (f" @{commit}" if commit else "")
+
+
+def run_key(run: Run) -> tuple[str | None, str | None]:
+    """What identifies a run across copies of its file: when it ran and at which commit."""
+    return (run.run_time.isoformat() if run.run_time else None, run.commit)
+
+
+def group_entries(runs: Sequence[Run]) -> dict[str, list[Entry]]:
+    """Benchmarks per model group (model, size, options, device), in the order they ran; plain
+    pytest-benchmark entries without perfgate's extra_info go to one 'other benchmarks' group."""
+    several = len(runs) > 1
+    groups: dict[str, list[Entry]] = {}
+    for run in runs:
+        for b in run.benchmarks:
+            rec = CaseRecord.from_extra_info(b.get("extra_info") or {})
+            title = group_title(rec) if rec.model else "other benchmarks"
+            name = rec.variant or str(b.get("name") or b.get("fullname"))
+            groups.setdefault(title, []).append(Entry(run, b, f"{name} · {run_label(run)}" if several else name))
+    return groups
+
+
+def history_for(runs: Sequence[Run], *, baselines_root: str | os.PathLike[str] = "baselines",
+                storage_dirs: Sequence[str | os.PathLike[str]] = (".benchmarks",), metric: str = "median_ms") -> tuple[list[Series], list[str]]:
+    """Series of `metric` per case over the saved runs of these runs' fingerprints plus the runs
+    themselves; (series, one line per unreadable saved file)."""
+    saved: list[Run] = []
+    unreadable: list[str] = []
+    for fp in sorted({r.fingerprint_id for r in runs if r.fingerprint_id}):
+        g = gather(baselines_root=baselines_root, fingerprint_id=fp, storage_dirs=storage_dirs)
+        saved += g.runs
+        unreadable += g.unreadable
+    return build_series([*saved, *runs], metric), unreadable
+
+
+def verdict_counts(verdicts: Sequence[gate.Verdict]) -> dict[str, int]:
+    """Verdicts per kind, in the gate's order (regressions first)."""
+    c = Counter(v.verdict for v in verdicts)
+    order = [v for v in gate.VERDICT_ORDER if v in c] + sorted(k for k in c if k not in gate.VERDICT_ORDER)
+    return {k: c[k] for k in order}
+
+
+def labels_by_fullname(runs: Sequence[Run]) -> dict[str, str]:
+    return {str(b.get("fullname") or b.get("name")): case_label(b) for r in runs for b in r.benchmarks}
+
+
+def case_name(case: str, labels: Mapping[str, str]) -> str:
+    """A verdict's case as the reader knows it ('owl-world-model [tiny] compile')."""
+    return labels.get(case) or case.split("::")[-1]
+
+
+def fastest_per_model(runs: Sequence[Run]) -> list[tuple[str, str, float, float | None]]:
+    """(group, variant, median ms, speedup) of the fastest variant of each model group."""
+    out = []
+    for title, entries in group_entries(runs).items():
+        timed = [(e.value("median_ms"), e) for e in entries if e.value("median_ms") is not None]
+        if timed:
+            med, best = min(timed, key=lambda t: t[0])
+            out.append((title, best.label, med, best.value("speedup")))
+    return out
+
+
+# ----------------------------------------------------------------------------- telemetry
+
+
+@dataclass(frozen=True)
+class TelemetryRow:
+    metric: str
+    unit: str
+    min: float
+    mean: float
+    max: float
+
+
+def telemetry_rows(telemetry: Mapping[str, Any] | None) -> list[TelemetryRow]:
+    """The sampler's summary (perfgate.telemetry.TelemetrySampler.summary(): `metrics` maps each
+    metric to its min / mean / max) as rows; metrics without three numbers are left out."""
+    metrics = (telemetry or {}).get("metrics")
+    if not isinstance(metrics, Mapping):
+        return []
+    rows = []
+    for name, agg in metrics.items():
+        vals = [agg.get(k) for k in ("min", "mean", "max")] if isinstance(agg, Mapping) else []
+        if len(vals) == 3 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
+            rows.append(TelemetryRow(str(name), _unit(str(name)), *map(float, vals)))
+    return rows
+
+
+def timeline_series(timeline: Sequence[Mapping[str, Any]] | None) -> dict[str, list[tuple[str, list[float], list[float]]]]:
+    """The sampler's timeline (TelemetrySampler.timeline(): one dict per sample, `t_s` seconds
+    since it started) as (name, times, values) per metric, grouped by unit so that one plot
+    holds one unit: utilisations share a % axis, memories a MiB axis. Non-numbers are ignored."""
+    samples = [s for s in (timeline or []) if isinstance(s, Mapping) and isinstance(s.get("t_s"), (int, float))]
+    keys: list[str] = []
+    for s in samples:
+        keys += [k for k, v in s.items() if k != "t_s" and _number(v) and k not in keys and k != "clock_event_mask"]
+    groups: dict[str, list[tuple[str, list[float], list[float]]]] = {}
+    for k in keys:
+        pairs = [(float(s["t_s"]), float(s[k])) for s in samples if _number(s.get(k))]
+        groups.setdefault(_unit(k) or "value", []).append((k, [p[0] for p in pairs], [p[1] for p in pairs]))
+    return groups
+
+
+def _unit(metric: str) -> str:
+    """The unit in a sampler metric's name: '%' for cpu_util_pct, 'cores' for other_cpu_cores."""
+    return unit_of(metric) or ("cores" if metric.endswith("_cores") else "")
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+# ----------------------------------------------------------------------------- a live pytest session
+
+
+def session_run(session: Any, commit_info: Mapping[str, Any] | None = None) -> Run:
+    """This pytest session's results shaped as a result file, so every output reads one shape."""
+    benchmarks = [{"name": name.split("::")[-1], "fullname": name, "extra_info": r.extra_info} for name, r in session.results.items()]
+    data = {"benchmarks": benchmarks, "commit_info": dict(commit_info or {}),
+            "perfgate": {"fingerprint_id": session.fingerprint_id, "fingerprint": session.fingerprint}}
+    return Run("this run", data)
+
+
+def session_verdicts(session: Any) -> VerdictSet:
+    """The session's verdicts, skips and notices: what the verdicts file holds."""
+    notices = ()
+    if session.gate_enabled and session.results and session.load_baseline() is None:
+        notices = (session.no_baseline_notice(),)
+    return VerdictSet(gate.sort_verdicts(session.verdicts), dict(session.skips), session.fingerprint_id, gate_enabled=session.gate_enabled,
+                      fail_on_improvement=session.fail_on_improvement, notices=notices)
