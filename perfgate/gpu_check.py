@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
                                                   "--perfgate-verdicts", str(out / "rerun-verdicts.json"),
                                                   "--junit-xml", str(out / "rerun.xml")), out, junit=out / "rerun.xml"))
     text, data = summary(steps, out, device)
-    from perfgate.profile_run import atomic_write_text
+    from perfgate.profile.run import atomic_write_text
 
     atomic_write_text(out / "summary.md", text)
     atomic_write_text(out / "summary.json", json.dumps(data, indent=2) + "\n")

@@ -1,6 +1,6 @@
 """Leave-in profiling tools: `annotate`, `profile` and `Profiler` (the PhysicsNeMo tutorial's API).
 
-    from perfgate.profiling import Profiler, annotate, profile
+    from perfgate.profile import Profiler, annotate, profile
 
     @profile                                   # line_profiler, when that tool is on
     def forward(self, x): ...
@@ -44,7 +44,7 @@ from typing import Any, Callable, Mapping, Protocol, TypeVar
 
 import torch
 
-log = logging.getLogger("perfgate.profiling")
+log = logging.getLogger("perfgate.profile")
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_OUTPUT_DIR = Path("perfgate_profiling_outputs")

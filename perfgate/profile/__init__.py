@@ -1,0 +1,11 @@
+"""Profiling: the `perfgate profile` run split by job, the suite's evidence, the leave-in API.
+
+Data flows one way: `config` (what to profile) -> `run` (the runner's pipeline per point, then
+`memory`, `layers`, `precision`, `trace`) -> `suggest` (rules on the numbers) -> `html` (the page).
+`evidence` is what the benchmark session takes on a failed case (a trace through `trace`).
+`api` is the leave-in API, re-exported here: `from perfgate.profile import annotate, profile, Profiler`.
+"""
+
+from perfgate.profile.api import Profiler, annotate, profile
+
+__all__ = ["Profiler", "annotate", "profile"]
