@@ -18,10 +18,10 @@ from torch import nn
 from perfgate import cli, runner
 from perfgate.commands import profile as profile_cmd
 from perfgate.gate import Verdict
-from perfgate.profile import evidence, run
+from perfgate.profile import api, evidence, run
 from perfgate.profile.config import ProfileConfig, ProfileError, ProfileUnavailable, points
 from perfgate.profile.layers import BREAKDOWN_MARGIN, layer_breakdown, layer_plan
-from perfgate.profile.trace import trace_steps
+from perfgate.profile.trace import nvtx_section, trace_steps
 from perfgate.runner import Case
 from perfgate.workload import build_workload, get_model, make_step
 
@@ -115,7 +115,17 @@ def test_trace_ranges_name_layers_and_leave_no_hooks(tmp_path: Path) -> None:
     names = {e["name"] for e in json.loads(Path(t["trace"]).read_text())["traceEvents"] if e.get("ph") == "X"}
     assert {"module:patch_embed", "module:blocks.1.attn", "module:norm"} <= names and t["module_ranges"]
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in toy.modules())
+    assert not api._STATE.record  # annotate no longer feeds the torch profiler
     assert (tmp_path / "t.ops.txt").read_text().strip()
+
+
+def test_nvtx_section_says_why_it_is_skipped(tmp_path: Path) -> None:
+    def step() -> None:
+        raise AssertionError("a skipped NVTX section runs no step")
+
+    out = nvtx_section(step, torch.device("cpu"), None, 2, "perfgate profile m", tmp_path)
+    assert out["skipped"] in ("NVTX ranges matter on a CUDA device", "NVTX needs a CUDA build of torch (this one has none)",
+                              "NVTX is turned off (PERFGATE_NVTX=0)")
 
 
 def test_progress_goes_to_the_stream(profiled: tuple[Path, dict[str, Any], str]) -> None:

@@ -19,7 +19,8 @@
 Tools by name: "torch" (torch.profiler: a Perfetto / chrome://tracing trace and an operator
 table), "line_profiler" (per-line times of @profile functions), "nvtx" (an NVTX range for every
 torch op, for Nsight Systems) and "cuda_memory" (a CUDA allocator snapshot for
-pytorch.org/memory_viz). `register_tool` adds others.
+pytorch.org/memory_viz). `perfgate profile` and the suite's evidence use the same tools and
+`annotate` for their traces, NVTX ranges and snapshots.
 
 Disabled, the tools cost (nearly) nothing:
 - `@profile` returns the function itself: a call does no extra work at all. The function is only
@@ -27,8 +28,7 @@ Disabled, the tools cost (nearly) nothing:
   registered code objects without a wrapper).
 - `annotate` checks one module flag on entry and exit; it emits an NVTX range only where NVTX
   exists (a CUDA build of torch or the `nvtx` package; PERFGATE_NVTX=0 turns that off) and a
-  torch.profiler range only while the "torch" tool runs. Measured overhead is in
-  `disabled_overhead_ns()`.
+  torch.profiler range only while the "torch" tool runs.
 - `Profiler()` with no tool enabled starts nothing on `initialize()`.
 """
 
@@ -38,7 +38,6 @@ import functools
 import io
 import logging
 import os
-import timeit
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, TypeVar
 
@@ -193,10 +192,6 @@ def profile(func: F) -> F:
     return func
 
 
-def profiled_functions() -> list[Callable[..., Any]]:
-    return list(_PROFILED)
-
-
 # --- tools -------------------------------------------------------------------------------------
 
 
@@ -213,13 +208,34 @@ class Tool(Protocol):
 
 
 class TorchProfilerTool:
-    """torch.profiler over the whole initialised span: a chrome trace and an operator table."""
+    """torch.profiler over the whole initialised span: a chrome trace and an operator table.
+
+    `active_steps` profiles that many steps after `warmup_steps` profiled-but-discarded ones (the
+    profiler's own start-up cost stays out of the trace); `cuda` defaults to CUDA being available.
+    After `stop()`, `averages` holds the operators' key averages.
+    """
 
     name = "torch"
 
-    def __init__(self, *, record_shapes: bool = True, profile_memory: bool = True, with_stack: bool = False, row_limit: int = 30) -> None:
+    def __init__(
+        self,
+        *,
+        record_shapes: bool = True,
+        profile_memory: bool = True,
+        with_stack: bool = False,
+        row_limit: int = 30,
+        cuda: bool | None = None,
+        warmup_steps: int = 0,
+        active_steps: int | None = None,
+        trace_file: str = "trace.json",
+        table_file: str = "ops.txt",
+    ) -> None:
         self.kwargs = dict(record_shapes=record_shapes, profile_memory=profile_memory, with_stack=with_stack)
         self.row_limit = row_limit
+        self.cuda = cuda
+        self.warmup_steps, self.active_steps = warmup_steps, active_steps
+        self.trace_file, self.table_file = trace_file, table_file
+        self.averages: Any = None
         self._prof: Any = None
         self._out: Path | None = None
 
@@ -227,11 +243,14 @@ class TorchProfilerTool:
         return None
 
     def start(self, out_dir: Path) -> None:
-        from torch.profiler import ProfilerActivity
+        from torch.profiler import ProfilerActivity, schedule
 
-        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+        if self.cuda is None:
+            self.cuda = torch.cuda.is_available()
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
+        sched = schedule(wait=0, warmup=self.warmup_steps, active=self.active_steps, repeat=1) if self.active_steps else None
         self._out = out_dir
-        self._prof = torch.profiler.profile(activities=activities, **self.kwargs)
+        self._prof = torch.profiler.profile(activities=activities, schedule=sched, **self.kwargs)
         self._prof.__enter__()
         _STATE.record = True
         _STATE.update()
@@ -247,10 +266,11 @@ class TorchProfilerTool:
         _STATE.update()
         self._prof.__exit__(None, None, None)
         self._out.mkdir(parents=True, exist_ok=True)
-        trace, table = self._out / "trace.json", self._out / "ops.txt"
+        trace, table = self._out / self.trace_file, self._out / self.table_file
         self._prof.export_chrome_trace(str(trace))
-        sort = "self_device_time_total" if torch.cuda.is_available() else "self_cpu_time_total"
-        table.write_text(self._prof.key_averages().table(sort_by=sort, row_limit=self.row_limit) + "\n")
+        self.averages = self._prof.key_averages()
+        sort = "self_device_time_total" if self.cuda else "self_cpu_time_total"
+        table.write_text(self.averages.table(sort_by=sort, row_limit=self.row_limit) + "\n")
         self._prof = None
         return [trace, table]
 
@@ -309,6 +329,11 @@ class NvtxTool:
     def __init__(self) -> None:
         self._ctx: Any = None
 
+    @property
+    def backend(self) -> str | None:
+        """Which NVTX library the ranges go to (the `nvtx` package or torch.cuda.nvtx)."""
+        return _STATE.nvtx.name if _STATE.nvtx is not None else None
+
     def unavailable(self) -> str | None:
         if _STATE.nvtx is None or torch.version.cuda is None:
             return "NVTX needs a CUDA build of torch (this one has none)" if torch.version.cuda is None else "NVTX is turned off (PERFGATE_NVTX=0)"
@@ -333,8 +358,9 @@ class CudaMemoryTool:
 
     name = "cuda_memory"
 
-    def __init__(self, max_entries: int = 100_000) -> None:
+    def __init__(self, max_entries: int = 100_000, file: str = "snapshot.pickle") -> None:
         self.max_entries = max_entries
+        self.file = file
         self._out: Path | None = None
 
     def unavailable(self) -> str | None:
@@ -351,26 +377,22 @@ class CudaMemoryTool:
         if self._out is None:
             return []
         self._out.mkdir(parents=True, exist_ok=True)
-        path = self._out / "snapshot.pickle"
-        torch.cuda.memory._dump_snapshot(str(path))
-        torch.cuda.memory._record_memory_history(enabled=None)
-        self._out = None
+        path = self._out / self.file
+        try:
+            torch.cuda.memory._dump_snapshot(str(path))
+        finally:
+            torch.cuda.memory._record_memory_history(enabled=None)  # recording costs every allocation
+            self._out = None
         return [path]
 
 
+# The names `Profiler.enable` and PERFGATE_PROFILE take; another tool is one more entry.
 TOOLS: dict[str, Callable[[], Tool]] = {
     "torch": TorchProfilerTool,
     "line_profiler": LineProfilerTool,
     "nvtx": NvtxTool,
     "cuda_memory": CudaMemoryTool,
 }
-
-
-def register_tool(name: str, factory: Callable[[], Tool]) -> None:
-    """Add a profiler the `Profiler` can switch on by name."""
-    if name in TOOLS:
-        raise ValueError(f"profiling tool {name!r} is already registered")
-    TOOLS[name] = factory
 
 
 # --- Profiler ----------------------------------------------------------------------------------
@@ -493,36 +515,3 @@ class Profiler:
     def __repr__(self) -> str:
         state = "initialized" if self.initialized else "not initialized"
         return f"Profiler({state}, enabled={list(self._enabled)}, running={list(self._running)}, output_dir={str(self._dir)!r})"
-
-
-# --- overhead ----------------------------------------------------------------------------------
-
-
-def disabled_overhead_ns(number: int = 200_000, repeat: int = 5) -> dict[str, float]:
-    """Nanoseconds each leave-in tool adds per call with profiling off (best of `repeat`).
-
-    The baseline is an empty function call; differences below ~10 ns are timer noise.
-    """
-
-    def bare() -> None:
-        pass
-
-    profiled = profile(bare)  # the same object
-    annotated = annotate("overhead")(bare)
-
-    def with_annotate() -> None:
-        with annotate("overhead"):
-            pass
-
-    def best_ns(fn: Callable[[], None]) -> float:
-        return min(timeit.repeat(fn, number=number, repeat=repeat)) / number * 1e9
-
-    base = best_ns(bare)
-    _PROFILED.remove(bare)
-    return {
-        "call_ns": base,
-        "profile_decorator_ns": best_ns(profiled) - base,
-        "annotate_decorator_ns": best_ns(annotated) - base,
-        "annotate_context_ns": best_ns(with_annotate) - base,
-        "active": float(_STATE.active),
-    }

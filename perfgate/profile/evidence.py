@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 import torch
 
+from perfgate.profile.api import CudaMemoryTool
 from perfgate.profile.trace import trace_steps
 
 
@@ -30,14 +31,13 @@ def capture_evidence(
     trace = trace_steps(step, device, out_dir / "trace.json", steps=steps, top_n=top_n)
     evidence: dict[str, Any] = {"trace": trace["trace"], "ops_table": trace["ops_table"], "top_ops": trace["top_ops"][:5]}
     if memory_snapshot and device.type == "cuda":
-        path = out_dir / "memory_snapshot.pickle"
-        torch.cuda.memory._record_memory_history(max_entries=100_000)
+        tool = CudaMemoryTool(file="memory_snapshot.pickle")
+        tool.start(out_dir)
         try:
             step()
             torch.cuda.synchronize(device)
-            torch.cuda.memory._dump_snapshot(str(path))
         finally:
-            torch.cuda.memory._record_memory_history(enabled=None)
+            (path,) = tool.stop()
         evidence["memory_snapshot"] = str(path)
     return evidence
 
