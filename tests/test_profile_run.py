@@ -35,6 +35,14 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(n)
 
 
+def fp32_roofline(f: dict[str, Any]) -> bool:
+    """A share of the measured fp32 matmul peak, or the note saying the step ran above that peak: a
+    peak timed while a neighbour was busy (this shared 2-core machine) gives no share, by design."""
+    if "peak_share" in f:
+        return f["peak_dtype"] == "fp32" and 0 < f["peak_share"] <= 1
+    return "above the measured fp32 peak" in f["peak_note"]
+
+
 @pytest.fixture(scope="module")
 def profiled(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any], str]:
     stream = io.StringIO()
@@ -56,7 +64,7 @@ def test_run_folder_holds_json_and_self_contained_html(profiled: tuple[Path, dic
     b = p["benchmark"]
     assert b["n"] == 5 and b["min_ms"] <= b["median_ms"] <= b["max_ms"] and b["steps_per_s"] > 0
     assert p["flops"]["gflop_per_step"] == pytest.approx(0.014680064)
-    assert p["flops"]["achieved_tflops"] > 0 and 0 < p["flops"]["peak_share"]
+    assert p["flops"]["achieved_tflops"] > 0 and fp32_roofline(p["flops"])
     assert p["telemetry"]["source"] == "psutil" and p["telemetry"]["n_samples"] >= 1
     assert p["memory"]["method"] in ("vmhwm", "rss_sampler") and p["memory"]["weights_mib"] > 0
     rows = p["precision"]["rows"]
@@ -342,7 +350,7 @@ def test_suite_integration_telemetry_flops_and_evidence(tmp_path: Path, monkeypa
     result, verdicts = session.measure_and_judge(case, fullname)
     info = result.extra_info
     assert info["telemetry"]["source"] == "psutil" and info["telemetry"]["n_samples"] >= 1
-    assert info["gflop_per_step"] == pytest.approx(0.014680064) and info["peak_dtype"] == "fp32"
+    assert info["gflop_per_step"] == pytest.approx(0.014680064) and fp32_roofline(info)
     ev = info["evidence"]
     assert json.loads(Path(ev["trace"]).read_text())["traceEvents"]
     (v,) = verdicts
