@@ -1,4 +1,4 @@
-"""The leave-in API (perfgate.profile.api): annotate, profile, Profiler. Disabled, it starts nothing and adds no work."""
+"""The leave-in API (perfgate.profile.api, .profiler): annotate, profile, Profiler. Disabled, it starts nothing and adds no work."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any, Iterator
 import pytest
 import torch
 
-from perfgate.profile import Profiler, annotate, api, profile
+from perfgate.profile import Profiler, annotate, api, profile, profiler
 
 
 @pytest.fixture(autouse=True)
@@ -172,7 +172,7 @@ def test_line_profiler_times_functions_decorated_before_it_started(clean_profile
 
 
 def test_unavailable_tools_are_skipped_with_their_reason(clean_profiler: Profiler, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(api.LineProfilerTool, "unavailable", lambda self: "line_profiler is not installed (pip install line_profiler)")
+    monkeypatch.setattr(profiler.LineProfilerTool, "unavailable", lambda self: "line_profiler is not installed (pip install line_profiler)")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the same on a GPU machine
     p = clean_profiler.enable("line_profiler").enable("cuda_memory")
     p.initialize()
@@ -205,7 +205,7 @@ def test_registered_tools_follow_the_lifetime(clean_profiler: Profiler, tmp_path
             calls.append("stop")
             return [tmp_path / "r.txt"]
 
-    monkeypatch.setitem(api.TOOLS, "recorder", Recorder)
+    monkeypatch.setitem(profiler.TOOLS, "recorder", Recorder)
     p = clean_profiler.enable("recorder")
     with p:
         p.step()

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import torch
 
-from perfgate.profile.api import CudaMemoryTool
+from perfgate.profile.profiler import CudaMemoryTool
 from perfgate.profile.trace import trace_steps
 
 

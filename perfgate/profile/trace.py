@@ -16,8 +16,9 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from perfgate.profile.api import NvtxTool, TorchProfilerTool, annotate
+from perfgate.profile.api import annotate
 from perfgate.profile.layers import range_names
+from perfgate.profile.profiler import NvtxTool, TorchProfilerTool
 
 SKIP_OPS = ("ProfilerStep", "perfgate.", "module:")  # our own ranges, not operators
 
