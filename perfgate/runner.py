@@ -1,7 +1,13 @@
 """One benchmark case end to end, without pytest: build, convert, check accuracy, measure.
 
-`run_case` returns a `CaseResult` whose `extra_info` is what lands in pytest-benchmark's JSON.
-Everything a case produces is data; the pytest plugin only feeds it to the `benchmark` fixture.
+The pipeline, in two halves every caller shares:
+- `build_case`: the workload and its fp32 eager reference output (`prepare`), the FLOP count of
+  the eager step (`count_flops`), the variant's conversion (`convert`) and the step;
+- `measure_case`: `measure` under the options' stop and warm-up rules with the telemetry sampler
+  running (`measure_sampled`), then the typed `CaseRecord` (`case_record`, `compile_facts`).
+`run_case` is the two in a row on a clean slate: what the suite runs. `perfgate profile` calls the
+same two with fixed round counts and keeps the `BuiltCase` for layer hooks, memory and traces, so
+its numbers are the suite's. The record's `to_extra_info()` is what lands in pytest-benchmark's JSON.
 """
 
 from __future__ import annotations
@@ -76,11 +82,32 @@ class CaseResult:
     measurement: Measurement
     record: CaseRecord
     step: Callable[[], Any] | None = field(default=None, repr=False)  # for evidence traces of this case
+    timeline: list[dict[str, Any]] | None = field(default=None, repr=False)  # telemetry samples while measuring
 
     @property
     def extra_info(self) -> dict[str, Any]:
         """The record as pytest-benchmark's extra_info."""
         return self.record.to_extra_info()
+
+
+@dataclass(kw_only=True)
+class BuiltCase:
+    """A case ready to measure; the profiler also reads what the record does not hold."""
+
+    case: Case
+    device: torch.device
+    workload: Workload
+    reference: Any  # the fp32 eager output (the loss for a train step)
+    flop_count: flops.FlopCount | None
+    flops_error: str | None
+    prepared: Converted  # the eager module after the variant's in-place steps: forward hooks work on it
+    converted: Converted  # what the step runs (the prepared module, a compiled graph or an engine)
+    convert_s: float
+    step: Callable[[], Any] = field(repr=False)
+
+    @property
+    def variant(self) -> Variant:
+        return self.case.variant_obj
 
 
 def isolate(device: torch.device) -> None:
@@ -113,32 +140,41 @@ def prepare(case: Case, opts: RunOptions) -> tuple[Workload, Any]:
     return wl, reference_output(wl)
 
 
-def run_case(
-    case: Case,
-    opts: RunOptions = RunOptions(),
-    *,
-    progress: Callable[[str], None] | None = None,
-    prepared: tuple[Workload, Any] | None = None,
-) -> CaseResult:
-    device = bind(case.device)  # CUDA: events, side streams and graph capture use the current device
-    isolate(device)
+def count_flops(wl: Workload) -> tuple[flops.FlopCount | None, str | None]:
+    """Model FLOPs of the eager fp32 step, or why FlopCounterMode could not count them."""
+    try:
+        return flops.count_step_flops(wl.module, wl.inputs, step=wl.spec.step), None
+    except Exception as exc:  # noqa: BLE001 - a model FlopCounterMode cannot run is still benchmarked
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def convert(wl: Workload, variant: Variant) -> tuple[Converted, Converted, float]:
+    """(prepared, converted, seconds): the variant's in-place steps, then its compile / graph / engine."""
+    t0 = time.perf_counter()
+    prepared = variant.prepare(wl.module, wl.inputs)
+    converted = variant.finish(prepared)
+    return prepared, converted, time.perf_counter() - t0
+
+
+def build_case(case: Case, opts: RunOptions, *, prepared: tuple[Workload, Any] | None = None) -> BuiltCase:
+    """Workload and reference output, FLOP count, conversion and the step, in that order."""
+    device = bind(case.device)
     wl, ref = prepared or prepare(case, opts)
-    variant = case.variant_obj
     from torch._dynamo.utils import counters
 
     counters.clear()
-    # Model FLOPs of the eager fp32 step, counted before a variant changes the module in place.
-    flop_count, flops_error = None, None
-    if opts.count_flops:
-        try:
-            flop_count = flops.count_step_flops(wl.module, wl.inputs, step=wl.spec.step)
-        except Exception as exc:  # noqa: BLE001 - a model FlopCounterMode cannot run is still benchmarked
-            flops_error = f"{type(exc).__name__}: {exc}"
-    t0 = time.perf_counter()
-    prepared_module = variant.prepare(wl.module, wl.inputs)
-    conv = variant.finish(prepared_module)
-    convert_s = time.perf_counter() - t0
-    step = make_step(wl, conv.module, conv.inputs, variant.context(device.type))
+    # Counted before the variant changes the module in place.
+    flop_count, flops_error = count_flops(wl) if opts.count_flops else (None, None)
+    pre, conv, convert_s = convert(wl, case.variant_obj)
+    step = make_step(wl, conv.module, conv.inputs, case.variant_obj.context(device.type))
+    return BuiltCase(case=case, device=device, workload=wl, reference=ref, flop_count=flop_count, flops_error=flops_error,
+                     prepared=pre, converted=conv, convert_s=convert_s, step=step)
+
+
+def measure_sampled(
+    step: Callable[[], Any], device: torch.device, opts: RunOptions, progress: Callable[[str], None] | None = None
+) -> tuple[Measurement, telemetry.TelemetrySampler | None]:
+    """`measure` under the options' stop and warm-up rules, with the telemetry sampler running."""
     sampler = telemetry.TelemetrySampler(device, interval_s=opts.telemetry_interval_s) if opts.telemetry_interval_s else None
     if sampler is not None:
         sampler.start()
@@ -148,15 +184,20 @@ def run_case(
     finally:
         if sampler is not None:
             sampler.stop()
+    return m, sampler
 
+
+def case_record(built: BuiltCase, m: Measurement, opts: RunOptions, telemetry_summary: dict[str, Any] | None) -> CaseRecord:
+    """The typed record of one measurement: what ran, timings, memory, accuracy, throughput, FLOPs."""
+    case, wl, conv, device, variant = built.case, built.workload, built.converted, built.device, built.variant
     tol = tolerance_for(case.variant, opts.tolerances)
     summary = m.summary
     rec = CaseRecord(
         model=case.model, size=case.size, variant=case.variant, options=dict(wl.options), device=str(device),
         dtype=conv.info.get("dtype", "float32"), params=wl.params, step=wl.spec.step,
-        convert_s=convert_s, first_call_s=m.first_call_s, warmup_rounds=m.warmup_rounds, rounds=len(m.samples_ms), stop=m.stop,
+        convert_s=built.convert_s, first_call_s=m.first_call_s, warmup_rounds=m.warmup_rounds, rounds=len(m.samples_ms), stop=m.stop,
         timer=m.timer, samples_ms=m.samples_ms, peak_mem_mib=m.memory.peak_mem_mib, reserved_mem_mib=m.memory.reserved_mem_mib,
-        mem_method=m.memory.method, accuracy=accuracy.metrics(m.output, ref, kind=wl.output_kind),
+        mem_method=m.memory.method, accuracy=accuracy.metrics(m.output, built.reference, kind=wl.output_kind),
         tolerance={"rel_l2": tol.rel_l2, "cosine": tol.cosine, "psnr_db": tol.psnr_db},
         throughput={unit: n / (summary["median_ms"] / 1e3) for unit, n in wl.throughput.items()}, unit=wl.unit,
         items_per_step=dict(wl.throughput), contention_cores=m.contention_cores,
@@ -168,28 +209,56 @@ def run_case(
         rec.normalised_median = float(np.median(ratios(m.samples_ms, m.reference_ms)))
     if wl.unit == "frames":
         rec.fps = rec.throughput["frames"]
-    if sampler is not None:
-        rec.telemetry = sampler.summary()
-    if flop_count is not None:
-        for k, v in flops.flops_extra_info(flop_count, summary["median_ms"], device, conv.info).items():
+    if telemetry_summary is not None:
+        rec.telemetry = telemetry_summary
+    if built.flop_count is not None:
+        for k, v in flops.flops_extra_info(built.flop_count, summary["median_ms"], device, conv.info).items():
             setattr(rec, k, v)
-    elif flops_error:
-        rec.flops_error = flops_error
+    elif built.flops_error:
+        rec.flops_error = built.flops_error
     if variant.uses_cuda_graphs:
         # Activations live in the graph's private pool, reserved but not allocated during replay:
         # the reserved peak is the honest figure for graph variants.
         rec.peak_mem_mib = m.memory.reserved_mem_mib
         rec.mem_method = "cuda_reserved (graph pool)"
-    if variant.compiles:
-        skips = int(counters["inductor"].get("cudagraph_skips", 0))
-        rec.cudagraph_skips = skips
-        if skips and variant.uses_cuda_graphs:
-            raise VariantError(f"inductor skipped CUDA graphs {skips}x (mutated inputs?); timing it would time plain compile")
-        rec.graph_breaks = _graph_breaks()
-        rec.compile_cache = _cache_hits()
-        if opts.warm_compile:
-            rec.warm_compile_s = warm_compile_s(wl, variant, prepared_module, device)
-    return CaseResult(case=case, measurement=m, record=rec, step=step)
+    return rec
+
+
+def compile_facts(built: BuiltCase, opts: RunOptions) -> dict[str, Any]:
+    """What compiling cost and did: CUDA-graph skips, graph breaks, cache hits, a warm recompile."""
+    from torch._dynamo.utils import counters
+
+    variant = built.variant
+    skips = int(counters["inductor"].get("cudagraph_skips", 0))
+    if skips and variant.uses_cuda_graphs:
+        raise VariantError(f"inductor skipped CUDA graphs {skips}x (mutated inputs?); timing it would time plain compile")
+    out: dict[str, Any] = {"cudagraph_skips": skips, "graph_breaks": _graph_breaks(), "compile_cache": _cache_hits()}
+    if opts.warm_compile:
+        out["warm_compile_s"] = warm_compile_s(built.workload, variant, built.prepared, built.device)
+    return out
+
+
+def measure_case(built: BuiltCase, opts: RunOptions, *, progress: Callable[[str], None] | None = None) -> CaseResult:
+    """Measure a built case and fill its record."""
+    m, sampler = measure_sampled(built.step, built.device, opts, progress)
+    rec = case_record(built, m, opts, sampler.summary() if sampler is not None else None)
+    if built.variant.compiles:
+        for k, v in compile_facts(built, opts).items():
+            setattr(rec, k, v)
+    return CaseResult(case=built.case, measurement=m, record=rec, step=built.step,
+                      timeline=sampler.timeline() if sampler is not None else None)
+
+
+def run_case(
+    case: Case,
+    opts: RunOptions = RunOptions(),
+    *,
+    progress: Callable[[str], None] | None = None,
+    prepared: tuple[Workload, Any] | None = None,
+) -> CaseResult:
+    """One case end to end: the suite's pipeline, and the profiler's (which keeps the BuiltCase)."""
+    isolate(bind(case.device))  # CUDA: events, side streams and graph capture use the current device
+    return measure_case(build_case(case, opts, prepared=prepared), opts, progress=progress)
 
 
 def warm_compile_s(wl: Workload, variant: Variant, prepared: Converted, device: torch.device) -> float:

@@ -15,10 +15,11 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from perfgate import gate, profile_run
+from perfgate import gate
 from perfgate.gate import store as baseline_store
 from perfgate.fingerprint import fingerprint, fingerprint_id
 from perfgate.gate.policy import Policy
+from perfgate.profile.evidence import capture_evidence, reproduce_commands, with_evidence
 from perfgate.record import CaseRecord
 from perfgate.runner import Case, CaseResult, RunOptions, run_case
 from perfgate.variants import VARIANTS, Env
@@ -201,10 +202,10 @@ class Session:
             return verdicts
         if progress:
             progress("writing a profiler trace as evidence")
-        evidence = profile_run.capture_evidence(result.step, case.device, self.evidence_dir / case.id)
-        evidence["reproduce"] = profile_run.reproduce_commands(case, nodeid=fullname)
+        evidence = capture_evidence(result.step, case.device, self.evidence_dir / case.id)
+        evidence["reproduce"] = reproduce_commands(case, nodeid=fullname)
         result.record.evidence = evidence
-        return [profile_run.with_evidence(v, evidence) if v.verdict in gate.FAILING else v for v in verdicts]
+        return [with_evidence(v, evidence) if v.verdict in gate.FAILING else v for v in verdicts]
 
     def baseline_sources(self) -> dict[str, int]:
         """How many cases were judged against each baseline file, newest file first."""

@@ -158,7 +158,7 @@ def test_history_ticks_keep_the_newest_commit():
 
 
 def test_matplotlib_and_jinja_load_only_when_a_report_is_drawn():
-    code = ("import sys, perfgate.plugin, perfgate.cli, perfgate.commands.history, perfgate.commands.compare, perfgate.profile_run\n"
+    code = ("import sys, perfgate.plugin, perfgate.cli, perfgate.commands.history, perfgate.commands.compare, perfgate.profile.run\n"
             "assert not {'matplotlib', 'jinja2'} & set(sys.modules), sorted({'matplotlib', 'jinja2'} & set(sys.modules))\n"
             "from perfgate.output import charts\n"
             "charts.hbar_chart([('a', 1.0)], title='t', axis_label='x')\n"

@@ -1,4 +1,4 @@
-"""The leave-in API: annotate, profile, Profiler. Disabled, it starts nothing and adds no work."""
+"""The leave-in API (perfgate.profile.api, .profiler): annotate, profile, Profiler. Disabled, it starts nothing and adds no work."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ from typing import Any, Iterator
 import pytest
 import torch
 
-from perfgate import profiling
-from perfgate.profiling import Profiler, annotate, profile
+from perfgate.profile import Profiler, annotate, api, profile, profiler
 
 
 @pytest.fixture(autouse=True)
@@ -38,9 +37,9 @@ class CountingNvtx:
 
 
 def _disabled(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(profiling._STATE, "nvtx", None)
-    monkeypatch.setattr(profiling._STATE, "record", False)
-    monkeypatch.setattr(profiling._STATE, "active", False)
+    monkeypatch.setattr(api._STATE, "nvtx", None)
+    monkeypatch.setattr(api._STATE, "record", False)
+    monkeypatch.setattr(api._STATE, "active", False)
 
 
 def test_profile_returns_the_function_itself() -> None:
@@ -48,7 +47,6 @@ def test_profile_returns_the_function_itself() -> None:
         return x + 1
 
     assert profile(f) is f  # no wrapper: a call does exactly what it did
-    assert f in profiling.profiled_functions()
 
     class C:
         @profile
@@ -56,7 +54,7 @@ def test_profile_returns_the_function_itself() -> None:
         def g() -> int:
             return 2
 
-    assert C.g() == 2 and C.__dict__["g"].__func__ in profiling.profiled_functions()
+    assert C.g() == 2 and isinstance(C.__dict__["g"], staticmethod)
 
 
 def test_disabled_annotate_calls_no_backend_and_starts_no_profiler(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -80,9 +78,9 @@ def test_disabled_annotate_calls_no_backend_and_starts_no_profiler(monkeypatch: 
 
 def test_annotate_emits_nvtx_ranges_where_available(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = CountingNvtx()
-    monkeypatch.setattr(profiling._STATE, "nvtx", fake)
-    monkeypatch.setattr(profiling._STATE, "record", False)
-    monkeypatch.setattr(profiling._STATE, "active", True)
+    monkeypatch.setattr(api._STATE, "nvtx", fake)
+    monkeypatch.setattr(api._STATE, "record", False)
+    monkeypatch.setattr(api._STATE, "active", True)
 
     @annotate(domain="forward", color="blue")
     def fwd() -> int:
@@ -95,14 +93,14 @@ def test_annotate_emits_nvtx_ranges_where_available(monkeypatch: pytest.MonkeyPa
 
 def test_perfgate_nvtx_0_turns_nvtx_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PERFGATE_NVTX", "0")
-    assert profiling.find_nvtx() is None
+    assert api.find_nvtx() is None
 
 
 def test_the_cpu_build_has_no_nvtx(monkeypatch: pytest.MonkeyPatch) -> None:
     if torch.version.cuda is not None:
         pytest.skip("a CUDA build of torch has NVTX")
     monkeypatch.setitem(sys.modules, "nvtx", None)  # the optional package, absent
-    assert profiling.find_nvtx() is None
+    assert api.find_nvtx() is None
 
 
 def test_nothing_enabled_initialises_nothing(clean_profiler: Profiler) -> None:
@@ -142,7 +140,7 @@ def test_torch_tool_writes_a_trace_with_the_annotated_ranges(clean_profiler: Pro
     names = {e.get("name") for e in events}
     assert "my-range" in names and "aten::mm" in names
     assert "aten::mm" in table.read_text()
-    assert not profiling._STATE.record  # annotate is back to its disabled state
+    assert not api._STATE.record  # annotate is back to its disabled state
 
 
 def test_line_profiler_times_functions_decorated_before_it_started(clean_profiler: Profiler, tmp_path: Path) -> None:
@@ -155,17 +153,26 @@ def test_line_profiler_times_functions_decorated_before_it_started(clean_profile
             total += i
         return total
 
+    class C:
+        @profile
+        @staticmethod
+        def cold() -> int:
+            product = 1
+            return product
+
     p = clean_profiler.enable("line_profiler")
     p.output_dir(tmp_path / "lp")
     with p:
         hot(1000)
+        C.cold()
     text = p.outputs["line_profiler"][1].read_text()
     assert "def hot" in text and "total += i" in text
+    assert "def cold" in text and "product = 1" in text  # a staticmethod's function is registered
     assert sys.gettrace() is None
 
 
 def test_unavailable_tools_are_skipped_with_their_reason(clean_profiler: Profiler, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(profiling.LineProfilerTool, "unavailable", lambda self: "line_profiler is not installed (pip install line_profiler)")
+    monkeypatch.setattr(profiler.LineProfilerTool, "unavailable", lambda self: "line_profiler is not installed (pip install line_profiler)")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the same on a GPU machine
     p = clean_profiler.enable("line_profiler").enable("cuda_memory")
     p.initialize()
@@ -198,19 +205,10 @@ def test_registered_tools_follow_the_lifetime(clean_profiler: Profiler, tmp_path
             calls.append("stop")
             return [tmp_path / "r.txt"]
 
-    monkeypatch.setitem(profiling.TOOLS, "recorder", Recorder)
+    monkeypatch.setitem(profiler.TOOLS, "recorder", Recorder)
     p = clean_profiler.enable("recorder")
     with p:
         p.step()
         p.step()
     assert calls == ["start recorder", "step", "step", "stop"]
     assert p.outputs["recorder"] == [tmp_path / "r.txt"]
-    with pytest.raises(ValueError, match="already registered"):
-        profiling.register_tool("recorder", Recorder)
-
-
-def test_overhead_measurement_leaves_no_registered_function_behind() -> None:
-    before = profiling.profiled_functions()
-    out = profiling.disabled_overhead_ns(number=2000, repeat=2)
-    assert set(out) == {"call_ns", "profile_decorator_ns", "annotate_decorator_ns", "annotate_context_ns", "active"}
-    assert profiling.profiled_functions() == before

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from perfgate import suggest
-from perfgate.suggest import Thresholds
+from perfgate.profile import suggest
+from perfgate.profile.suggest import Thresholds
 
 
 def test_blocks_share_fires_above_ninety_percent() -> None:

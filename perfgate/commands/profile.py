@@ -1,5 +1,5 @@
 """`perfgate profile MODEL`: benchmark, layer breakdown, memory, precision comparison, trace and
-suggestions in one run folder (report.json + report.html). The logic is perfgate.profile_run."""
+suggestions in one run folder (report.json + report.html). The logic is perfgate.profile."""
 
 from __future__ import annotations
 
@@ -110,14 +110,15 @@ def run(args: argparse.Namespace) -> int:
     if args.torch_trace and os.environ.get("TORCH_TRACE") != str(Path(args.torch_trace).resolve()):
         return rerun_with_torch_trace(args)
 
-    from perfgate import profile_run
+    from perfgate.profile.config import ProfileConfig, ProfileError, ProfileUnavailable
+    from perfgate.profile.run import run_profile
     from perfgate.device import default_device
 
     options = parse_options(args.option)
     for key in SHAPE_FLAGS:
         if getattr(args, key) is not None:
             options[key] = getattr(args, key)
-    cfg = profile_run.ProfileConfig(
+    cfg = ProfileConfig(
         model=args.model,
         size=args.size,
         variant=args.variant,
@@ -140,10 +141,10 @@ def run(args: argparse.Namespace) -> int:
         command=command_line(args),
     )
     try:
-        run_dir, report = profile_run.run_profile(cfg)
-    except profile_run.ProfileError as exc:
+        run_dir, report = run_profile(cfg)
+    except ProfileError as exc:
         raise CommandError(str(exc)) from None
-    except profile_run.ProfileUnavailable as exc:
+    except ProfileUnavailable as exc:
         raise CommandError(str(exc), EXIT_UNAVAILABLE) from None
     for line in summary_lines(report, run_dir):
         print(line)

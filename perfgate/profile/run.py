@@ -1,0 +1,239 @@
+"""`perfgate profile MODEL`: one run folder with everything the seeds' profilers report.
+
+For each point of an optional sweep (one option, several values) it reports:
+1. the simple benchmark: mean, median, std, min, max, FPS, with telemetry sampled throughout
+   and FLOPs per step against a matmul peak measured on this machine: the runner's pipeline
+   (`perfgate.runner.build_case` / `measure_case`) with fixed round counts, read from its record;
+2. the memory profile of one step (peak, weights, activations, headroom);
+3. a layer-by-layer breakdown of the forward (`layers`);
+4. a precision comparison: fp32 against bf16 and fp16 autocast (`precision`);
+5. a torch.profiler trace and the top operators by self time; optionally NVTX ranges for Nsight
+   Systems and a TORCH_TRACE folder for tlparse (`trace`);
+6. suggestions from the rules in `perfgate.profile.suggest`.
+`--skip-detailed` keeps 1 and 2 only (the guide's quick benchmark). The run folder holds
+report.json, a self-contained report.html (rendered by perfgate.output.html) and the traces; progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from perfgate import gate, runner
+from perfgate.gate.policy import GateSettings
+from perfgate.measure import StopRule
+from perfgate.memory import MIB
+from perfgate.profile import suggest
+from perfgate.profile.config import (ProfileConfig, ProfileError, ProfileUnavailable, Point, check_config, check_point,
+                                     fixed_rounds, points, warmup_rounds)
+from perfgate.profile.layers import layer_breakdown
+from perfgate.profile.memory import memory_profile
+from perfgate.profile.precision import precision_comparison
+from perfgate.profile.trace import nvtx_section, torch_trace_section, trace_steps
+from perfgate.record import CaseRecord
+from perfgate.variants import Env, VariantError
+
+# The record's FLOPs and roofline fields, as flops.flops_extra_info fills them.
+ROOFLINE_FIELDS = ("gflop_per_step", "achieved_tflops", "peak_tflops", "peak_dtype", "peak_share", "peak_basis", "peak_note",
+                   "attention_gflop", "flops_method")
+
+
+class Progress:
+    """`perfgate profile: [3/7] layer breakdown` lines on stderr, with the elapsed time."""
+
+    def __init__(self, total: int, stream: Any = None, prefix: str = "perfgate profile") -> None:
+        self.total, self.i, self.t0 = total, 0, time.perf_counter()
+        self.stream, self.prefix = stream, prefix
+
+    def _write(self, text: str) -> None:
+        stream = self.stream or sys.stderr
+        stream.write(text + "\n")
+        stream.flush()
+
+    def stage(self, name: str) -> None:
+        self.i += 1
+        self._write(f"{self.prefix}: [{self.i}/{self.total}] {name} ({time.perf_counter() - self.t0:.1f} s)")
+
+    def note(self, text: str) -> None:
+        self._write(f"{self.prefix}:       {text}")
+
+
+def _stages(cfg: ProfileConfig) -> int:
+    return 3 + (0 if cfg.skip_detailed else 3 + int(cfg.nvtx))
+
+
+def run_options(cfg: ProfileConfig, pt: Point) -> runner.RunOptions:
+    """The suite's options with the guide's fixed round counts. No reference workload: a profile
+    compares no runs, so nothing needs machine-speed normalisation, and timing the reference every
+    round would double a CPU profile; no warm recompile: the profile reports no warm compile time."""
+    return runner.RunOptions(stop=fixed_rounds(cfg.iterations), warmup=warmup_rounds(cfg.warmup), seed=cfg.seed, batch=pt.batch,
+                             checkpoint=cfg.checkpoint, telemetry_interval_s=cfg.telemetry_interval_s, reference=False, warm_compile=False)
+
+
+def precision_options(cfg: ProfileConfig, opts: runner.RunOptions) -> runner.RunOptions:
+    """Up to `iterations` rounds per precision within its budget; no telemetry, FLOPs or reference."""
+    stop = StopRule(min_rounds=min(5, cfg.iterations), max_rounds=cfg.iterations, budget_s=cfg.precision_budget_s)
+    return dataclasses.replace(opts, stop=stop, warmup=warmup_rounds(min(cfg.warmup, 3)), telemetry_interval_s=None, count_flops=False)
+
+
+def benchmark_section(rec: CaseRecord) -> dict[str, Any]:
+    """The guide's simple benchmark (mean, median, std, min, max, FPS, p90) from the case record."""
+    out: dict[str, Any] = {k: getattr(rec, k) for k in ("n", "mean_ms", "median_ms", "std_ms", "min_ms", "max_ms", "p90_ms")}
+    out["steps_per_s"] = 1e3 / rec.mean_ms  # the guide's "FPS" is forward passes per second
+    out["throughput"] = rec.throughput
+    if rec.fps is not None:
+        out["fps"] = rec.fps
+    return out | {"first_call_s": rec.first_call_s, "warmup_rounds": rec.warmup_rounds, "timer": rec.timer,
+                  "samples_ms": rec.samples_ms, "contention_cores": rec.contention_cores}
+
+
+def flops_section(rec: CaseRecord, built: runner.BuiltCase) -> dict[str, Any] | None:
+    """The record's FLOPs and roofline, with the count's split by module and operator."""
+    count = built.flop_count
+    if count is None:
+        return None
+    return {**{k: getattr(rec, k) for k in ROOFLINE_FIELDS if getattr(rec, k) is not None},
+            "by_module_gflop": {k: v / 1e9 for k, v in count.by_module.items()}, "by_op_gflop": {k: v / 1e9 for k, v in count.by_op.items()},
+            "method": count.method}
+
+
+def profile_point(pt: Point, cfg: ProfileConfig, device: torch.device, run_dir: Path, progress: Progress) -> dict[str, Any]:
+    check_point(cfg, pt)
+    case = runner.Case(model=cfg.model, size=pt.size, variant=pt.variant, device=str(device), options=tuple(pt.options.items()))
+    reason = case.variant_obj.unavailable(Env.detect(device))
+    if reason:
+        raise ProfileUnavailable(f"variant {pt.variant!r} cannot run here: {reason}")
+    opts = run_options(cfg, pt)
+    title = f"{cfg.model} {pt.size}{' ' + pt.label if pt.label else ''} {pt.variant}"
+
+    progress.stage(f"{title}: build, FLOPs")
+    runner.isolate(device)
+    try:
+        prepared = runner.prepare(case, opts)
+    except (TypeError, ValueError) as exc:
+        raise ProfileError(f"{cfg.model}: {exc} (fix --option / --sweep)") from None
+    try:
+        built = runner.build_case(case, opts, prepared=prepared)
+        progress.stage(f"{title}: benchmark ({cfg.iterations} iterations)")
+        result = runner.measure_case(built, opts, progress=progress.note)
+    except VariantError as exc:
+        raise ProfileUnavailable(f"variant {pt.variant!r}: {exc}") from None
+    rec = result.record
+    rec.unreliable = gate.unreliable_reason(rec, GateSettings())
+    point: dict[str, Any] = {
+        "label": pt.label, "size": pt.size, "batch": pt.batch, "variant": pt.variant, "options": rec.options,
+        "params": rec.params, "weights_mib_fp32": rec.params * 4 / MIB, "step": rec.step, "unit": rec.unit, "items_per_step": rec.items_per_step,
+        "variant_info": built.converted.info, "benchmark": benchmark_section(rec), "flops": flops_section(rec, built), "flops_error": rec.flops_error,
+        "telemetry": rec.telemetry, "telemetry_timeline": result.timeline, "unreliable": rec.unreliable,
+    }
+    if pt.variant != "baseline" and rec.step == "inference":
+        point["accuracy"] = rec.accuracy  # against the fp32 eager output, as the suite checks it
+
+    progress.stage(f"{title}: memory")
+    point["memory"] = memory_profile(built.step, built.converted.module, built.converted.inputs, device)
+
+    if not cfg.skip_detailed:
+        progress.stage(f"{title}: layer breakdown ({cfg.layer_rounds} rounds)")
+        eager = built.prepared
+        layers = layer_breakdown(eager.module, eager.inputs, device, built.variant.context(device.type), rounds=cfg.layer_rounds)
+        if built.converted.module is not eager.module:
+            layers["note"] = "hooks cannot see inside a compiled graph or an engine: this is the eager module the variant was built from"
+        point["layers"] = layers
+
+        progress.stage(f"{title}: precision comparison ({', '.join(cfg.precisions)})")
+        point["precision"] = precision_comparison(built, precision_options(cfg, opts), cfg.precisions, note=progress.note)
+
+        progress.stage(f"{title}: torch profiler trace ({cfg.trace_steps} steps)")
+        module = built.converted.module if built.converted.module is eager.module else None  # hooks need the eager module
+        trace = trace_steps(built.step, device, run_dir / f"trace-{pt.slug}.json", steps=cfg.trace_steps, top_n=cfg.top_ops, module=module)
+        point["trace"] = trace | {"trace": os.path.relpath(trace["trace"], run_dir), "ops_table": os.path.relpath(trace["ops_table"], run_dir)}
+        if cfg.nvtx:
+            progress.stage(f"{title}: NVTX ranges")
+            point["nvtx"] = nvtx_section(built.step, device, module, cfg.trace_steps, cfg.command, run_dir)
+    point["suggestions"] = [s.as_dict() for s in point_suggestions(point, device.type)]
+    return point
+
+
+def point_suggestions(point: dict[str, Any], device_type: str) -> list[suggest.Suggestion]:
+    """Feed one point's numbers to the rules in perfgate.profile.suggest."""
+    layers = point.get("layers") or {}
+    main = next((g for g in layers.get("blocks", []) if g["list"] == layers.get("main_blocks")), None)
+    rows = (point.get("precision") or {}).get("rows", {})
+    speedups = {p: r["speedup"] for p, r in rows.items() if r.get("speedup")}
+    gpu_util = ((point.get("telemetry") or {}).get("metrics") or {}).get("gpu_util_pct", {}).get("mean")
+    mem = point.get("memory") or {}
+    return suggest.suggest(
+        device_type=device_type,
+        blocks_share_=main["share"] if main else None,
+        n_blocks=main["n"] if main else 0,
+        block_std_ms=main["std_ms"] if main else None,
+        attention_share_=(layers.get("attention") or {}).get("share"),
+        patch_embedding_share_=(layers.get("patch_embedding") or {}).get("share"),
+        speedups=speedups,
+        peak_mem_mib=mem.get("peak_mem_mib"),
+        headroom=mem.get("headroom"),
+        gpu_util_mean_pct=gpu_util,
+        unreliable=point.get("unreliable"),
+    )
+
+
+def new_run_dir(out_dir: Path, cfg: ProfileConfig, first: Point) -> Path:
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    name = f"{stamp}-{cfg.model}-{first.size}-{first.variant}" + (f"-sweep-{cfg.sweep[0]}" if cfg.sweep else "")
+    for i in range(1000):
+        path = out_dir / (name if i == 0 else f"{name}-{i}")
+        try:
+            path.mkdir(parents=True, exist_ok=False)
+            return path
+        except FileExistsError:
+            continue
+    raise ProfileError(f"cannot create a run folder under {out_dir}")
+
+
+def run_profile(cfg: ProfileConfig, *, stream: Any = None) -> tuple[Path, dict[str, Any]]:
+    """Profile every point of `cfg` and write report.json and report.html into a new run folder."""
+    from perfgate.fingerprint import fingerprint, fingerprint_id
+
+    device = check_config(cfg)
+    pts = points(cfg)
+    for pt in pts:  # fail on a bad size or variant before minutes of profiling
+        check_point(cfg, pt)
+    run_dir = new_run_dir(Path(cfg.out_dir), cfg, pts[0])
+    progress = Progress(total=len(pts) * _stages(cfg) + 1, stream=stream)
+    progress.note(f"run folder {run_dir}")
+    fp = fingerprint(device)
+    report: dict[str, Any] = {
+        "schema": 1,
+        "tool": "perfgate profile",
+        "created": dt.datetime.now(dt.timezone.utc).isoformat(),
+        "command": cfg.command,
+        "model": cfg.model,
+        "device": str(device),
+        "hardware": fp.get("gpu_name") or fp.get("cpu_model"),
+        "fingerprint": fp,
+        "fingerprint_id": fingerprint_id(fp),
+        "sweep": {"option": cfg.sweep[0], "values": list(cfg.sweep[1])} if cfg.sweep else None,
+        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(cfg).items()},
+        "points": [],
+    }
+    for pt in pts:
+        report["points"].append(profile_point(pt, cfg, device, run_dir, progress))
+    report["torch_trace"] = torch_trace_section(run_dir)
+    progress.stage("writing report.json and report.html")
+    write_report(run_dir, report)
+    return run_dir, report
+
+
+def write_report(run_dir: Path, report: dict[str, Any]) -> None:
+    from perfgate.output import files, html  # jinja2 and matplotlib load only when a report is written
+
+    files.write_text(run_dir / "report.json", json.dumps(report, indent=2, default=str) + "\n")
+    files.write_text(run_dir / "report.html", html.profile_report(report))
