@@ -8,7 +8,7 @@ fixed round counts (ranks must agree on the number of collective steps), and wri
 `<dist-dir>/rank<R>.json`. At session finish the ranks send their results to rank 0, which writes
 `<dist-dir>/aggregated.json` (and --benchmark-json / --perfgate-record / --benchmark-save targets,
 which then hold the aggregate, not one rank) and prints the rank table. Without torchrun, or with
-one rank, the plugin only registers the distributed workloads.
+one rank, the plugin does nothing.
 """
 
 from __future__ import annotations
@@ -64,7 +64,6 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
     # Before any pytest_configure (a historic hook, which cannot be wrapped): the device, the
     # thread count (a fingerprint field) and the output paths must be set before perfgate.plugin
     # and pytest-benchmark read them.
-    pd.register_workloads()
     try:
         topo = pd.topology()
     except ValueError as exc:

@@ -18,8 +18,9 @@ from perfgate import accuracy, flops, telemetry
 from perfgate.device import bind
 from perfgate.measure import Measurement, StopRule, WarmupRule, measure, reference_step
 from perfgate.stats import ratios
+from perfgate.steps import is_training
 from perfgate.variants import Converted, Env, Variant, VariantError, get_variant
-from perfgate.workload import ModelSpec, Workload, build_workload, get_model, is_training, make_step, reference_output
+from perfgate.workload import ModelSpec, Workload, build_workload, get_model, make_step, reference_output
 
 
 @dataclass(frozen=True, kw_only=True)

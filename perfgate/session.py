@@ -18,6 +18,7 @@ import torch
 from perfgate import baseline as baseline_store
 from perfgate import gate, profile_run, telemetry
 from perfgate.device import is_cpu
+from perfgate.distributed import DATA_PARALLEL_STEPS
 from perfgate.fingerprint import fingerprint, fingerprint_id
 from perfgate.policy import Policy
 from perfgate.runner import Case, CaseResult, RunOptions, run_case
@@ -57,8 +58,6 @@ def expand_cases(
     if "baseline" in variant_names:
         variant_names.remove("baseline")
         variant_names.insert(0, "baseline")
-    from perfgate.workload import DATA_PARALLEL_STEPS
-
     single_process = int(os.environ.get("WORLD_SIZE", "1")) == 1
     for name in select(MODELS, models or [], "models"):
         spec = MODELS[name]

@@ -20,6 +20,8 @@ from typing import Any, Callable, Mapping
 import torch
 from torch import nn
 
+from perfgate.steps import STEP_BUILDERS, is_training, make_batch_source, train_loss
+
 DATA_PATHS = ("static", "host", "device")
 
 
@@ -29,7 +31,7 @@ class ModelSpec:
     module: str  # importable module holding the family's model code
     model_class: str
     default_sizes: Mapping[str, str]  # device type -> size preset used when none is given
-    step: str = "inference"  # "train": forward, loss, backward, SGD with momentum
+    step: str = "inference"  # a kind of perfgate.steps.STEP_BUILDERS; "train": forward, loss, backward, SGD
     data: str = "static"  # "host"/"device": a fresh batch generated each step (train only)
     options: Mapping[str, Any] = field(default_factory=dict)  # fixed options for this entry
     sweep: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)  # option values benchmarked
@@ -141,6 +143,11 @@ class Workload:
     def unit(self) -> str:
         return next(iter(self.throughput))
 
+    @property
+    def family(self) -> ModuleType:
+        """The family's module (its CONFIGS, example_inputs, step_info, batch generators)."""
+        return family(self.spec)
+
 
 def build_workload(
     spec: ModelSpec,
@@ -175,24 +182,6 @@ def build_workload(
     )
 
 
-def train_loss(out: torch.Tensor) -> torch.Tensor:
-    """The tutorial's loss: mean over the batch of each sample's sum of squares."""
-    return out.float().pow(2).flatten(1).sum(dim=1).mean()
-
-
-def make_batch_source(wl: Workload) -> Callable[[int], tuple[torch.Tensor, ...]]:
-    """Inputs for the i-th step: the fixed inputs, or a batch generated on the host or the device."""
-    if wl.spec.data == "static":
-        return lambda i: wl.inputs
-    fam = family(wl.spec)
-    gen = fam.host_batch if wl.spec.data == "host" else fam.device_batch
-    shape = tuple(wl.inputs[0].shape)
-    return lambda i: (gen(shape, index=i, device=wl.device, dtype=wl.inputs[0].dtype),)
-
-
-StepBuilder = Callable[["Workload", nn.Module, tuple[torch.Tensor, ...], Callable[[], Any]], Callable[[], Any]]
-
-
 def make_step(
     wl: Workload,
     module: nn.Module,
@@ -201,50 +190,6 @@ def make_step(
 ) -> Callable[[], Any]:
     """The zero-argument step the measurement core times, built by the spec's step kind."""
     return STEP_BUILDERS[wl.spec.step](wl, module, inputs, context)
-
-
-def is_training(step: str) -> bool:
-    return step in TRAINING_STEPS
-
-
-def inference_step(wl: Workload, module: nn.Module, inputs: tuple[torch.Tensor, ...], context: Callable[[], Any]) -> Callable[[], Any]:
-    """Forward only, under inference_mode."""
-
-    def infer() -> Any:
-        with torch.inference_mode(), context():
-            return module(*inputs)
-
-    return infer
-
-
-def train_step(wl: Workload, module: nn.Module, inputs: tuple[torch.Tensor, ...], context: Callable[[], Any]) -> Callable[[], Any]:
-    """Forward, loss, backward and an SGD step with momentum (lr 1e-4, momentum 0.9, as in the
-    tutorial); returns the loss before the update, comparable with the reference loss."""
-    source = make_batch_source(wl)
-    static = wl.spec.data == "static"
-    return sgd_step(module, lambda i: inputs if static else tuple(t.to(inputs[0].dtype) for t in source(i)), context)
-
-
-def sgd_step(module: nn.Module, batch: Callable[[int], tuple[torch.Tensor, ...]], context: Callable[[], Any]) -> Callable[[], torch.Tensor]:
-    """The tutorial's step on the i-th batch: forward, loss, backward, SGD (lr 1e-4, momentum 0.9)."""
-    opt = torch.optim.SGD(module.parameters(), lr=1e-4, momentum=0.9)
-    counter = iter(range(sys.maxsize))
-
-    def train() -> torch.Tensor:
-        with context():
-            loss = train_loss(module(*batch(next(counter))))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return loss.detach()
-
-    return train
-
-
-# Step kinds by name; another module (e.g. perfgate.distributed) may add its own.
-STEP_BUILDERS: dict[str, StepBuilder] = {"inference": inference_step, "train": train_step}
-TRAINING_STEPS: set[str] = {"train"}
-DATA_PARALLEL_STEPS: set[str] = set()  # selected by default only under torchrun
 
 
 def reference_output(wl: Workload) -> Any:
