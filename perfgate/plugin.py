@@ -19,7 +19,7 @@ from perfgate.runner import Case, RunOptions
 from perfgate.device import default_device, device_error, is_cpu, resolve
 from perfgate.session import Session, _split, expand_cases
 from perfgate.variants import set_inductor_cache
-from perfgate.workload import load_model_file
+from perfgate.workload import RegistryError, load_registries
 
 _KEY = pytest.StashKey[Session]()
 
@@ -42,6 +42,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--perfgate-budget-s", type=float, default=None, help="time budget of the timed rounds per case, s (default 5)")
     g.addoption("--perfgate-smoke", action="store_true", help="quick pass: every case builds, runs and records with few rounds")
     g.addoption("--perfgate-fail-on-graph-break", action="store_true", help="fail compiled cases that have graph breaks")
+    g.addoption("--perfgate-registry", action="append", default=[], metavar="MODULE",
+                help="importable module that registers models, after [tool.perfgate] registries (repeatable)")
     g.addoption("--perfgate-model-file", action="append", default=[], help="python file registering extra models (repeatable)")
     g.addoption("--perfgate-checkpoint", default=None, help="checkpoint to load strictly into the selected model")
     g.addoption("--perfgate-verdicts", default=None, help="write the verdicts as JSON here (default .perfgate/verdicts.json)")
@@ -106,11 +108,11 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         table = _table(config)
         policy = policy_mod.parse(table, f"{Path(config.rootpath) / 'pyproject.toml'} [tool.perfgate]")
-        for f in [*table.get("model_files", []), *config.getoption("perfgate_model_file")]:
-            load_model_file(Path(config.rootpath) / f)
+        load_registries([*table.get("registries", []), *config.getoption("perfgate_registry")],
+                        [*table.get("model_files", []), *config.getoption("perfgate_model_file")], config.rootpath)
         opts = _run_options(config, table)
         tier_table, tier_defaults = tiers.parse(table, f"{Path(config.rootpath) / 'pyproject.toml'} [tool.perfgate]")
-    except (policy_mod.PolicyError, tiers.TierError, FileNotFoundError, TypeError) as exc:
+    except (policy_mod.PolicyError, tiers.TierError, RegistryError, FileNotFoundError, TypeError) as exc:
         raise pytest.UsageError(f"perfgate: {exc}") from None
     device = config.getoption("perfgate_device") or default_device()
     if (err := device_error(device)) is not None:

@@ -23,7 +23,7 @@ from perfgate.fingerprint import fingerprint, fingerprint_id
 from perfgate.policy import Policy
 from perfgate.runner import Case, CaseResult, RunOptions, run_case
 from perfgate.variants import VARIANTS, Env
-from perfgate.workload import MODELS, default_size, get_model, sizes
+from perfgate.workload import MODELS, NO_MODELS, default_size, sizes
 
 
 def _split(value: str | None) -> list[str]:
@@ -51,7 +51,8 @@ def expand_cases(
 ) -> list[Case]:
     """Model x size x option sweep x variant, the baseline variant first so speedups are in-run;
     `case_ids` (globs on case ids) narrows the product further."""
-    get_model(next(iter(MODELS), "physicsnemo-block"))  # imports the built-in registry
+    if not MODELS:
+        raise ValueError(NO_MODELS)
     device_type = torch.device(device).type
     cases = []
     variant_names = select(VARIANTS, variants or [], "variants")

@@ -111,8 +111,10 @@ def run(args: argparse.Namespace) -> int:
         return rerun_with_torch_trace(args)
 
     from perfgate import profile_run
+    from perfgate.cli import load_models
     from perfgate.device import default_device
 
+    load_models()  # pyproject.toml [tool.perfgate] registries and model_files of this directory
     options = parse_options(args.option)
     for key in SHAPE_FLAGS:
         if getattr(args, key) is not None:
