@@ -24,6 +24,12 @@ from perfgate.workload import RegistryError, load_registries
 _KEY = pytest.StashKey[Session]()
 
 
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from perfgate import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     g = parser.getgroup("perfgate", "perfgate: model benchmarks and the regression gate")
     g.addoption("--perfgate-device", default=None, help="cpu, cuda or cuda:N (default: cuda if available, else cpu)")
@@ -114,7 +120,7 @@ def pytest_configure(config: pytest.Config) -> None:
         tier_table, tier_defaults = tiers.parse(table, f"{Path(config.rootpath) / 'pyproject.toml'} [tool.perfgate]")
     except (policy_mod.PolicyError, tiers.TierError, RegistryError, FileNotFoundError, TypeError) as exc:
         raise pytest.UsageError(f"perfgate: {exc}") from None
-    device = config.getoption("perfgate_device") or default_device()
+    device = config.hook.pytest_perfgate_device(config=config) or config.getoption("perfgate_device") or default_device()
     if (err := device_error(device)) is not None:
         raise pytest.UsageError(f"perfgate: --perfgate-device {err}")
     device = str(resolve(device))  # "cuda" -> "cuda:0": every CUDA call downstream gets an index
@@ -133,6 +139,8 @@ def pytest_configure(config: pytest.Config) -> None:
         fail_on_improvement=config.getoption("perfgate_ratchet"),
         trace=config.getoption("perfgate_trace"),
         evidence_dir=Path(config.getoption("perfgate_evidence_dir") or Path(config.rootpath) / ".perfgate" / "evidence"),
+        record_label=config.getoption("perfgate_record"),
+        verdict_file=Path(config.getoption("perfgate_verdicts") or Path(config.rootpath) / ".perfgate" / "verdicts.json"),
     )
     try:
         # A selection on the command line stands alone unless a tier is named with it.
@@ -143,6 +151,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"perfgate: {exc}") from None
     session.default_variants = list(session.tier.variants) or table.get("variants")
     session.cases = _expand(config, session)  # bad selections fail here, before collection
+    config.hook.pytest_perfgate_configure_session(config=config, session=session)
     config.stash[_KEY] = session
     # pytest-benchmark reads its storage when it configures (trylast): point it at this
     # fingerprint's folder so --benchmark-compare never meets another machine's numbers.
@@ -181,11 +190,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             session.skips[case.id] = reason
         params.append(pytest.param(case, id=case.id, marks=marks))
     metafunc.parametrize("case", params)
-
-
-@pytest.fixture
-def perfgate_session(request: pytest.FixtureRequest) -> Session:
-    return request.config.stash[_KEY]
 
 
 def feed_benchmark(benchmark: Any, samples_ms: list[float], extra_info: dict[str, Any]) -> None:
@@ -239,7 +243,7 @@ def _record(config: pytest.Config, session: Session) -> Path | None:
         config=config, benchmarks=bs.benchmarks, include_data=True, machine_info=bs.get_machine_info(), commit_info=commit
     )
     data["perfgate"] = perfgate_block(session, data)
-    return baseline_store.record(session.baseline_dir, data, config.getoption("perfgate_record"))
+    return baseline_store.record(session.baseline_dir, data, session.record_label)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -247,14 +251,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     s = config.stash.get(_KEY, None)
     if s is None or not s.results and not s.skips:
         return
-    if config.getoption("perfgate_record") and s.results:
+    if s.record_label and s.results:
         if exitstatus == 0:
             s.recorded = _record(config, s)
         else:  # a failing run (accuracy, build error, ...) must not become the reference
             s.record_refused = f"perfgate: not recording a baseline: the run failed (exit {int(exitstatus)}); fix it and record again"
-    out = Path(config.getoption("perfgate_verdicts") or Path(config.rootpath) / ".perfgate" / "verdicts.json")
-    baseline_store.atomic_write_json(out, summary.verdict_json(s))
-    s.verdict_file = out
+    if s.verdict_file is not None:
+        baseline_store.atomic_write_json(s.verdict_file, summary.verdict_json(s))
     step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if step_summary:
         with open(step_summary, "a", encoding="utf8") as fh:
@@ -268,11 +271,11 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     tr = terminalreporter
     for line in summary.terminal_lines(s):
         tr.write_line(line)
-    if getattr(s, "recorded", None):
+    if s.recorded:
         tr.write_line(f"perfgate: recorded baseline {s.recorded}")
-    if getattr(s, "record_refused", None):
+    if s.record_refused:
         tr.write_line(s.record_refused)
-    if getattr(s, "verdict_file", None):
+    if s.verdict_file is not None:
         tr.write_line(f"perfgate: verdicts written to {s.verdict_file}")
     for name, r in s.results.items():
         ev = r.extra_info.get("evidence")

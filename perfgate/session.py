@@ -22,6 +22,7 @@ from perfgate.distributed import DATA_PARALLEL_STEPS
 from perfgate.fingerprint import fingerprint, fingerprint_id
 from perfgate.policy import Policy
 from perfgate.runner import Case, CaseResult, RunOptions, run_case
+from perfgate.tiers import Tier
 from perfgate.variants import VARIANTS, Env
 from perfgate.workload import MODELS, NO_MODELS, default_size, sizes
 
@@ -95,6 +96,14 @@ class Session:
     skips: dict[str, str] = field(default_factory=dict)
     trace: str = "off"  # evidence on failure: "off", "all" cases or only "regressed" ones
     evidence_dir: Path = Path(".perfgate/evidence")
+    # The selection and the outputs, set by the pytest plugin (and its hook implementations).
+    tier: Tier | None = None
+    default_variants: list[str] | None = None  # the tier's, else [tool.perfgate] variants; None: all
+    cases: list[Case] = field(default_factory=list)
+    record_label: str | None = None  # record the run as a baseline under this label; None: do not
+    verdict_file: Path | None = None  # where the verdicts JSON is written at the end; None: nowhere
+    recorded: Path | None = None  # the baseline file this run recorded
+    record_refused: str | None = None  # why this run was not recorded although asked to
 
     def __post_init__(self) -> None:
         self.fingerprint = fingerprint(self.device)
