@@ -6,8 +6,6 @@ import argparse
 import json
 from typing import Any
 
-import torch
-
 from perfgate.cli import CommandError, load_models
 from perfgate.session import select
 from perfgate.summary import text_table
