@@ -77,7 +77,24 @@ register_model(ModelSpec(
     description="PhysicsNeMo tutorial training step, batches generated with numpy on the host (the bottleneck)",
 ))
 
-# Data-parallel workloads (DDP training step, sharded inference) for torchrun runs.
-from perfgate.distributed import register_workloads  # noqa: E402
-
-register_workloads()
+# Data-parallel workloads for torchrun runs (step kinds of perfgate.steps): each rank processes
+# its own data, throughput is summed over ranks; outside torchrun they run only when named.
+register_model(ModelSpec(
+    name="physicsnemo-ddp-train",
+    module="models.physicsnemo_block",
+    model_class="PhysicsNeMoBlock",
+    default_sizes={"cpu": "tiny", "cuda": "full"},
+    step="ddp-train",
+    data="device",
+    description="PhysicsNeMo tutorial training step under DDP, each rank its own device-generated batches; "
+                "throughput summed over ranks",
+))
+register_model(ModelSpec(
+    name="vjepa2-dp-inference",
+    module="models.vjepa2_encoder",
+    model_class="VJEPA2Encoder",
+    default_sizes={"cpu": "tiny", "cuda": "large"},
+    step="dp-inference",
+    description="V-JEPA 2 video encoder, data-parallel inference: each rank encodes its own clips; "
+                "throughput summed over ranks",
+))

@@ -10,6 +10,7 @@ import argparse
 import importlib
 import pkgutil
 import sys
+from typing import Sequence
 
 import perfgate.commands
 
@@ -22,6 +23,21 @@ class CommandError(Exception):
     def __init__(self, message: str, code: int = EXIT_BAD_INPUT) -> None:
         super().__init__(message)
         self.code = code
+
+
+def load_models(model_files: Sequence[str] = ()) -> None:
+    """Register the models the project in the current directory names: pyproject.toml
+    [tool.perfgate] registries and model_files, then `model_files` given on the command line."""
+    from pathlib import Path
+
+    from perfgate.gate.policy import PolicyError, load_table
+    from perfgate.workload import RegistryError, load_registries
+
+    try:
+        table = load_table(Path.cwd() / "pyproject.toml")
+        load_registries(table.get("registries", []), [*table.get("model_files", []), *model_files], Path.cwd())
+    except (PolicyError, RegistryError, FileNotFoundError) as exc:
+        raise CommandError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:

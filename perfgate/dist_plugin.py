@@ -8,19 +8,25 @@ fixed round counts (ranks must agree on the number of collective steps), and wri
 `<dist-dir>/rank<R>.json`. At session finish the ranks send their results to rank 0, which writes
 `<dist-dir>/aggregated.json` (and --benchmark-json / --perfgate-record / --benchmark-save targets,
 which then hold the aggregate, not one rank) and prints the rank table. Without torchrun, or with
-one rank, the plugin only registers the distributed workloads.
+one rank, the plugin does nothing.
+
+It adapts perfgate.plugin through the hooks that plugin declares (perfgate.hookspecs): the rank's
+device, and the session's lockstep rules, policy, record label and verdicts file.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from perfgate import distributed as pd
+
+if TYPE_CHECKING:
+    from perfgate.session import Session
 
 _STATE = pytest.StashKey["DistState"]()
 
@@ -36,6 +42,7 @@ class DistState:
     straggler_pct: float
     user_json: Path | None = None  # --benchmark-json given by the user: gets the aggregate
     record: str | None = None  # --perfgate-record label: rank 0 records the aggregate
+    baseline_dir: Path | None = None  # where it records: the session's folder for this fingerprint
     save: str | None = None  # --benchmark-save / --benchmark-autosave name: rank 0 saves the aggregate
     lines: list[str] = field(default_factory=list)  # rank 0's terminal summary
 
@@ -61,10 +68,9 @@ def _folder(config: pytest.Config) -> Path:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:
-    # Before any pytest_configure (a historic hook, which cannot be wrapped): the device, the
-    # thread count (a fingerprint field) and the output paths must be set before perfgate.plugin
-    # and pytest-benchmark read them.
-    pd.register_workloads()
+    # Before any pytest_configure (a historic hook, which cannot be wrapped): the process group,
+    # the thread count (a fingerprint field) and pytest-benchmark's output paths must be set
+    # before perfgate.plugin and pytest-benchmark read them.
     try:
         topo = pd.topology()
     except ValueError as exc:
@@ -73,10 +79,31 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
         config.stash[_STATE] = _start(config, topo)
 
 
-def pytest_sessionstart(session: pytest.Session) -> None:
-    state = session.config.stash.get(_STATE, None)
-    if state is not None:
-        _lockstep(session.config, state)
+@pytest.hookimpl(optionalhook=True)
+def pytest_perfgate_device(config: pytest.Config) -> str | None:
+    state = config.stash.get(_STATE, None)
+    return state.device if state is not None else None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_perfgate_configure_session(config: pytest.Config, session: Session) -> None:
+    """Fixed rounds, no re-measurement, sibling load allowed; rank 0 records the aggregate, not
+    its own run, and the other ranks write their verdicts beside their result files."""
+    state = config.stash.get(_STATE, None)
+    if state is None:
+        return
+    opts = session.run_options
+    try:
+        stop, warmup = pd.lockstep_rules(opts.stop, opts.warmup, config.getoption("perfgate_dist_rounds"))
+    except ValueError as exc:
+        raise pytest.UsageError(f"perfgate: --perfgate-dist-rounds: {exc}") from None
+    session.run_options = replace(opts, stop=stop, warmup=warmup)
+    siblings = (state.topo.local_world_size - 1) * state.num_threads if state.device.startswith("cpu") else 0.0
+    session.policy = pd.lockstep_policy(session.policy, siblings)
+    state.record, state.baseline_dir = session.record_label, session.baseline_dir
+    session.record_label = None
+    if state.topo.rank != 0:
+        session.verdict_file = state.folder / f"verdicts.rank{state.topo.rank}.json"
 
 
 def _start(config: pytest.Config, topo: pd.Topology) -> DistState:
@@ -90,8 +117,6 @@ def _start(config: pytest.Config, topo: pd.Topology) -> DistState:
         if value is not None and value < low:
             raise pytest.UsageError(f"perfgate: {name} {value:g} must be at least {low}")
     device = pd.rank_device(config.getoption("perfgate_device", None) or default_device(), topo.local_rank)
-    if hasattr(config.option, "perfgate_device"):
-        config.option.perfgate_device = device
     threads = threads or pd.threads_per_rank(pd.usable_cores(), topo.local_world_size)
     torch.set_num_threads(threads)
     created = pd.init_process_group(device)
@@ -99,12 +124,11 @@ def _start(config: pytest.Config, topo: pd.Topology) -> DistState:
     o = config.option
     state = DistState(
         topo=topo, folder=folder, device=device, backend=dist.get_backend(), num_threads=threads, created_group=created,
-        straggler_pct=pct, user_json=getattr(o, "benchmark_json", None), record=getattr(o, "perfgate_record", None),
+        straggler_pct=pct, user_json=getattr(o, "benchmark_json", None),
         save=getattr(o, "benchmark_save", None) or getattr(o, "benchmark_autosave", None),
     )
     # Each rank writes its own results; what the user asked to be written once gets the aggregate.
     o.benchmark_json = pd.rank_file(folder, topo.rank)
-    o.perfgate_record = None
     o.benchmark_save = o.benchmark_autosave = None
     folder.mkdir(parents=True, exist_ok=True)
     if topo.rank == 0:  # a previous run's files must not pass for this run's
@@ -113,26 +137,8 @@ def _start(config: pytest.Config, topo: pd.Topology) -> DistState:
     else:
         o.verbose = min(o.verbose, 0) - 1  # -q: rank 0 reports for the job
         os.environ.pop("GITHUB_STEP_SUMMARY", None)  # one job summary, rank 0's
-        if hasattr(o, "perfgate_verdicts"):
-            o.perfgate_verdicts = str(folder / f"verdicts.rank{topo.rank}.json")
     dist.barrier()  # no rank writes its file before rank 0 cleared the old ones
     return state
-
-
-def _lockstep(config: pytest.Config, state: DistState) -> None:
-    """After perfgate.plugin built its session: fixed rounds, no re-measurement, sibling load allowed."""
-    from perfgate.plugin import _KEY
-
-    session = config.stash.get(_KEY, None)
-    if session is None:
-        return
-    opts = session.run_options
-    try:
-        opts.stop, opts.warmup = pd.lockstep_rules(opts.stop, opts.warmup, config.getoption("perfgate_dist_rounds"))
-    except ValueError as exc:
-        raise pytest.UsageError(f"perfgate: --perfgate-dist-rounds: {exc}") from None
-    siblings = (state.topo.local_world_size - 1) * state.num_threads if state.device.startswith("cpu") else 0.0
-    session.policy = pd.lockstep_policy(session.policy, siblings)
 
 
 def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list[Any], output_json: dict[str, Any]) -> None:
@@ -172,7 +178,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def _aggregate(config: pytest.Config, state: DistState, gathered: list[Any] | None) -> None:
     from perfgate.gate import store
-    from perfgate.plugin import _KEY
 
     statuses: dict[int, int] = {}
     if gathered is not None:
@@ -200,13 +205,12 @@ def _aggregate(config: pytest.Config, state: DistState, gathered: list[Any] | No
     if state.user_json:
         store.atomic_write_json(Path(state.user_json), agg)
         state.lines.append(f"perfgate: aggregated results written to {state.user_json}")
-    s = config.stash.get(_KEY, None)
-    if state.record and s is not None:
+    if state.record and state.baseline_dir is not None:
         refused = pd.record_refusal(statuses, state.topo.world_size)
         if refused:  # as in a single-process run: a failing run must not become the reference
             state.lines.append(f"perfgate: not recording a baseline: {refused}; fix it and record again")
         else:
-            state.lines.append(f"perfgate: recorded baseline {store.record(s.baseline_dir, agg, state.record)}")
+            state.lines.append(f"perfgate: recorded baseline {store.record(state.baseline_dir, agg, state.record)}")
     bs = getattr(config, "_benchmarksession", None)
     if state.save and bs is not None:
         bs.storage.save(agg, state.save)

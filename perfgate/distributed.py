@@ -1,5 +1,6 @@
-"""Distributed runs on torch.distributed: rank topology, the process group, data-parallel step
-kinds, and the aggregation of per-rank results into one pytest-benchmark/perfgate run.
+"""Distributed runs on torch.distributed: rank topology, the process group, lockstep rules, and
+the aggregation of per-rank results into one pytest-benchmark/perfgate run (the data-parallel
+step kinds themselves are built in perfgate.steps).
 
 Under `torchrun --nproc-per-node N -m pytest benchmarks -p perfgate.dist_plugin` every rank
 measures the same cases on its own device and writes `rank<R>.json`; rank 0 aggregates them with
@@ -14,14 +15,13 @@ The backend follows the device: NCCL for CUDA, gloo for the CPU; the code path i
 from __future__ import annotations
 
 import copy
-import itertools
 import json
 import os
 import re
 import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 
@@ -32,6 +32,8 @@ from perfgate.stats import StopRule
 
 DEFAULT_STRAGGLER_PCT = 10.0  # a rank whose median is this much above the median of rank medians
 DEFAULT_LOCKSTEP_ROUNDS = 30  # timed rounds per case under torchrun (capped by the stop rule's bounds)
+# Step kinds (perfgate.steps) whose ranks each process their own data: throughput sums over ranks,
+# and outside torchrun they are selected only by name.
 DATA_PARALLEL_STEPS = frozenset({"ddp-train", "dp-inference"})
 RANK_FILE = re.compile(r"^rank(\d+)\.json$")
 AGGREGATED_FILE = "aggregated.json"
@@ -182,121 +184,6 @@ def lockstep_policy(policy: Any, sibling_cores: float) -> Any:
             s["contention_max"] = s["contention_max"] + sibling_cores
         overrides.append(replace(o, settings=s))
     return replace(policy, defaults=defaults, overrides=tuple(overrides))
-
-
-# ----------------------------------------------------------------------------- data-parallel steps
-
-
-def batch_multiplier(wl: Any) -> int:
-    """The `batch` the workload was built with, from its items per step (linear in batch)."""
-    from perfgate.workload import family
-
-    per_one = family(wl.spec).step_info(wl.config, batch=1, **wl.options)[wl.unit]
-    return max(1, round(wl.throughput[wl.unit] / per_one))
-
-
-def shard_inputs(wl: Any, like: Sequence[torch.Tensor], rank: int) -> tuple[torch.Tensor, ...]:
-    """This rank's own inputs: the family's example inputs drawn with seed + rank, converted to the
-    dtype and device of `like` (the variant's inputs)."""
-    from perfgate.workload import family
-
-    fam = family(wl.spec)
-    xs = fam.example_inputs(wl.config, batch=batch_multiplier(wl), seed=wl.seed + rank, device=wl.device,
-                            dtype=torch.float32, **wl.options)
-    out = tuple(x.to(device=l.device, dtype=l.dtype) if x.is_floating_point() else x.to(l.device) for x, l in zip(xs, like))
-    if len(out) != len(like) or any(a.shape != b.shape for a, b in zip(out, like)):
-        raise ValueError(f"model {wl.spec.name!r}: example_inputs(seed={wl.seed + rank}) gave shapes "
-                         f"{[tuple(a.shape) for a in out]}, the workload's inputs are {[tuple(b.shape) for b in like]}")
-    return out
-
-
-def rank_batches(wl: Any, inputs: tuple[torch.Tensor, ...], rank: int, world: int) -> Callable[[int], tuple[torch.Tensor, ...]]:
-    """Inputs of the i-th call on this rank.
-
-    Call 0 (the untimed first call) takes the shared reference batch on every rank, so the
-    accuracy check compares the output with the fp32 reference of the same inputs; later calls
-    take the rank's own data: fixed inputs drawn with seed + rank, or generated batches interleaved
-    across ranks like a DistributedSampler (rank r takes global batches r, r + world, ...).
-    """
-    from perfgate.workload import family
-
-    dtype = inputs[0].dtype
-    if wl.spec.data == "static":
-        own = shard_inputs(wl, inputs, rank)
-        return lambda i: inputs if i == 0 else own
-    fam = family(wl.spec)
-    gen = fam.host_batch if wl.spec.data == "host" else fam.device_batch
-    shape = tuple(inputs[0].shape)
-    return lambda i: (gen(shape, index=0 if i == 0 else i * world + rank, device=wl.device, dtype=torch.float32).to(dtype),)
-
-
-def ddp_train_step(wl: Any, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], context: Callable[[], Any]) -> Callable[[], Any]:
-    """train_step under DistributedDataParallel: forward, loss, backward (gradients all-reduced
-    across ranks), SGD with momentum (lr 1e-4, momentum 0.9); each rank trains on its own batches.
-    Without torchrun the group is a single rank, so the step still runs (DDP's hooks, no peers)."""
-    from torch.nn.parallel import DistributedDataParallel
-
-    from perfgate.variants import VariantError
-    from perfgate.workload import sgd_step
-
-    if not any(p.requires_grad for p in module.parameters()):
-        raise VariantError("this variant leaves no trainable parameters, so there is nothing for DDP to synchronise")
-    ensure_process_group(wl.device)
-    rank, world = rank_and_world()
-    device_ids = [wl.device.index if wl.device.index is not None else torch.cuda.current_device()] if wl.device.type == "cuda" else None
-    ddp = DistributedDataParallel(module, device_ids=device_ids)  # broadcasts rank 0's weights: all ranks start equal
-    return sgd_step(ddp, rank_batches(wl, inputs, rank, world), context)
-
-
-def dp_inference_step(wl: Any, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], context: Callable[[], Any]) -> Callable[[], Any]:
-    """inference_step on this rank's own shard of inputs; ranks do not communicate, so no
-    process group is needed and a single process is simply rank 0 of 1."""
-    rank, world = rank_and_world()
-    source = rank_batches(wl, inputs, rank, world)
-    counter = itertools.count()
-
-    def infer() -> Any:
-        batch = source(next(counter))
-        with torch.inference_mode(), context():
-            return module(*batch)
-
-    return infer
-
-
-def register_step_kinds() -> None:
-    from perfgate import workload
-
-    workload.STEP_BUILDERS["ddp-train"] = ddp_train_step
-    workload.STEP_BUILDERS["dp-inference"] = dp_inference_step
-    workload.TRAINING_STEPS.add("ddp-train")
-    workload.DATA_PARALLEL_STEPS.update(("ddp-train", "dp-inference"))
-
-
-def register_workloads() -> None:
-    """The distributed step kinds and the two data-parallel workloads; idempotent."""
-    import models  # noqa: F401  (the single-process families register first, in their order)
-    from perfgate.workload import ModelSpec, register_model
-
-    register_step_kinds()
-    register_model(ModelSpec(
-        name="physicsnemo-ddp-train",
-        module="models.physicsnemo_block",
-        model_class="PhysicsNeMoBlock",
-        default_sizes={"cpu": "tiny", "cuda": "full"},
-        step="ddp-train",
-        data="device",
-        description="PhysicsNeMo tutorial training step under DDP, each rank its own device-generated batches; "
-                    "throughput summed over ranks",
-    ))
-    register_model(ModelSpec(
-        name="vjepa2-dp-inference",
-        module="models.vjepa2_encoder",
-        model_class="VJEPA2Encoder",
-        default_sizes={"cpu": "tiny", "cuda": "large"},
-        step="dp-inference",
-        description="V-JEPA 2 video encoder, data-parallel inference: each rank encodes its own clips; "
-                    "throughput summed over ranks",
-    ))
 
 
 # ----------------------------------------------------------------------------- per-rank files

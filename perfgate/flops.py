@@ -103,7 +103,7 @@ def count_step_flops(module: nn.Module, inputs: tuple[torch.Tensor, ...], *, ste
     """
     device_type = next((t.device.type for t in inputs if isinstance(t, torch.Tensor)), "cpu")
     root = type(module).__name__
-    from perfgate.workload import is_training, train_loss
+    from perfgate.steps import is_training, train_loss
 
     if is_training(step):
         def run() -> None:

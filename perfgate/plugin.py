@@ -21,9 +21,15 @@ from perfgate.device import default_device, device_error, is_cpu, resolve
 from perfgate.fingerprint import differences
 from perfgate.session import Session, _split, expand_cases
 from perfgate.variants import set_inductor_cache
-from perfgate.workload import load_model_file
+from perfgate.workload import RegistryError, load_registries
 
 _KEY = pytest.StashKey[Session]()
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from perfgate import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -44,6 +50,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--perfgate-budget-s", type=float, default=None, help="time budget of the timed rounds per case, s (default 5)")
     g.addoption("--perfgate-smoke", action="store_true", help="quick pass: every case builds, runs and records with few rounds")
     g.addoption("--perfgate-fail-on-graph-break", action="store_true", help="fail compiled cases that have graph breaks")
+    g.addoption("--perfgate-registry", action="append", default=[], metavar="MODULE",
+                help="importable module that registers models, after [tool.perfgate] registries (repeatable)")
     g.addoption("--perfgate-model-file", action="append", default=[], help="python file registering extra models (repeatable)")
     g.addoption("--perfgate-checkpoint", default=None, help="checkpoint to load strictly into the selected model")
     g.addoption("--perfgate-verdicts", default=None, help="write the verdicts as JSON here (default .perfgate/verdicts.json)")
@@ -107,13 +115,13 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         table = _table(config)
         policy = policy_mod.parse(table, f"{Path(config.rootpath) / 'pyproject.toml'} [tool.perfgate]")
-        for f in [*table.get("model_files", []), *config.getoption("perfgate_model_file")]:
-            load_model_file(Path(config.rootpath) / f)
+        load_registries([*table.get("registries", []), *config.getoption("perfgate_registry")],
+                        [*table.get("model_files", []), *config.getoption("perfgate_model_file")], config.rootpath)
         opts = _run_options(config, table)
         tier_table, tier_defaults = tiers.parse(table, f"{Path(config.rootpath) / 'pyproject.toml'} [tool.perfgate]")
-    except (policy_mod.PolicyError, tiers.TierError, FileNotFoundError, TypeError) as exc:
+    except (policy_mod.PolicyError, tiers.TierError, RegistryError, FileNotFoundError, TypeError) as exc:
         raise pytest.UsageError(f"perfgate: {exc}") from None
-    device = config.getoption("perfgate_device") or default_device()
+    device = config.hook.pytest_perfgate_device(config=config) or config.getoption("perfgate_device") or default_device()
     if (err := device_error(device)) is not None:
         raise pytest.UsageError(f"perfgate: --perfgate-device {err}")
     device = str(resolve(device))  # "cuda" -> "cuda:0": every CUDA call downstream gets an index
@@ -133,6 +141,8 @@ def pytest_configure(config: pytest.Config) -> None:
         fail_on_graph_break=config.getoption("perfgate_fail_on_graph_break"),
         trace=config.getoption("perfgate_trace"),
         evidence_dir=Path(config.getoption("perfgate_evidence_dir") or Path(config.rootpath) / ".perfgate" / "evidence"),
+        record_label=config.getoption("perfgate_record"),
+        verdict_file=Path(config.getoption("perfgate_verdicts") or Path(config.rootpath) / ".perfgate" / "verdicts.json"),
     )
     try:
         # A selection on the command line stands alone unless a tier is named with it.
@@ -150,6 +160,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"perfgate: {exc}") from None
     session.default_variants = list(session.tier.variants) or table.get("variants")
     session.cases = _expand(config, session)  # bad selections fail here, before collection
+    config.hook.pytest_perfgate_configure_session(config=config, session=session)
     config.stash[_KEY] = session
     if session.gate_enabled:
         try:
@@ -196,11 +207,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             session.skips[case.id] = reason
         params.append(pytest.param(case, id=case.id, marks=marks))
     metafunc.parametrize("case", params)
-
-
-@pytest.fixture
-def perfgate_session(request: pytest.FixtureRequest) -> Session:
-    return request.config.stash[_KEY]
 
 
 def feed_benchmark(benchmark: Any, samples_ms: list[float], extra_info: dict[str, Any]) -> None:
@@ -271,7 +277,7 @@ def _record(config: pytest.Config, session: Session) -> Path | None:
         config=config, benchmarks=bs.benchmarks, include_data=True, machine_info=bs.get_machine_info(), commit_info=commit
     )
     data["perfgate"] = perfgate_block(session, data)
-    return baseline_store.record(session.baseline_dir, data, config.getoption("perfgate_record"))
+    return baseline_store.record(session.baseline_dir, data, session.record_label)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -279,7 +285,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     s = config.stash.get(_KEY, None)
     if s is None or not s.results and not s.skips:
         return
-    if config.getoption("perfgate_record") and s.results:
+    if s.record_label and s.results:
         if exitstatus == 0:
             s.recorded = _record(config, s)
         else:  # a failing run (accuracy, build error, ...) must not become the reference
@@ -292,10 +298,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         if fail == "yes" or (fail == "auto" and os.environ.get("CI")):
             s.unjudged += " (failing the run: --perfgate-fail-unjudged)"
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
-    out = Path(config.getoption("perfgate_verdicts") or Path(config.rootpath) / ".perfgate" / "verdicts.json")
     verdicts = report_data.session_verdicts(s)
-    files.write_json(out, results.verdicts_json(verdicts, s.fingerprint))
-    s.verdict_file = out
+    if s.verdict_file is not None:
+        files.write_json(s.verdict_file, results.verdicts_json(verdicts, s.fingerprint))
     step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if step_summary:
         commit = config.hook.pytest_benchmark_generate_commit_info(config=config)
@@ -310,11 +315,11 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     tr = terminalreporter
     for line in terminal.session_lines(s):
         tr.write_line(line)
-    if getattr(s, "recorded", None):
+    if s.recorded:
         tr.write_line(f"perfgate: recorded baseline {s.recorded}")
-    if getattr(s, "record_refused", None):
+    if s.record_refused:
         tr.write_line(s.record_refused)
-    if getattr(s, "verdict_file", None):
+    if s.verdict_file is not None:
         tr.write_line(f"perfgate: verdicts written to {s.verdict_file}")
     if s.unjudged:
         tr.write_line(s.unjudged)

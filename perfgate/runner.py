@@ -26,8 +26,9 @@ from perfgate.gate.policy import Tolerance, tolerance_for
 from perfgate.record import CaseRecord
 from perfgate.measure import Measurement, StopRule, WarmupRule, measure, reference_step
 from perfgate.stats import ratios
+from perfgate.steps import is_training
 from perfgate.variants import Converted, Env, Variant, VariantError, get_variant
-from perfgate.workload import ModelSpec, Workload, build_workload, get_model, is_training, make_step, reference_output
+from perfgate.workload import ModelSpec, Workload, build_workload, get_model, make_step, reference_output
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,14 +16,16 @@ from typing import Any, Callable, Iterable
 import torch
 
 from perfgate import gate
+from perfgate.distributed import DATA_PARALLEL_STEPS
 from perfgate.gate import store as baseline_store
 from perfgate.fingerprint import fingerprint, fingerprint_id
 from perfgate.gate.policy import Policy
 from perfgate.profile.evidence import capture_evidence, reproduce_commands, with_evidence
 from perfgate.record import CaseRecord
 from perfgate.runner import Case, CaseResult, RunOptions, run_case
+from perfgate.tiers import Tier
 from perfgate.variants import VARIANTS, Env
-from perfgate.workload import MODELS, default_size, get_model, sizes
+from perfgate.workload import MODELS, NO_MODELS, default_size, sizes
 
 
 def _split(value: str | None) -> list[str]:
@@ -51,15 +53,14 @@ def expand_cases(
 ) -> list[Case]:
     """Model x size x option sweep x variant, the baseline variant first so speedups are in-run;
     `case_ids` (globs on case ids) narrows the product further."""
-    get_model(next(iter(MODELS), "physicsnemo-block"))  # imports the built-in registry
+    if not MODELS:
+        raise ValueError(NO_MODELS)
     device_type = torch.device(device).type
     cases = []
     variant_names = select(VARIANTS, variants or [], "variants")
     if "baseline" in variant_names:
         variant_names.remove("baseline")
         variant_names.insert(0, "baseline")
-    from perfgate.workload import DATA_PARALLEL_STEPS
-
     single_process = int(os.environ.get("WORLD_SIZE", "1")) == 1
     for name in select(MODELS, models or [], "models"):
         spec = MODELS[name]
@@ -99,6 +100,14 @@ class Session:
     unjudged: str = ""  # the end-of-run line when no latency could be judged
     trace: str = "off"  # evidence on failure: "off", "all" cases or only "regressed" ones
     evidence_dir: Path = Path(".perfgate/evidence")
+    # The selection and the outputs, set by the pytest plugin (and its hook implementations).
+    tier: Tier | None = None
+    default_variants: list[str] | None = None  # the tier's, else [tool.perfgate] variants; None: all
+    cases: list[Case] = field(default_factory=list)
+    record_label: str | None = None  # record the run as a baseline under this label; None: do not
+    verdict_file: Path | None = None  # where the verdicts JSON is written at the end; None: nowhere
+    recorded: Path | None = None  # the baseline file this run recorded
+    record_refused: str | None = None  # why this run was not recorded although asked to
 
     def __post_init__(self) -> None:
         self.fingerprint = fingerprint(self.device)

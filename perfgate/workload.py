@@ -5,6 +5,10 @@ the model class, `example_inputs(config, *, batch, seed, device, dtype, **option
 `step_info(config, *, batch, **options)` (throughput items per step, primary unit first) and
 `OUTPUT_KIND` ("image", "audio" or "tensor"). A `ModelSpec` names that file; the spec's name is
 the pytest id and the baseline key, so it never changes once baselines exist.
+
+perfgate registers no model itself: `load_registries` imports the registry modules and model
+files a project names (this repository's `models` package among them), and they call
+`register_model`.
 """
 
 from __future__ import annotations
@@ -12,15 +16,25 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 from torch import nn
 
+from perfgate.steps import STEP_BUILDERS, is_training, make_batch_source, train_loss
+
 DATA_PATHS = ("static", "host", "device")
+NO_MODELS = ("no models are registered: name the modules that register them in pyproject.toml "
+             "[tool.perfgate] registries = [\"models\"] (or --perfgate-registry MODULE), or model files in "
+             "model_files = [\"my_model.py\"] (or --perfgate-model-file PATH)")
+
+
+class RegistryError(ValueError):
+    """A registry module or model file that cannot be loaded; the message names it and the fix."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,7 +43,7 @@ class ModelSpec:
     module: str  # importable module holding the family's model code
     model_class: str
     default_sizes: Mapping[str, str]  # device type -> size preset used when none is given
-    step: str = "inference"  # "train": forward, loss, backward, SGD with momentum
+    step: str = "inference"  # a kind of perfgate.steps.STEP_BUILDERS; "train": forward, loss, backward, SGD
     data: str = "static"  # "host"/"device": a fresh batch generated each step (train only)
     options: Mapping[str, Any] = field(default_factory=dict)  # fixed options for this entry
     sweep: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)  # option values benchmarked
@@ -50,9 +64,21 @@ MODELS: dict[str, ModelSpec] = {}
 def register_model(spec: ModelSpec) -> ModelSpec:
     """Add a model family to the registry; its name must be new."""
     if spec.name in MODELS and MODELS[spec.name] != spec:
-        raise ValueError(f"model {spec.name!r} is already registered (from {MODELS[spec.name].module})")
+        raise RegistryError(f"model {spec.name!r} is already registered (from {MODELS[spec.name].module}); give the new one another name")
     MODELS[spec.name] = spec
     return spec
+
+
+def _why(exc: BaseException) -> str:
+    """One line: the exception and the line of the user's code that raised it (a SyntaxError
+    names its own position)."""
+    text = f"{type(exc).__name__}: {exc}"
+    skip = (Path(__file__).parent, Path(importlib.__file__).parent)  # perfgate's and the import machinery's frames
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not f.filename.startswith("<frozen") and Path(f.filename).parent not in skip]
+    if frames and not isinstance(exc, SyntaxError):
+        text += f" ({frames[-1].filename}:{frames[-1].lineno})"
+    return text
 
 
 def load_model_file(path: str | Path) -> ModuleType:
@@ -61,19 +87,49 @@ def load_model_file(path: str | Path) -> ModuleType:
     if not path.is_file():
         raise FileNotFoundError(f"model file {path} does not exist: fix the path in [tool.perfgate] model_files or --perfgate-model-file")
     name = f"perfgate_user_{path.stem}"
-    if name in sys.modules:
-        return sys.modules[name]
+    loaded = sys.modules.get(name)
+    if loaded is not None:
+        if Path(loaded.__file__ or "").resolve() != path.resolve():
+            raise RegistryError(f"model files {loaded.__file__} and {path} have the same name; rename one of them")
+        return loaded
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # registered before exec so the file can name itself in a ModelSpec
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except BaseException as exc:
+        del sys.modules[name]  # a fixed file is loaded again, not taken from the cache half-run
+        if isinstance(exc, RegistryError):
+            raise RegistryError(f"model file {path}: {exc}") from None
+        if isinstance(exc, Exception):
+            raise RegistryError(f"model file {path}: {_why(exc)}; fix the file, or remove it from [tool.perfgate] "
+                                f"model_files / --perfgate-model-file") from None
+        raise
     return module
 
 
-def get_model(name: str) -> ModelSpec:
-    import models  # noqa: F401  (registers the built-in families)
+def load_registries(names: Sequence[str], model_files: Sequence[str | Path], root: str | Path) -> None:
+    """Import the registry modules `names` (with `root` importable) and the model files (paths
+    relative to `root`), in that order; each registers its models. Errors are one-line RegistryErrors."""
+    root = Path(root).resolve()
+    if names and str(root) not in sys.path:
+        sys.path.insert(0, str(root))  # kept: the families are imported again when a workload is built
+    for name in names:
+        try:
+            importlib.import_module(str(name))
+        except RegistryError as exc:
+            raise RegistryError(f"registry {name!r}: {exc}") from None
+        except Exception as exc:
+            raise RegistryError(f"registry {name!r} cannot be imported: {_why(exc)}; fix the module, or its name in "
+                                f"[tool.perfgate] registries / --perfgate-registry (importable from {root})") from None
+    for f in model_files:
+        load_model_file(root / f)
 
+
+def get_model(name: str) -> ModelSpec:
+    if not MODELS:
+        raise KeyError(f"unknown model {name!r}: {NO_MODELS}")
     try:
         return MODELS[name]
     except KeyError:
@@ -141,6 +197,11 @@ class Workload:
     def unit(self) -> str:
         return next(iter(self.throughput))
 
+    @property
+    def family(self) -> ModuleType:
+        """The family's module (its CONFIGS, example_inputs, step_info, batch generators)."""
+        return family(self.spec)
+
 
 def build_workload(
     spec: ModelSpec,
@@ -175,24 +236,6 @@ def build_workload(
     )
 
 
-def train_loss(out: torch.Tensor) -> torch.Tensor:
-    """The tutorial's loss: mean over the batch of each sample's sum of squares."""
-    return out.float().pow(2).flatten(1).sum(dim=1).mean()
-
-
-def make_batch_source(wl: Workload) -> Callable[[int], tuple[torch.Tensor, ...]]:
-    """Inputs for the i-th step: the fixed inputs, or a batch generated on the host or the device."""
-    if wl.spec.data == "static":
-        return lambda i: wl.inputs
-    fam = family(wl.spec)
-    gen = fam.host_batch if wl.spec.data == "host" else fam.device_batch
-    shape = tuple(wl.inputs[0].shape)
-    return lambda i: (gen(shape, index=i, device=wl.device, dtype=wl.inputs[0].dtype),)
-
-
-StepBuilder = Callable[["Workload", nn.Module, tuple[torch.Tensor, ...], Callable[[], Any]], Callable[[], Any]]
-
-
 def make_step(
     wl: Workload,
     module: nn.Module,
@@ -201,50 +244,6 @@ def make_step(
 ) -> Callable[[], Any]:
     """The zero-argument step the measurement core times, built by the spec's step kind."""
     return STEP_BUILDERS[wl.spec.step](wl, module, inputs, context)
-
-
-def is_training(step: str) -> bool:
-    return step in TRAINING_STEPS
-
-
-def inference_step(wl: Workload, module: nn.Module, inputs: tuple[torch.Tensor, ...], context: Callable[[], Any]) -> Callable[[], Any]:
-    """Forward only, under inference_mode."""
-
-    def infer() -> Any:
-        with torch.inference_mode(), context():
-            return module(*inputs)
-
-    return infer
-
-
-def train_step(wl: Workload, module: nn.Module, inputs: tuple[torch.Tensor, ...], context: Callable[[], Any]) -> Callable[[], Any]:
-    """Forward, loss, backward and an SGD step with momentum (lr 1e-4, momentum 0.9, as in the
-    tutorial); returns the loss before the update, comparable with the reference loss."""
-    source = make_batch_source(wl)
-    static = wl.spec.data == "static"
-    return sgd_step(module, lambda i: inputs if static else tuple(t.to(inputs[0].dtype) for t in source(i)), context)
-
-
-def sgd_step(module: nn.Module, batch: Callable[[int], tuple[torch.Tensor, ...]], context: Callable[[], Any]) -> Callable[[], torch.Tensor]:
-    """The tutorial's step on the i-th batch: forward, loss, backward, SGD (lr 1e-4, momentum 0.9)."""
-    opt = torch.optim.SGD(module.parameters(), lr=1e-4, momentum=0.9)
-    counter = iter(range(sys.maxsize))
-
-    def train() -> torch.Tensor:
-        with context():
-            loss = train_loss(module(*batch(next(counter))))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return loss.detach()
-
-    return train
-
-
-# Step kinds by name; another module (e.g. perfgate.distributed) may add its own.
-STEP_BUILDERS: dict[str, StepBuilder] = {"inference": inference_step, "train": train_step}
-TRAINING_STEPS: set[str] = {"train"}
-DATA_PARALLEL_STEPS: set[str] = set()  # selected by default only under torchrun
 
 
 def reference_output(wl: Workload) -> Any:

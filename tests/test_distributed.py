@@ -249,41 +249,41 @@ def own_process_group():
         dist.destroy_process_group()
 
 
-def test_registered_workloads_and_step_kinds():
-    from perfgate.workload import MODELS, STEP_BUILDERS, get_model, is_training
+def test_data_parallel_step_kinds_are_built_in_and_their_workloads_registered_by_models():
+    import models  # noqa: F401  (the registry: perfgate itself never imports it)
+    from perfgate.steps import STEP_BUILDERS, is_training
+    from perfgate.workload import MODELS
 
-    pd.register_workloads()
-    pd.register_workloads()  # idempotent
-    get_model("physicsnemo-block")
-    assert {"ddp-train", "dp-inference"} <= set(STEP_BUILDERS) and is_training("ddp-train") and not is_training("dp-inference")
+    assert pd.DATA_PARALLEL_STEPS <= set(STEP_BUILDERS) and is_training("ddp-train") and not is_training("dp-inference")
     assert (MODELS["physicsnemo-ddp-train"].step, MODELS["physicsnemo-ddp-train"].data) == ("ddp-train", "device")
     assert MODELS["vjepa2-dp-inference"].step == "dp-inference"
 
 
 def test_rank_batches_share_the_reference_call_then_differ_per_rank():
+    import models  # noqa: F401
+    from perfgate.steps import rank_batches
     from perfgate.workload import build_workload, family, get_model
 
-    pd.register_workloads()
     wl = build_workload(get_model("vjepa2-dp-inference"), "tiny", "cpu", seed=5)
-    r0, r1 = (pd.rank_batches(wl, wl.inputs, r, 2) for r in (0, 1))
+    r0, r1 = (rank_batches(wl, wl.inputs, r, 2) for r in (0, 1))
     assert torch.equal(r0(0)[0], wl.inputs[0]) and torch.equal(r1(0)[0], wl.inputs[0])
     assert torch.equal(r1(3)[0], family(wl.spec).example_inputs(wl.config, seed=6)[0])
     assert not torch.equal(r0(1)[0], r1(1)[0])
-    half = pd.rank_batches(wl, tuple(t.bfloat16() for t in wl.inputs), 1, 2)(1)[0]
+    half = rank_batches(wl, tuple(t.bfloat16() for t in wl.inputs), 1, 2)(1)[0]
     assert half.dtype == torch.bfloat16  # the variant's dtype
     wl = build_workload(get_model("physicsnemo-ddp-train"), "tiny", "cpu")
     gen = family(wl.spec).device_batch
     shape = tuple(wl.inputs[0].shape)
-    src = pd.rank_batches(wl, wl.inputs, 1, 2)
+    src = rank_batches(wl, wl.inputs, 1, 2)
     assert torch.equal(src(0)[0], gen(shape, index=0, device="cpu", dtype=torch.float32))
     assert [torch.equal(src(i)[0], gen(shape, index=2 * i + 1, device="cpu", dtype=torch.float32)) for i in (1, 2)] == [True, True]
 
 
 @pytest.mark.parametrize("model, unit", [("physicsnemo-ddp-train", "examples"), ("vjepa2-dp-inference", "frames")])
 def test_data_parallel_steps_run_in_one_process(model, unit, own_process_group):
+    import models  # noqa: F401
     from perfgate.runner import Case, RunOptions, run_case
 
-    pd.register_workloads()
     r = run_case(Case(model=model, size="tiny", variant="baseline", device="cpu"),
                  RunOptions(stop=StopRule(min_rounds=2, max_rounds=2), warmup=WarmupRule(min_rounds=1, max_rounds=1, window=1)))
     assert r.extra_info["accuracy"]["rel_l2"] == 0.0

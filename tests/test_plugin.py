@@ -240,3 +240,34 @@ def test_a_run_that_judged_no_latency_says_so_and_fails_in_ci(flaky, monkeypatch
     assert r.ret == 1
     r.stdout.fnmatch_lines(["*this run gated no latency (failing the run: --perfgate-fail-unjudged)"])
     assert flaky.runpytest_subprocess(*FLAKY, "--perfgate-fail-unjudged", "no").ret == 0
+
+
+# A plugin (here a conftest) adapting the run through the hooks perfgate.plugin declares (perfgate.hookspecs).
+SESSION_HOOK = '''
+from dataclasses import replace
+from perfgate.measure import StopRule
+
+def pytest_perfgate_configure_session(config, session):
+    assert [c.id for c in session.cases] == ["sleepy-tiny-baseline"] and session.tier.name == "all"
+    session.run_options = replace(session.run_options, stop=StopRule(min_rounds=3, max_rounds=3))
+    session.record_label = "from-hook"
+    session.verdict_file = config.rootpath / "hook-verdicts.json"
+'''
+
+
+def test_a_plugin_adjusts_the_session_through_the_declared_hook(suite):
+    suite.makeconftest(SESSION_HOOK)
+    r = suite.runpytest_subprocess(*ARGS, "--perfgate-record", "--perfgate-no-gate", "--benchmark-json", "out.json")
+    r.assert_outcomes(passed=1)
+    info = json.loads(suite.path.joinpath("out.json").read_text())["benchmarks"][0]["extra_info"]
+    assert len(info["samples_ms"]) == 3  # the hook's stop rule, not the 15 rounds of ARGS
+    assert _baseline_file(suite).name == "0001_from-hook.json"
+    assert suite.path.joinpath("hook-verdicts.json").is_file() and not suite.path.joinpath(".perfgate", "verdicts.json").exists()
+    r.stdout.fnmatch_lines(["*recorded baseline*0001_from-hook.json", "*verdicts written to*hook-verdicts.json"])
+
+
+def test_a_plugin_chooses_the_device_through_the_declared_hook(suite):
+    suite.makeconftest("def pytest_perfgate_device(config):\n    return 'cuda:99'\n")
+    r = suite.runpytest_subprocess(*ARGS)  # ARGS name --perfgate-device cpu: the hook's answer wins
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    r.stderr.fnmatch_lines(["*perfgate: --perfgate-device cuda:99: no such CUDA device here*"])

@@ -19,9 +19,9 @@ def test_this_repositorys_pr_tier_selects_only_real_cases_on_the_gpu_sizes() -> 
     by_name, defaults = tiers.parse(table)
     assert defaults == {"cuda": "pr"}
     pr = by_name["pr"]
-    from perfgate.workload import MODELS, get_model
+    import models  # noqa: F401  (the built-in registry)
+    from perfgate.workload import MODELS
 
-    get_model("physicsnemo-block")  # loads the built-in registry
     gpu_sizes = sorted({MODELS[m].default_sizes["cuda"] for m in pr.models})
     cases = expand_cases("cpu", models=list(pr.models), sizes_=gpu_sizes, variants=list(pr.variants), case_ids=list(pr.cases))
     ids = {c.id for c in cases}
@@ -60,6 +60,7 @@ def test_a_case_glob_that_matches_nothing_is_an_error() -> None:
 
 PYPROJECT = textwrap.dedent("""
     [tool.perfgate]
+    registries = ["models"]
     tier = { cpu = "quick" }
     [tool.perfgate.tiers.quick]
     models = ["physicsnemo-block", "physicsnemo-train"]

@@ -6,12 +6,10 @@ import argparse
 import json
 from typing import Any
 
-import torch
-
-from perfgate.cli import CommandError
+from perfgate.cli import CommandError, load_models
 from perfgate.session import select
 from perfgate.output.text import text_table
-from perfgate.workload import MODELS, build_module, count_parameters, family, get_model, load_model_file
+from perfgate.workload import MODELS, NO_MODELS, build_module, count_parameters, family, get_model
 
 HELP = "list model families: sizes, parameter counts, input shapes and GFLOP per step"
 
@@ -20,7 +18,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--models", default="", help="comma-separated names or globs (default: all)")
     p.add_argument("--sizes", default="", help="comma-separated size presets (default: all)")
     p.add_argument("--no-flops", action="store_true", help="skip counting GFLOP (it runs one forward on the meta device)")
-    p.add_argument("--model-file", action="append", default=[], help="python file registering extra models")
+    p.add_argument("--model-file", action="append", default=[],
+                   help="python file registering extra models, after pyproject.toml [tool.perfgate] registries and model_files")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
@@ -53,9 +52,9 @@ def _shapes(shapes: list[list[int]], most: int = 3) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    for f in args.model_file:
-        load_model_file(f)
-    get_model("physicsnemo-block")  # imports the built-in registry
+    load_models(args.model_file)
+    if not MODELS:
+        raise CommandError(NO_MODELS)
     try:
         names = select(MODELS, [s for s in args.models.split(",") if s], "models")
     except ValueError as exc:

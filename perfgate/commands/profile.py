@@ -111,9 +111,11 @@ def run(args: argparse.Namespace) -> int:
         return rerun_with_torch_trace(args)
 
     from perfgate.profile.config import ProfileConfig, ProfileError, ProfileUnavailable
-    from perfgate.profile.run import run_profile
+    from perfgate.cli import load_models
     from perfgate.device import default_device
+    from perfgate.profile.run import run_profile
 
+    load_models()  # pyproject.toml [tool.perfgate] registries and model_files of this directory
     options = parse_options(args.option)
     for key in SHAPE_FLAGS:
         if getattr(args, key) is not None:

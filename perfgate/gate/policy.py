@@ -232,7 +232,7 @@ def parse(table: Mapping[str, Any], source: str = "[tool.perfgate]") -> Policy:
     return Policy(defaults=defaults, overrides=tuple(overrides), budgets=tuple(budgets))
 
 
-TABLE_KEYS = ("gate", "override", "budget", "tolerance", "variants", "model_files", "tier", "tiers", "case_timeout_s")
+TABLE_KEYS = ("gate", "override", "budget", "tolerance", "variants", "registries", "model_files", "tier", "tiers", "case_timeout_s")
 
 
 def load_table(pyproject: str | Path) -> dict[str, Any]:
@@ -248,6 +248,10 @@ def load_table(pyproject: str | Path) -> dict[str, Any]:
     unknown = set(table) - set(TABLE_KEYS)
     if unknown:
         raise PolicyError(f"{path} [tool.perfgate]: unknown key {sorted(unknown)[0]!r}; known: {', '.join(TABLE_KEYS)}")
+    for key, example in (("registries", "models"), ("model_files", "my_model.py")):
+        value = table.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise PolicyError(f'{path} [tool.perfgate] {key}: must be a list of strings, e.g. {key} = ["{example}"], got {value!r}')
     return table
 
 

@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping, Protocol
 
 import torch
 
-from perfgate.profile import api
+import perfgate.profile.api as api
 from perfgate.profile.api import _PROFILED, _STATE
 
 log = logging.getLogger("perfgate.profile")
