@@ -1,7 +1,8 @@
 """The `perfgate` console script: one subcommand per module in `perfgate.commands`.
 
 A command module defines `HELP` (one line), `add_arguments(parser)` and `run(args) -> int`.
-Exit codes: 0 ok, 1 regression, 2 bad input (file, option or baseline), 3 cannot run here.
+Exit codes: the one table of perfgate.exitcodes (pytest's numbers): 0 ok, 1 regression, 4 bad input
+(file, option or baseline), 5 cannot run here.
 """
 
 from __future__ import annotations
@@ -14,11 +15,21 @@ from typing import Sequence
 
 import perfgate.commands
 
-EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT, EXIT_UNAVAILABLE = 0, 1, 2, 3
+from perfgate import exitcodes
+
+EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT, EXIT_UNAVAILABLE = exitcodes.OK, exitcodes.FAILED, exitcodes.BAD_INPUT, exitcodes.UNAVAILABLE
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad option exits with the bad-input code of pytest runs (4), not argparse's 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
 
 
 class CommandError(Exception):
-    """A user error: printed as one line, exit code 2 unless `code` says otherwise."""
+    """A user error: printed as one line, exit code 4 (bad input) unless `code` says otherwise."""
 
     def __init__(self, message: str, code: int = EXIT_BAD_INPUT) -> None:
         super().__init__(message)
@@ -41,8 +52,9 @@ def load_models(model_files: Sequence[str] = ()) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="perfgate", description="Benchmarks, gate and profiles for real-time video and world models.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser = _Parser(prog="perfgate", description="Benchmarks, gate and profiles for real-time video and world models.")
+    parser.add_argument("--version", action="version", version=f"perfgate {perfgate.__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     for info in sorted(pkgutil.iter_modules(perfgate.commands.__path__), key=lambda m: m.name):
         if info.name.startswith("_"):
             continue

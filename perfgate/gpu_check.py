@@ -10,7 +10,7 @@ Steps, each a subprocess with its own log and JUnit XML under the output folder:
 4. the same selection again, unchanged, gated against that record: what a pull request sees;
 5. a summary of what passed (`summary.md`, `summary.json`), printed at the end.
 
-Without CUDA it says so and exits 3 (perfgate's "cannot run here"), unless `--device cpu` asks for
+Without CUDA it says so and exits 5 (perfgate's "cannot run here"), unless `--device cpu` asks for
 a rehearsal of the flow on the CPU (how this module is tested). Exit 0 when every step passed,
 else 1. It installs nothing: scripts/gpu-check uses the project's set-up (`PERFGATE_SKIP_INSTALL=1`
 takes the machine's Python as it is).
@@ -29,7 +29,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-EXIT_OK, EXIT_FAILED, EXIT_UNAVAILABLE = 0, 1, 3
+from perfgate.exitcodes import FAILED as EXIT_FAILED
+from perfgate.exitcodes import OK as EXIT_OK
+from perfgate.exitcodes import UNAVAILABLE as EXIT_UNAVAILABLE
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

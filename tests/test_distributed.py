@@ -16,7 +16,7 @@ import torch
 
 from perfgate.gate import store
 from perfgate import distributed as pd
-from perfgate.cli import main
+from perfgate.cli import EXIT_BAD_INPUT, main
 from perfgate.measure import WarmupRule, measure
 from perfgate.gate.policy import GateSettings, Override, Policy
 from perfgate.stats import StopRule
@@ -182,9 +182,9 @@ def test_cli_aggregate_writes_a_run_that_compare_history_and_report_read(tmp_pat
     (["aggregate", "nosuch"], "nosuch: no such folder"),
     (["aggregate", ".", "--straggler-pct", "-1"], "--straggler-pct -1"),
 ])
-def test_cli_aggregate_bad_input_is_one_line_exit_2(argv, message, capsys, tmp_path, monkeypatch):
+def test_cli_aggregate_bad_input_is_one_line_exit_4(argv, message, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert main(argv) == 2
+    assert main(argv) == EXIT_BAD_INPUT
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err
 

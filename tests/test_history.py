@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from perfgate import history as h
-from perfgate.cli import main
+from perfgate.cli import EXIT_BAD_INPUT, main
 from perfgate.output import terminal, text
 
 FP_ID = "cpu-test-cpu-t2-0123456789"
@@ -337,7 +337,7 @@ def test_cli_brief_and_last(project, capsys):
     ],
     ids=["model", "metric", "date", "path", "fingerprint"],
 )
-def test_cli_bad_input_is_one_line_exit_2(project, capsys, argv, message):
-    assert main(["history", *argv]) == 2
+def test_cli_bad_input_is_one_line_exit_4(project, capsys, argv, message):
+    assert main(["history", *argv]) == EXIT_BAD_INPUT
     err = capsys.readouterr().err.strip().splitlines()
     assert message in err[-1] and err[-1].startswith("perfgate history: ")

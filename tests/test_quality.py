@@ -12,7 +12,7 @@ import pytest
 
 from perfgate import gate
 from perfgate.gate import quality as q
-from perfgate.cli import main
+from perfgate.cli import EXIT_BAD_INPUT, main
 from perfgate.gate.policy import GateSettings
 
 
@@ -270,8 +270,8 @@ def test_rejudge_reproduces_the_live_verdicts_and_marks_missing_runs():
     (["--from-json", "/nonexistent/gq.json"], "--from-json"),
     (["--comparisons", "0"], "--comparisons"),
 ])
-def test_cli_bad_input_is_one_line_and_exit_2(argv, needle, capsys):
-    assert main(["gate-quality", "--isolation", "inprocess", *argv]) == 2
+def test_cli_bad_input_is_one_line_and_exit_4(argv, needle, capsys):
+    assert main(["gate-quality", "--isolation", "inprocess", *argv]) == EXIT_BAD_INPUT
     err = capsys.readouterr().err.strip()
     assert needle in err and "\n" not in err
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from perfgate.cli import EXIT_BAD_INPUT
+
 pytest_plugins = ("pytester",)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,12 +98,26 @@ def test_perfgate_models_lists_the_families_this_repositorys_pyproject_registers
 
 def test_cli_commands_load_the_registries_of_the_current_directory(tmp_path: Path) -> None:
     p = _perfgate(tmp_path, "models")
-    assert p.returncode == 2 and p.stderr.startswith("perfgate models: no models are registered"), p.stderr
+    assert p.returncode == EXIT_BAD_INPUT and p.stderr.startswith("perfgate models: no models are registered"), p.stderr
     tmp_path.joinpath("pyproject.toml").write_text('[tool.perfgate]\nregistries = ["nosuch_registry"]\n')
     p = _perfgate(tmp_path, "profile", "physicsnemo-block")
-    assert p.returncode == 2 and len(p.stderr.splitlines()) == 1, p.stderr
+    assert p.returncode == EXIT_BAD_INPUT and len(p.stderr.splitlines()) == 1, p.stderr
     assert p.stderr.startswith("perfgate profile: registry 'nosuch_registry' cannot be imported: ModuleNotFoundError")
     tmp_path.joinpath("pyproject.toml").write_text('[tool.perfgate]\nmodel_files = ["mine.py"]\n')
     tmp_path.joinpath("mine.py").write_text(TINY_MODEL)
     p = _perfgate(tmp_path, "profile", "physicsnemo-block")
-    assert p.returncode == 2 and p.stderr.strip() == "perfgate profile: unknown model 'physicsnemo-block'; known: tiny-model"
+    assert p.returncode == EXIT_BAD_INPUT and p.stderr.strip() == "perfgate profile: unknown model 'physicsnemo-block'; known: tiny-model"
+
+
+def test_one_exit_code_table_for_pytest_runs_and_the_cli():
+    """Bad input is 4 and "cannot run here" 5 everywhere, as pytest numbers them (perfgate.exitcodes)."""
+    from perfgate import exitcodes
+    from perfgate.cli import EXIT_UNAVAILABLE, main
+
+    assert (EXIT_BAD_INPUT, EXIT_UNAVAILABLE) == (exitcodes.BAD_INPUT, exitcodes.UNAVAILABLE) == (pytest.ExitCode.USAGE_ERROR, 5)
+    with pytest.raises(SystemExit) as exc:
+        main(["compare", "--no-such-option"])  # argparse's own error: 4 here too, not argparse's 2
+    assert exc.value.code == EXIT_BAD_INPUT
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0

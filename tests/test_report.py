@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from perfgate import gate, telemetry
-from perfgate.cli import main
+from perfgate.cli import EXIT_BAD_INPUT, main
 from perfgate.history import Run, load_run
 from perfgate.output import charts, html, markdown
 from perfgate.output.report_data import history_for, telemetry_rows, timeline_series
@@ -304,11 +304,11 @@ def test_cli_markdown_is_written_even_when_the_html_fails(tmp_path, real, monkey
     ],
     ids=["truncated-run", "missing-run", "bad-verdicts", "truncated-verdicts", "bad-link"],
 )
-def test_cli_report_bad_input_is_one_line_exit_2(tmp_path, monkeypatch, capsys, real, files, argv, message):
+def test_cli_report_bad_input_is_one_line_exit_4(tmp_path, monkeypatch, capsys, real, files, argv, message):
     monkeypatch.chdir(tmp_path)
     for name, text in files.items():
         write(tmp_path / name, text if text is not None else real)
-    assert main(["report", *argv]) == 2
+    assert main(["report", *argv]) == EXIT_BAD_INPUT
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("perfgate report: ") and message in err[0]
     assert not (tmp_path / "report.html").exists()
