@@ -148,9 +148,7 @@ class UpBlock(nn.Module):
     def __init__(self, ch_in: int, ch_out: int, num_res: int, total_blocks: int, group_size: int) -> None:
         super().__init__()
         self.up = Upsample(ch_in, ch_out)
-        self.blocks = nn.ModuleList(
-            ResBlock(ch_out, num_res * total_blocks, group_size) for _ in range(num_res)
-        )
+        self.blocks = nn.ModuleList(ResBlock(ch_out, num_res * total_blocks, group_size) for _ in range(num_res))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.up(x)

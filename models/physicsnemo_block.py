@@ -118,7 +118,9 @@ def host_batch(shape: tuple[int, ...], *, index: int, device: torch.device | str
     """The tutorial's data path: numpy normal(loc=idx, scale=idx) per sample on the host, then a copy."""
     base = index * shape[0]
     rng = np.random.default_rng(index)
-    samples = [rng.normal(loc=i, scale=max(i, 1), size=shape[1:]).astype(np.float32) for i in range(base, base + shape[0])]
+    samples = [
+        rng.normal(loc=i, scale=max(i, 1), size=shape[1:]).astype(np.float32) for i in range(base, base + shape[0])
+    ]
     return torch.from_numpy(np.stack(samples)).to(device, dtype)
 
 

@@ -174,13 +174,25 @@ class SelfForcingDiTConfig:
 CONFIGS: dict[str, SelfForcingDiTConfig] = {
     # CPU CI: 2 layers, 8x8 latent (16 tokens per frame), 16 text tokens.
     "tiny": SelfForcingDiTConfig(
-        dim=64, ffn_dim=128, num_heads=2, num_layers=2, freq_dim=64, text_dim=64, text_len=16,
+        dim=64,
+        ffn_dim=128,
+        num_heads=2,
+        num_layers=2,
+        freq_dim=64,
+        text_dim=64,
+        text_len=16,
         latent_hw=(8, 8),
     ),
     # CPU size where compile / autocast / int8 show: 128 tokens per frame, 384 query tokens,
     # 1536 keys at the default block; all Linear dims multiples of 16.
     "medium": SelfForcingDiTConfig(
-        dim=384, ffn_dim=1536, num_heads=6, num_layers=4, freq_dim=256, text_dim=512, text_len=64,
+        dim=384,
+        ffn_dim=1536,
+        num_heads=6,
+        num_layers=4,
+        freq_dim=256,
+        text_dim=512,
+        text_len=64,
         latent_hw=(16, 32),
     ),
     # Wan2.1-T2V-1.3B as Self Forcing runs it: 1,418,996,800 parameters.
@@ -233,7 +245,7 @@ def _rope_cos_sin(
 
     def inv_freq(pairs: int) -> torch.Tensor:
         exponent = torch.arange(pairs, device=dev, dtype=dtype) * 2 / (2 * pairs)
-        return config.rope_theta ** -exponent  # (pairs,)
+        return config.rope_theta**-exponent  # (pairs,)
 
     t_pos = (frame0 + torch.arange(num_frames, device=dev)).to(dtype)  # (F,) absolute frame index
     h_pos = torch.arange(gh, device=dev, dtype=dtype)
@@ -364,9 +376,7 @@ class DiTBlock(nn.Module):
         d = config.dim
         self.norm1 = LayerNorm(d, eps=config.eps, elementwise_affine=False)
         self.self_attn = SelfAttention(config)
-        self.norm3 = (
-            LayerNorm(d, eps=config.eps, elementwise_affine=True) if config.cross_attn_norm else nn.Identity()
-        )
+        self.norm3 = LayerNorm(d, eps=config.eps, elementwise_affine=True) if config.cross_attn_norm else nn.Identity()
         self.cross_attn = CrossAttention(config)
         self.norm2 = LayerNorm(d, eps=config.eps, elementwise_affine=False)
         self.ffn = nn.Sequential(
@@ -420,9 +430,7 @@ class SelfForcingDiT(nn.Module):
         d = config.dim
         patch = config.patch_size
         self.patch_embedding = nn.Conv3d(config.in_dim, d, kernel_size=patch, stride=patch)
-        self.text_embedding = nn.Sequential(
-            nn.Linear(config.text_dim, d), nn.GELU(approximate="tanh"), nn.Linear(d, d)
-        )
+        self.text_embedding = nn.Sequential(nn.Linear(config.text_dim, d), nn.GELU(approximate="tanh"), nn.Linear(d, d))
         self.time_embedding = nn.Sequential(nn.Linear(config.freq_dim, d), nn.SiLU(), nn.Linear(d, d))
         self.time_projection = nn.Sequential(nn.SiLU(), nn.Linear(d, 6 * d))
         self.blocks = nn.ModuleList(DiTBlock(config) for _ in range(config.num_layers))

@@ -61,9 +61,7 @@ class VJEPA2EncoderConfig:
 
     def __post_init__(self) -> None:
         if self.embed_dim % self.num_heads:
-            raise ValueError(
-                f"embed_dim {self.embed_dim} is not divisible by num_heads {self.num_heads}"
-            )
+            raise ValueError(f"embed_dim {self.embed_dim} is not divisible by num_heads {self.num_heads}")
         if self.head_dim % 2:
             raise ValueError(f"head_dim {self.head_dim} must be even for pairwise rotation")
 
@@ -79,14 +77,10 @@ class VJEPA2EncoderConfig:
 
 CONFIGS: dict[str, VJEPA2EncoderConfig] = {
     # CPU CI: 32 tokens, eager fp32 about 1 ms on 2 threads.
-    "tiny": VJEPA2EncoderConfig(
-        embed_dim=96, depth=2, num_heads=4, mlp_hidden_dim=384, img_size=64, num_frames=4
-    ),
+    "tiny": VJEPA2EncoderConfig(embed_dim=96, depth=2, num_heads=4, mlp_hidden_dim=384, img_size=64, num_frames=4),
     # CPU size where compile / bf16 / int8 show an effect: 256 tokens, head_dim 64 (same 20/20/20+4
     # RoPE split as the full sizes), all Linear dims multiples of 16.
-    "medium": VJEPA2EncoderConfig(
-        embed_dim=384, depth=6, num_heads=6, mlp_hidden_dim=1536, img_size=128, num_frames=8
-    ),
+    "medium": VJEPA2EncoderConfig(embed_dim=384, depth=6, num_heads=6, mlp_hidden_dim=1536, img_size=128, num_frames=8),
     # Full sizes (vit_large_rope, vit_huge_rope, vit_giant_xformers_rope).
     "large": VJEPA2EncoderConfig(embed_dim=1024, depth=24, num_heads=16, mlp_hidden_dim=4096),
     "huge": VJEPA2EncoderConfig(embed_dim=1280, depth=32, num_heads=16, mlp_hidden_dim=5120),
@@ -223,9 +217,7 @@ def _clip_shape(config: VJEPA2EncoderConfig, options: dict[str, object]) -> tupl
     """(img_size, num_frames) from the options, defaulting to the config's; validated."""
     for name in options:
         if name not in _OPTIONS:
-            raise TypeError(
-                f"unknown option {name!r} for vjepa2_encoder; expected one of {_OPTIONS}"
-            )
+            raise TypeError(f"unknown option {name!r} for vjepa2_encoder; expected one of {_OPTIONS}")
     img_size = options.get("img_size", config.img_size)
     num_frames = options.get("num_frames", config.num_frames)
     for name, value, multiple, what in (
@@ -256,15 +248,11 @@ def example_inputs(
     """
     img_size, num_frames = _clip_shape(config, options)
     generator = torch.Generator().manual_seed(seed)
-    video = torch.randn(
-        batch, config.in_chans, num_frames, img_size, img_size, generator=generator
-    )  # (B, 3, T, H, W)
+    video = torch.randn(batch, config.in_chans, num_frames, img_size, img_size, generator=generator)  # (B, 3, T, H, W)
     return (video.to(device, dtype),)
 
 
-def step_info(
-    config: VJEPA2EncoderConfig, *, batch: int = 1, **options: object
-) -> dict[str, float]:
+def step_info(config: VJEPA2EncoderConfig, *, batch: int = 1, **options: object) -> dict[str, float]:
     """One forward encodes num_frames frames per clip: {"frames": num_frames * batch}."""
     _, num_frames = _clip_shape(config, options)
     return {"frames": float(num_frames * batch)}

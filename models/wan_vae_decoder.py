@@ -51,12 +51,40 @@ CACHE_T = 2  # frames of history per causal conv (temporal kernel 3 -> 2 frames 
 
 # Per-channel latent statistics of the Wan2.1 VAE (z_dim 16): the decoder input is z * std + mean.
 WAN21_LATENT_MEAN = (
-    -0.7571, -0.7089, -0.9113, 0.1075, -0.1745, 0.9653, -0.1517, 1.5508,
-    0.4134, -0.0715, 0.5517, -0.3632, -0.1922, -0.9497, 0.2503, -0.2921,
+    -0.7571,
+    -0.7089,
+    -0.9113,
+    0.1075,
+    -0.1745,
+    0.9653,
+    -0.1517,
+    1.5508,
+    0.4134,
+    -0.0715,
+    0.5517,
+    -0.3632,
+    -0.1922,
+    -0.9497,
+    0.2503,
+    -0.2921,
 )
 WAN21_LATENT_STD = (
-    2.8184, 1.4541, 2.3275, 2.6558, 1.2196, 1.7708, 2.6052, 2.0743,
-    3.2687, 2.1526, 2.8652, 1.5579, 1.6382, 1.1253, 2.8251, 1.9160,
+    2.8184,
+    1.4541,
+    2.3275,
+    2.6558,
+    1.2196,
+    1.7708,
+    2.6052,
+    2.0743,
+    3.2687,
+    2.1526,
+    2.8652,
+    1.5579,
+    1.6382,
+    1.1253,
+    2.8251,
+    1.9160,
 )
 
 
@@ -126,9 +154,7 @@ class CausalConv3d(nn.Conv3d):
             return super().forward(x)
         return super().forward(self._with_history(x, cache))
 
-    def forward_cached(
-        self, x: torch.Tensor, cache: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward_cached(self, x: torch.Tensor, cache: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """Output and the next cache: the last CACHE_T input frames, zero-padded at the start.
 
         The cache is cloned so the caller does not keep the whole padded input alive.
@@ -160,18 +186,21 @@ class ResidualBlock(nn.Module):
         super().__init__()
         # Indices as upstream's nn.Sequential (SiLU / Dropout(0) hold places 1, 4, 5): keys
         # residual.0.gamma, residual.2.weight, residual.3.gamma, residual.6.weight.
-        self.residual = nn.ModuleList([
-            RMS_norm(in_dim, images=False), nn.SiLU(),
-            CausalConv3d(in_dim, out_dim, 3, padding=1),
-            RMS_norm(out_dim, images=False), nn.SiLU(), nn.Dropout(0.0),
-            CausalConv3d(out_dim, out_dim, 3, padding=1),
-        ])
+        self.residual = nn.ModuleList(
+            [
+                RMS_norm(in_dim, images=False),
+                nn.SiLU(),
+                CausalConv3d(in_dim, out_dim, 3, padding=1),
+                RMS_norm(out_dim, images=False),
+                nn.SiLU(),
+                nn.Dropout(0.0),
+                CausalConv3d(out_dim, out_dim, 3, padding=1),
+            ]
+        )
         # A 1x1x1 conv has no temporal context, so the shortcut needs no cache.
         self.shortcut = CausalConv3d(in_dim, out_dim, 1) if in_dim != out_dim else nn.Identity()
 
-    def forward(
-        self, x: torch.Tensor, caches: list[torch.Tensor] | None
-    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    def forward(self, x: torch.Tensor, caches: list[torch.Tensor] | None) -> tuple[torch.Tensor, list[torch.Tensor]]:
         # x (B, C_in, T, H, W) -> (B, C_out, T, H, W)
         norm1, _, conv1, norm2, _, _, conv2 = self.residual
         c1, c2 = caches if caches is not None else (None, None)
@@ -223,18 +252,14 @@ class Resample(nn.Module):
         self.time_conv = CausalConv3d(dim, dim * 2, (3, 1, 1), padding=(1, 0, 0)) if temporal else None
         self.num_caches = 1 if temporal else 0
 
-    def _double_time(
-        self, x: torch.Tensor, cache: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def _double_time(self, x: torch.Tensor, cache: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         b, c, t, h, w = x.shape
         y, new_cache = self.time_conv.forward_cached(x, cache)  # (B, 2C, T, H, W)
         # Channel halves (2, C) become frames 2i and 2i+1.
         y = y.reshape(b, 2, c, t, h, w).permute(0, 2, 3, 1, 4, 5).reshape(b, c, 2 * t, h, w)
         return y, new_cache
 
-    def forward(
-        self, x: torch.Tensor, caches: list[torch.Tensor] | None
-    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    def forward(self, x: torch.Tensor, caches: list[torch.Tensor] | None) -> tuple[torch.Tensor, list[torch.Tensor]]:
         # x (B, C, T, H, W) -> (B, C // 2, T' , 2H, 2W), T' = 2T, or 1 + 2(T - 1) from the start
         new_caches: list[torch.Tensor] = []
         if self.time_conv is not None:
@@ -278,15 +303,11 @@ class Decoder3d(nn.Module):
                 upsamples.append(Resample(out_dim, temporal=config.temporal_upsample[i]))
         self.upsamples = nn.Sequential(*upsamples)
         # Keys head.0.gamma and head.2.*; SiLU holds place 1.
-        self.head = nn.Sequential(
-            RMS_norm(dims[-1], images=False), nn.SiLU(), CausalConv3d(dims[-1], 3, 3, padding=1)
-        )
+        self.head = nn.Sequential(RMS_norm(dims[-1], images=False), nn.SiLU(), CausalConv3d(dims[-1], 3, 3, padding=1))
         blocks = (*self.middle, *self.upsamples)
         self.num_caches = 2 + sum(m.num_caches for m in blocks if not isinstance(m, AttentionBlock))
 
-    def forward(
-        self, x: torch.Tensor, caches: list[torch.Tensor] | None
-    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    def forward(self, x: torch.Tensor, caches: list[torch.Tensor] | None) -> tuple[torch.Tensor, list[torch.Tensor]]:
         # x (B, z_dim, T, h, w) -> video (B, 3, T_out, 8h, 8w) and the new caches in upstream order
         new: list[torch.Tensor] = []
 
@@ -354,9 +375,7 @@ class WanVAEDecoder(nn.Module):
         return self(z)[0]
 
 
-def _cache_specs(
-    config: WanVAEDecoderConfig, latent_hw: tuple[int, int]
-) -> list[tuple[int, int, int, int]]:
+def _cache_specs(config: WanVAEDecoderConfig, latent_hw: tuple[int, int]) -> list[tuple[int, int, int, int]]:
     """(channels, height, width, time_conv_rank) of each cache in forward's order.
 
     time_conv_rank is -1 for an ordinary causal conv, else how many temporal upsamplings come

@@ -11,13 +11,17 @@ import argparse
 import importlib
 import pkgutil
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 import perfgate.commands
-
 from perfgate import exitcodes
 
-EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT, EXIT_UNAVAILABLE = exitcodes.OK, exitcodes.FAILED, exitcodes.BAD_INPUT, exitcodes.UNAVAILABLE
+EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT, EXIT_UNAVAILABLE = (
+    exitcodes.OK,
+    exitcodes.FAILED,
+    exitcodes.BAD_INPUT,
+    exitcodes.UNAVAILABLE,
+)
 
 
 class _Parser(argparse.ArgumentParser):

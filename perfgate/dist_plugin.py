@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from perfgate import distributed as pd
+from perfgate import topology as topo_mod
 
 if TYPE_CHECKING:
     from perfgate.session import Session
@@ -33,7 +34,7 @@ _STATE = pytest.StashKey["DistState"]()
 
 @dataclass(kw_only=True)
 class DistState:
-    topo: pd.Topology
+    topo: topo_mod.Topology
     folder: Path
     device: str
     backend: str
@@ -49,16 +50,35 @@ class DistState:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     g = parser.getgroup("perfgate-dist", "perfgate: distributed runs under torchrun (-p perfgate.dist_plugin)")
-    g.addoption("--perfgate-dist-dir", default=None, metavar="DIR",
-                help="where each rank writes rank<R>.json and rank 0 aggregated.json (default <rootdir>/.perfgate/dist)")
-    g.addoption("--perfgate-straggler-pct", type=float, default=pd.DEFAULT_STRAGGLER_PCT, metavar="PCT",
-                help="a rank whose median is more than PCT %% above the median of rank medians is a straggler "
-                     f"(default {pd.DEFAULT_STRAGGLER_PCT:g})")
-    g.addoption("--perfgate-dist-rounds", type=int, default=None, metavar="N",
-                help="timed rounds per case on every rank (default: the stop rule's bounds clipped to "
-                     f"{pd.DEFAULT_LOCKSTEP_ROUNDS}; 5 with --perfgate-smoke)")
-    g.addoption("--perfgate-dist-threads", type=int, default=None, metavar="N",
-                help="intra-op CPU threads per rank (default: usable cores // ranks on this node, at least 1)")
+    g.addoption(
+        "--perfgate-dist-dir",
+        default=None,
+        metavar="DIR",
+        help="where each rank writes rank<R>.json and rank 0 aggregated.json (default <rootdir>/.perfgate/dist)",
+    )
+    g.addoption(
+        "--perfgate-straggler-pct",
+        type=float,
+        default=pd.DEFAULT_STRAGGLER_PCT,
+        metavar="PCT",
+        help="a rank whose median is more than PCT %% above the median of rank medians is a straggler "
+        f"(default {pd.DEFAULT_STRAGGLER_PCT:g})",
+    )
+    g.addoption(
+        "--perfgate-dist-rounds",
+        type=int,
+        default=None,
+        metavar="N",
+        help="timed rounds per case on every rank (default: the stop rule's bounds clipped to "
+        f"{topo_mod.DEFAULT_LOCKSTEP_ROUNDS}; 5 with --perfgate-smoke)",
+    )
+    g.addoption(
+        "--perfgate-dist-threads",
+        type=int,
+        default=None,
+        metavar="N",
+        help="intra-op CPU threads per rank (default: usable cores // ranks on this node, at least 1)",
+    )
 
 
 def _folder(config: pytest.Config) -> Path:
@@ -72,7 +92,7 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
     # the thread count (a fingerprint field) and pytest-benchmark's output paths must be set
     # before perfgate.plugin and pytest-benchmark read them.
     try:
-        topo = pd.topology()
+        topo = topo_mod.topology()
     except ValueError as exc:
         raise pytest.UsageError(f"perfgate: {exc}") from None
     if topo.distributed and not config.option.help:
@@ -94,37 +114,49 @@ def pytest_perfgate_configure_session(config: pytest.Config, session: Session) -
         return
     opts = session.run_options
     try:
-        stop, warmup = pd.lockstep_rules(opts.stop, opts.warmup, config.getoption("perfgate_dist_rounds"))
+        stop, warmup = topo_mod.lockstep_rules(opts.stop, opts.warmup, config.getoption("perfgate_dist_rounds"))
     except ValueError as exc:
         raise pytest.UsageError(f"perfgate: --perfgate-dist-rounds: {exc}") from None
     session.run_options = replace(opts, stop=stop, warmup=warmup)
     siblings = (state.topo.local_world_size - 1) * state.num_threads if state.device.startswith("cpu") else 0.0
-    session.policy = pd.lockstep_policy(session.policy, siblings)
+    session.policy = topo_mod.lockstep_policy(session.policy, siblings)
     state.record, state.baseline_dir = session.record_label, session.baseline_dir
     session.record_label = None
     if state.topo.rank != 0:
         session.verdict_file = state.folder / f"verdicts.rank{state.topo.rank}.json"
 
 
-def _start(config: pytest.Config, topo: pd.Topology) -> DistState:
+def _start(config: pytest.Config, topo: topo_mod.Topology) -> DistState:
     import torch
     import torch.distributed as dist
 
     from perfgate.device import default_device
 
-    rounds, threads, pct = (config.getoption(o) for o in ("perfgate_dist_rounds", "perfgate_dist_threads", "perfgate_straggler_pct"))
-    for name, value, low in (("--perfgate-dist-rounds", rounds, 1), ("--perfgate-dist-threads", threads, 1), ("--perfgate-straggler-pct", pct, 0)):
+    rounds, threads, pct = (
+        config.getoption(o) for o in ("perfgate_dist_rounds", "perfgate_dist_threads", "perfgate_straggler_pct")
+    )
+    for name, value, low in (
+        ("--perfgate-dist-rounds", rounds, 1),
+        ("--perfgate-dist-threads", threads, 1),
+        ("--perfgate-straggler-pct", pct, 0),
+    ):
         if value is not None and value < low:
             raise pytest.UsageError(f"perfgate: {name} {value:g} must be at least {low}")
-    device = pd.rank_device(config.getoption("perfgate_device", None) or default_device(), topo.local_rank)
-    threads = threads or pd.threads_per_rank(pd.usable_cores(), topo.local_world_size)
+    device = topo_mod.rank_device(config.getoption("perfgate_device", None) or default_device(), topo.local_rank)
+    threads = threads or topo_mod.threads_per_rank(topo_mod.usable_cores(), topo.local_world_size)
     torch.set_num_threads(threads)
-    created = pd.init_process_group(device)
+    created = topo_mod.init_process_group(device)
     folder = _folder(config)
     o = config.option
     state = DistState(
-        topo=topo, folder=folder, device=device, backend=dist.get_backend(), num_threads=threads, created_group=created,
-        straggler_pct=pct, user_json=getattr(o, "benchmark_json", None),
+        topo=topo,
+        folder=folder,
+        device=device,
+        backend=dist.get_backend(),
+        num_threads=threads,
+        created_group=created,
+        straggler_pct=pct,
+        user_json=getattr(o, "benchmark_json", None),
         save=getattr(o, "benchmark_save", None) or getattr(o, "benchmark_autosave", None),
     )
     # Each rank writes its own results; what the user asked to be written once gets the aggregate.
@@ -169,8 +201,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         dist.gather_object((int(exitstatus), own), gathered, dst=0)
     except (RuntimeError, ValueError) as exc:  # a peer died: aggregate what reached the folder
         gathered = None
-        state.lines.append(f"perfgate: gathering the ranks' results failed ({str(exc).splitlines()[0]}); "
-                           f"aggregating the files in {state.folder}")
+        state.lines.append(
+            f"perfgate: gathering the ranks' results failed ({str(exc).splitlines()[0]}); "
+            f"aggregating the files in {state.folder}"
+        )
     if state.topo.rank != 0:
         return
     _aggregate(config, state, gathered)
@@ -221,8 +255,10 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if state is None:
         return
     if state.topo.rank != 0:
-        terminalreporter.write_line(f"perfgate: rank {state.topo.rank} of {state.topo.world_size} wrote "
-                                    f"{pd.rank_file(state.folder, state.topo.rank)}")
+        terminalreporter.write_line(
+            f"perfgate: rank {state.topo.rank} of {state.topo.world_size} wrote "
+            f"{pd.rank_file(state.folder, state.topo.rank)}"
+        )
         return
     terminalreporter.section("perfgate: ranks")
     for line in state.lines:

@@ -1,6 +1,6 @@
-"""Distributed runs on torch.distributed: rank topology, the process group, lockstep rules, and
-the aggregation of per-rank results into one pytest-benchmark/perfgate run (the data-parallel
-step kinds themselves are built in perfgate.steps).
+"""Distributed runs: per-rank result files and their aggregation into one pytest-benchmark/perfgate
+run (the rank topology, process group and lockstep rules are in perfgate.topology, the
+data-parallel step kinds in perfgate.steps).
 
 Under `torchrun --nproc-per-node N -m pytest benchmarks -p perfgate.dist_plugin` every rank
 measures the same cases on its own device and writes `rank<R>.json`; rank 0 aggregates them with
@@ -19,171 +19,27 @@ import json
 import os
 import re
 import statistics
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
-import torch
-
-from perfgate.device import bind
-from perfgate.measure import WarmupRule
 from perfgate.output.text import fmt_g, text_table
-from perfgate.stats import StopRule
+from perfgate.topology import Topology
 
 DEFAULT_STRAGGLER_PCT = 10.0  # a rank whose median is this much above the median of rank medians
-DEFAULT_LOCKSTEP_ROUNDS = 30  # timed rounds per case under torchrun (capped by the stop rule's bounds)
 # Step kinds (perfgate.steps) whose ranks each process their own data: throughput sums over ranks,
 # and outside torchrun they are selected only by name.
 DATA_PARALLEL_STEPS = frozenset({"ddp-train", "dp-inference"})
 RANK_FILE = re.compile(r"^rank(\d+)\.json$")
 AGGREGATED_FILE = "aggregated.json"
 # extra_info keys that identify a rank or describe the case's set-up: not metrics to aggregate.
-_NOT_METRICS = frozenset({"rank", "local_rank", "world_size", "local_world_size", "options", "tolerance", "items_per_step"})
+_NOT_METRICS = frozenset(
+    {"rank", "local_rank", "world_size", "local_world_size", "options", "tolerance", "items_per_step"}
+)
 
 
 class AggregateError(ValueError):
     """Per-rank results that cannot be aggregated; the message names the file and the fix."""
-
-
-# ----------------------------------------------------------------------------- topology
-
-
-@dataclass(frozen=True, kw_only=True)
-class Topology:
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
-    local_world_size: int = 1
-
-    @property
-    def distributed(self) -> bool:
-        return self.world_size > 1
-
-
-def _env_int(env: Mapping[str, str], name: str, default: int) -> int:
-    value = env.get(name, "")
-    try:
-        return int(value) if value.strip() else default
-    except ValueError:
-        raise ValueError(f"environment variable {name}={value!r} is not an integer; torchrun sets it, do not override it") from None
-
-
-def topology(env: Mapping[str, str] | None = None) -> Topology:
-    """This process's place in the job: from an initialised process group, else torchrun's
-    environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE), else a single process."""
-    import torch.distributed as dist
-
-    env = os.environ if env is None else env
-    local_rank = _env_int(env, "LOCAL_RANK", 0)
-    local_world = _env_int(env, "LOCAL_WORLD_SIZE", 1)
-    if env is os.environ and dist.is_available() and dist.is_initialized():
-        return Topology(rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local_rank,
-                        local_world_size=local_world)
-    world = _env_int(env, "WORLD_SIZE", 1)
-    rank = _env_int(env, "RANK", 0)
-    if not 0 <= rank < world:
-        raise ValueError(f"RANK={rank} is outside WORLD_SIZE={world}")
-    return Topology(rank=rank, world_size=world, local_rank=local_rank, local_world_size=local_world)
-
-
-def under_launcher(env: Mapping[str, str] | None = None) -> bool:
-    """True when torchrun (or another env:// launcher) set up a rendezvous for this process."""
-    env = os.environ if env is None else env
-    return all(env.get(k) for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
-
-
-def backend_for(device: torch.device | str) -> str:
-    """NCCL for CUDA devices, gloo for the CPU."""
-    return "nccl" if torch.device(device).type == "cuda" else "gloo"
-
-
-def rank_device(device: str, local_rank: int) -> str:
-    """The device of one rank: a bare "cuda" becomes this node's GPU `cuda:<LOCAL_RANK>`; an
-    explicit index or the CPU is kept."""
-    d = torch.device(device)
-    return f"cuda:{local_rank}" if d.type == "cuda" and d.index is None else str(d)
-
-
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
-def threads_per_rank(cores: int, local_world_size: int) -> int:
-    """Intra-op threads per rank so the ranks of one node do not oversubscribe its cores."""
-    return max(1, cores // max(1, local_world_size))
-
-
-def init_process_group(device: torch.device | str) -> bool:
-    """Join torchrun's rendezvous (env://) with the backend the device needs; False if a process
-    group already exists. For CUDA the rank's GPU becomes the current device first."""
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        return False
-    device = bind(device)
-    kwargs: dict[str, Any] = {}
-    if device.type == "cuda":
-        kwargs["device_id"] = device  # binds NCCL to this GPU: barriers and object collectives use it
-    dist.init_process_group(backend=backend_for(device), init_method="env://", **kwargs)
-    return True
-
-
-def ensure_process_group(device: torch.device | str) -> None:
-    """A process group for DDP: torchrun's when launched by it, else a one-rank group on an
-    in-process HashStore (no port, no rendezvous), so DDP steps also run in a plain pytest run."""
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        return
-    if under_launcher():
-        init_process_group(device)
-        return
-    device = bind(device)
-    kwargs: dict[str, Any] = {"device_id": device} if device.type == "cuda" else {}
-    dist.init_process_group(backend=backend_for(device), store=dist.HashStore(), rank=0, world_size=1, **kwargs)
-
-
-def rank_and_world() -> tuple[int, int]:
-    """(rank, world size) of the running job; (0, 1) outside one."""
-    t = topology()
-    return t.rank, t.world_size
-
-
-# ----------------------------------------------------------------------------- lockstep
-
-
-def lockstep_rules(stop: StopRule, warmup: WarmupRule, rounds: int | None = None) -> tuple[StopRule, WarmupRule]:
-    """Fixed warm-up and timed round counts, the same on every rank.
-
-    The adaptive rules stop when *this* rank's median is precise; ranks would then disagree on how
-    many steps to run, and a DDP step (an all-reduce) on one rank would wait forever for its peers.
-    """
-    n = rounds if rounds is not None else max(stop.min_rounds, min(stop.max_rounds, DEFAULT_LOCKSTEP_ROUNDS))
-    if n < 1:
-        raise ValueError(f"rounds must be at least 1, got {n}")
-    w = max(warmup.min_rounds, 2 * warmup.window)
-    return (
-        replace(stop, min_rounds=n, max_rounds=n),
-        replace(warmup, min_rounds=w, max_rounds=w, budget_s=float("inf")),
-    )
-
-
-def lockstep_policy(policy: Any, sibling_cores: float) -> Any:
-    """The gate policy for a rank: no re-measurement (one rank re-measuring alone would desync
-    the collectives) and room for the sibling ranks' CPU time, which is expected load, not a
-    noisy neighbour (a foreign process on top of them still marks the case unreliable)."""
-    defaults = replace(policy.defaults, remeasure=0, contention_max=policy.defaults.contention_max + sibling_cores)
-    overrides = []
-    for o in policy.overrides:
-        s = dict(o.settings)
-        s["remeasure"] = 0
-        if "contention_max" in s:
-            s["contention_max"] = s["contention_max"] + sibling_cores
-        overrides.append(replace(o, settings=s))
-    return replace(policy, defaults=defaults, overrides=tuple(overrides))
 
 
 # ----------------------------------------------------------------------------- per-rank files
@@ -210,8 +66,16 @@ def rank_block(t: Topology, *, backend: str, num_threads: int, device: str) -> d
     """What a rank records about itself, top-level (`perfgate_dist`) and in each case's extra_info."""
     import socket
 
-    return {"rank": t.rank, "world_size": t.world_size, "local_rank": t.local_rank, "local_world_size": t.local_world_size,
-            "dist_backend": backend, "num_threads": num_threads, "host": socket.gethostname(), "rank_device": device}
+    return {
+        "rank": t.rank,
+        "world_size": t.world_size,
+        "local_rank": t.local_rank,
+        "local_world_size": t.local_world_size,
+        "dist_backend": backend,
+        "num_threads": num_threads,
+        "host": socket.gethostname(),
+        "rank_device": device,
+    }
 
 
 def run_rank(data: Mapping[str, Any], fallback: int | None = None) -> int:
@@ -234,8 +98,10 @@ def load_rank_runs(folder: str | os.PathLike[str]) -> dict[int, dict[str, Any]]:
 
     files = rank_files(folder)
     if not files:
-        raise AggregateError(f"{folder}: no rank<R>.json files; run `torchrun ... -m pytest benchmarks -p perfgate.dist_plugin` "
-                             f"(they go to --perfgate-dist-dir) or pass the folder holding them")
+        raise AggregateError(
+            f"{folder}: no rank<R>.json files; run `torchrun ... -m pytest benchmarks -p perfgate.dist_plugin` "
+            f"(they go to --perfgate-dist-dir) or pass the folder holding them"
+        )
     runs: dict[int, dict[str, Any]] = {}
     for file_rank, path in files.items():
         try:
@@ -244,16 +110,25 @@ def load_rank_runs(folder: str | os.PathLike[str]) -> dict[int, dict[str, Any]]:
             raise AggregateError(str(exc)) from None
         rank = run_rank(data, fallback=file_rank)
         if rank != file_rank:
-            raise AggregateError(f"{path}: holds rank {rank}'s results but is named for rank {file_rank}; rename it rank{rank}.json")
+            raise AggregateError(
+                f"{path}: holds rank {rank}'s results but is named for rank {file_rank}; rename it rank{rank}.json"
+            )
         runs[rank] = data
-    worlds = {r: d["perfgate_dist"]["world_size"] for r, d in runs.items() if isinstance(d.get("perfgate_dist"), Mapping)}
+    worlds = {
+        r: d["perfgate_dist"]["world_size"] for r, d in runs.items() if isinstance(d.get("perfgate_dist"), Mapping)
+    }
     if len(set(worlds.values())) > 1:
-        raise AggregateError(f"{folder}: rank files of runs with different world sizes ({worlds}); remove the stale rank<R>.json files")
+        raise AggregateError(
+            f"{folder}: rank files of runs with different world sizes ({worlds}); remove the stale rank<R>.json files"
+        )
     if worlds:
         world = next(iter(worlds.values()))
         extra = [r for r in runs if r >= world]
         if extra:
-            raise AggregateError(f"{rank_file(folder, extra[0])}: rank {extra[0]} is outside the world size {world} of the other files; remove it")
+            raise AggregateError(
+                f"{rank_file(folder, extra[0])}: rank {extra[0]} is outside the world size {world} of the other "
+                "files; remove it"
+            )
     return runs
 
 
@@ -299,7 +174,9 @@ def across_ranks(infos: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, floa
     return out
 
 
-def find_stragglers(medians_ms: Mapping[int, float], threshold_pct: float = DEFAULT_STRAGGLER_PCT) -> list[dict[str, Any]]:
+def find_stragglers(
+    medians_ms: Mapping[int, float], threshold_pct: float = DEFAULT_STRAGGLER_PCT
+) -> list[dict[str, Any]]:
     """Ranks whose median is more than `threshold_pct` % above the median of the rank medians."""
     if threshold_pct < 0:
         raise ValueError(f"straggler threshold must not be negative, got {threshold_pct}")
@@ -309,14 +186,30 @@ def find_stragglers(medians_ms: Mapping[int, float], threshold_pct: float = DEFA
     out = []
     for rank, med in sorted(medians_ms.items()):
         if ref > 0 and med > ref * (1.0 + threshold_pct / 100.0):
-            out.append({"rank": rank, "median_ms": med, "median_of_ranks_ms": ref, "excess_pct": (med / ref - 1.0) * 100.0})
+            out.append(
+                {"rank": rank, "median_ms": med, "median_of_ranks_ms": ref, "excess_pct": (med / ref - 1.0) * 100.0}
+            )
     return out
 
 
 def rank_summary(rank: int, entry: Mapping[str, Any]) -> dict[str, Any]:
     info = entry.get("extra_info") or {}
-    keys = ("mean_ms", "min_ms", "max_ms", "p90_ms", "std_ms", "rounds", "peak_mem_mib", "first_call_s",
-            "contention_cores", "fps", "device", "num_threads", "host", "unreliable")
+    keys = (
+        "mean_ms",
+        "min_ms",
+        "max_ms",
+        "p90_ms",
+        "std_ms",
+        "rounds",
+        "peak_mem_mib",
+        "first_call_s",
+        "contention_cores",
+        "fps",
+        "device",
+        "num_threads",
+        "host",
+        "unreliable",
+    )
     s = {"rank": rank, "median_ms": median_ms(entry), **{k: info[k] for k in keys if k in info}}
     if isinstance(info.get("throughput"), Mapping):
         s["throughput"] = dict(info["throughput"])
@@ -345,7 +238,9 @@ def median_ms(entry: Mapping[str, Any]) -> float:
     return float((entry.get("stats") or {}).get("median", 0.0)) * 1e3
 
 
-def aggregate_case(entries: Mapping[int, Mapping[str, Any]], *, world_size: int, threshold_pct: float) -> dict[str, Any]:
+def aggregate_case(
+    entries: Mapping[int, Mapping[str, Any]], *, world_size: int, threshold_pct: float
+) -> dict[str, Any]:
     """One benchmark entry from the same case measured on several ranks (rank -> entry)."""
     infos = {r: e.get("extra_info") or {} for r, e in sorted(entries.items())}
     medians = {r: median_ms(e) for r, e in sorted(entries.items())}
@@ -365,10 +260,14 @@ def aggregate_case(entries: Mapping[int, Mapping[str, Any]], *, world_size: int,
     info["throughput_aggregation"] = "sum" if data_parallel else "slowest"
     if data_parallel:
         units = list(dict.fromkeys(u for i in infos.values() for u in (i.get("throughput") or {})))
-        info["throughput"] = {u: sum(float((i.get("throughput") or {}).get(u, 0.0)) for i in infos.values()) for u in units}
+        info["throughput"] = {
+            u: sum(float((i.get("throughput") or {}).get(u, 0.0)) for i in infos.values()) for u in units
+        }
         if isinstance(info.get("items_per_step"), Mapping):
-            info["items_per_step"] = {u: sum(float((i.get("items_per_step") or {}).get(u, 0.0)) for i in infos.values())
-                                      for u in info["items_per_step"]}
+            info["items_per_step"] = {
+                u: sum(float((i.get("items_per_step") or {}).get(u, 0.0)) for i in infos.values())
+                for u in info["items_per_step"]
+            }
         if "frames" in info["throughput"]:
             info["fps"] = info["throughput"]["frames"]
     for key in ("peak_mem_mib", "reserved_mem_mib", "contention_cores"):
@@ -394,7 +293,9 @@ def _case_group(info: Mapping[str, Any]) -> tuple:
 
 def _respeed(benchmarks: list[dict[str, Any]]) -> None:
     """Speedups over the eager baseline from the aggregated (slowest-rank) medians."""
-    eager = {_case_group(b["extra_info"]): median_ms(b) for b in benchmarks if b["extra_info"].get("variant") == "baseline"}
+    eager = {
+        _case_group(b["extra_info"]): median_ms(b) for b in benchmarks if b["extra_info"].get("variant") == "baseline"
+    }
     for b in benchmarks:
         info = b["extra_info"]
         base, med = eager.get(_case_group(info)), median_ms(b)
@@ -403,8 +304,12 @@ def _respeed(benchmarks: list[dict[str, Any]]) -> None:
             info["speedup_basis"] = "median_ms"  # across ranks: the slowest rank's milliseconds
 
 
-def aggregate(runs: Mapping[int, Mapping[str, Any]], *, threshold_pct: float = DEFAULT_STRAGGLER_PCT,
-              world_size: int | None = None) -> dict[str, Any]:
+def aggregate(
+    runs: Mapping[int, Mapping[str, Any]],
+    *,
+    threshold_pct: float = DEFAULT_STRAGGLER_PCT,
+    world_size: int | None = None,
+) -> dict[str, Any]:
     """One perfgate result from per-rank results (rank -> pytest-benchmark JSON with a perfgate block).
 
     The top level (machine, commit, fingerprint) is the lowest rank's; `perfgate.distributed`
@@ -418,7 +323,9 @@ def aggregate(runs: Mapping[int, Mapping[str, Any]], *, threshold_pct: float = D
     blocks = {r: runs[r].get("perfgate_dist") for r in ranks if isinstance(runs[r].get("perfgate_dist"), Mapping)}
     declared = {b["world_size"] for b in blocks.values() if isinstance(b.get("world_size"), int)}
     if world_size is not None and declared and declared != {world_size}:
-        raise AggregateError(f"world size {world_size} given, but the rank files were written by a run of {sorted(declared)} ranks")
+        raise AggregateError(
+            f"world size {world_size} given, but the rank files were written by a run of {sorted(declared)} ranks"
+        )
     world = world_size or max([*declared, ranks[-1] + 1])
     if ranks[-1] >= world:
         raise AggregateError(f"rank {ranks[-1]} is outside the world size {world}")
@@ -427,7 +334,9 @@ def aggregate(runs: Mapping[int, Mapping[str, Any]], *, threshold_pct: float = D
     for r in ranks:
         for b in runs[r]["benchmarks"]:
             by_case.setdefault(b["fullname"], {})[r] = b
-    benchmarks = [aggregate_case(entries, world_size=world, threshold_pct=threshold_pct) for entries in by_case.values()]
+    benchmarks = [
+        aggregate_case(entries, world_size=world, threshold_pct=threshold_pct) for entries in by_case.values()
+    ]
     _respeed(benchmarks)
     out = {k: copy.deepcopy(v) for k, v in first.items() if k not in ("benchmarks", "perfgate_dist")}
     block = out.setdefault("perfgate", {})
@@ -444,7 +353,7 @@ def aggregate(runs: Mapping[int, Mapping[str, Any]], *, threshold_pct: float = D
         "stragglers": sum(len(b["extra_info"]["stragglers"]) for b in benchmarks),
         "fingerprint_ids": fp_ids if len(set(fp_ids.values())) > 1 else None,
         "throughput": "summed over ranks for data-parallel steps (" + ", ".join(sorted(DATA_PARALLEL_STEPS)) + "), "
-                      "the slowest rank's otherwise; latency is always the slowest rank's",
+        "the slowest rank's otherwise; latency is always the slowest rank's",
     }
     out["benchmarks"] = benchmarks
     return out
@@ -478,14 +387,40 @@ def rank_rows(aggregated: Mapping[str, Any]) -> list[list[str]]:
         strag = {s["rank"] for s in info.get("stragglers") or []}
         for s in ranks:
             vs = f"{(s['median_ms'] / ref - 1) * 100:+.1f}%" if ref else "-"
-            note = ", ".join(n for n in ("straggler" if s["rank"] in strag else "",
-                                         "slowest" if s["rank"] == info.get("slowest_rank") else "",
-                                         "unreliable" if s.get("unreliable") else "") if n)
-            rows.append([_case_label(b) if s is ranks[0] else "", str(s["rank"]), fmt_g(s.get("median_ms")), fmt_g(s.get("p90_ms")),
-                         _throughput({"unit": info.get("unit"), "throughput": s.get("throughput")}), fmt_g(s.get("peak_mem_mib")), vs, note])
+            note = ", ".join(
+                n
+                for n in (
+                    "straggler" if s["rank"] in strag else "",
+                    "slowest" if s["rank"] == info.get("slowest_rank") else "",
+                    "unreliable" if s.get("unreliable") else "",
+                )
+                if n
+            )
+            rows.append(
+                [
+                    _case_label(b) if s is ranks[0] else "",
+                    str(s["rank"]),
+                    fmt_g(s.get("median_ms")),
+                    fmt_g(s.get("p90_ms")),
+                    _throughput({"unit": info.get("unit"), "throughput": s.get("throughput")}),
+                    fmt_g(s.get("peak_mem_mib")),
+                    vs,
+                    note,
+                ]
+            )
         how = "sum" if info.get("throughput_aggregation") == "sum" else "slowest"
-        rows.append(["", "all", fmt_g(info.get("median_ms")), fmt_g(info.get("p90_ms")), f"{_throughput(info)} ({how})",
-                     fmt_g(info.get("peak_mem_mib")), "", f"latency: rank {info.get('slowest_rank')}"])
+        rows.append(
+            [
+                "",
+                "all",
+                fmt_g(info.get("median_ms")),
+                fmt_g(info.get("p90_ms")),
+                f"{_throughput(info)} ({how})",
+                fmt_g(info.get("peak_mem_mib")),
+                "",
+                f"latency: rank {info.get('slowest_rank')}",
+            ]
+        )
     return rows
 
 
@@ -497,9 +432,11 @@ def straggler_lines(aggregated: Mapping[str, Any]) -> list[str]:
     lines = []
     for b in aggregated["benchmarks"]:
         for s in b["extra_info"].get("stragglers") or []:
-            lines.append(f"straggler: {_case_label(b)} rank {s['rank']} median {s['median_ms']:.4g} ms is "
-                         f"{s['excess_pct']:.1f}% above the median of ranks ({s['median_of_ranks_ms']:.4g} ms; "
-                         f"threshold {b['extra_info'].get('straggler_threshold_pct', DEFAULT_STRAGGLER_PCT):g}%)")
+            lines.append(
+                f"straggler: {_case_label(b)} rank {s['rank']} median {s['median_ms']:.4g} ms is "
+                f"{s['excess_pct']:.1f}% above the median of ranks ({s['median_of_ranks_ms']:.4g} ms; "
+                f"threshold {b['extra_info'].get('straggler_threshold_pct', DEFAULT_STRAGGLER_PCT):g}%)"
+            )
     return lines
 
 
@@ -514,6 +451,8 @@ def summary_lines(aggregated: Mapping[str, Any], path: str | os.PathLike[str] | 
     if d.get("missing_ranks"):
         lines.append(f"perfgate: no results from rank(s) {', '.join(map(str, d['missing_ranks']))}")
     if d.get("fingerprint_ids"):
-        lines.append(f"perfgate: ranks ran on different fingerprints {d['fingerprint_ids']}; the file carries rank "
-                     f"{min(d['ranks'])}'s")
+        lines.append(
+            f"perfgate: ranks ran on different fingerprints {d['fingerprint_ids']}; the file carries rank "
+            f"{min(d['ranks'])}'s"
+        )
     return [*lines, *rank_table(aggregated), *straggler_lines(aggregated)]

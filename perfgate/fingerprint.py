@@ -20,12 +20,23 @@ import json
 import os
 import platform
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 
 # CPU flags that change which kernels oneDNN / inductor pick, hence the speed of a case.
-SPEED_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "avx_vnni", "amx_bf16", "amx_int8", "amx_fp16")
+SPEED_FLAGS = (
+    "avx2",
+    "avx512f",
+    "avx512_bf16",
+    "avx512_fp16",
+    "avx512_vnni",
+    "avx_vnni",
+    "amx_bf16",
+    "amx_int8",
+    "amx_fp16",
+)
 
 # Fields that key a baseline; everything else in the fingerprint is informative only.
 KEY_FIELDS = (
@@ -69,9 +80,16 @@ def cpu_fields(info: Mapping[str, Any]) -> dict[str, Any]:
     """The fingerprint's CPU fields from a py-cpuinfo dict: brand, vendor, family / model / stepping,
     cache sizes in KiB, and the flags that pick kernels."""
     flags = set(info.get("flags") or ())
-    caches = {name: int(info[key]) // 1024 for name, key in (("l1d", "l1_data_cache_size"), ("l1i", "l1_instruction_cache_size"),
-                                                            ("l2", "l2_cache_size"), ("l3", "l3_cache_size"))
-              if isinstance(info.get(key), int)}
+    caches = {
+        name: int(info[key]) // 1024
+        for name, key in (
+            ("l1d", "l1_data_cache_size"),
+            ("l1i", "l1_instruction_cache_size"),
+            ("l2", "l2_cache_size"),
+            ("l3", "l3_cache_size"),
+        )
+        if isinstance(info.get(key), int)
+    }
     return {
         "cpu_model": info.get("brand_raw") or platform.processor() or platform.machine(),
         "cpu_vendor": info.get("vendor_id_raw"),

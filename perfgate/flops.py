@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -75,7 +76,9 @@ def count_flops(fn: Callable[[], Any], device_type: str, root_name: str | None =
         method = "FlopCounterMode"
     counts = counter.get_flop_counts()
     total = int(counter.get_total_flops())
-    by_op = {str(op).split(".")[-1] if "." in str(op) else str(op): int(v) for op, v in counts.get("Global", {}).items()}
+    by_op = {
+        str(op).split(".")[-1] if "." in str(op) else str(op): int(v) for op, v in counts.get("Global", {}).items()
+    }
     root = root_name or next((k for k in counts if k != "Global" and "." not in k), None)
     by_module: dict[str, int] = {}
     attention = 0
@@ -106,6 +109,7 @@ def count_step_flops(module: nn.Module, inputs: tuple[torch.Tensor, ...], *, ste
     from perfgate.steps import is_training, train_loss
 
     if is_training(step):
+
         def run() -> None:
             train_loss(module(*inputs)).backward()
 
@@ -187,7 +191,11 @@ def _problem(op: str, scale: int, dtype: torch.dtype, device: torch.device) -> t
     if op == "conv":
         batch, ch, hw = scale, 128, 28
         x, w = rand(batch, ch, hw, hw), rand(ch, ch, 3, 3)
-        return (lambda: torch.nn.functional.conv2d(x, w, padding=1)), 2.0 * batch * ch * ch * 9 * hw * hw, f"conv2d 3x3 [{batch},{ch},{hw},{hw}]"
+        return (
+            (lambda: torch.nn.functional.conv2d(x, w, padding=1)),
+            2.0 * batch * ch * ch * 9 * hw * hw,
+            f"conv2d 3x3 [{batch},{ch},{hw},{hw}]",
+        )
     raise ValueError(f"unknown op class {op!r}; known: {', '.join(OP_CLASSES)}")
 
 
@@ -224,8 +232,15 @@ def measure_peak(
         if seconds >= min_time_s or scale >= max_scale:
             break
         scale *= 2
-    return Peak(tflops=work / seconds / 1e12, dtype=SHORT.get(dtype, str(dtype)), op=op, shape=shape, seconds=seconds,
-                device=str(device), tf32=tf32_enabled(device, dtype, op))
+    return Peak(
+        tflops=work / seconds / 1e12,
+        dtype=SHORT.get(dtype, str(dtype)),
+        op=op,
+        shape=shape,
+        seconds=seconds,
+        device=str(device),
+        tf32=tf32_enabled(device, dtype, op),
+    )
 
 
 def peak_for(device: torch.device | str, dtype: torch.dtype = torch.float32, op: str = "linear") -> Peak:
@@ -260,7 +275,9 @@ def autocast_dtype(device: torch.device | str, dtype: torch.dtype, op: str) -> t
 DTYPE_NAMES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def math_dtypes(info: Mapping[str, Any], device: torch.device | str, classes: Sequence[str]) -> dict[str, torch.dtype] | str:
+def math_dtypes(
+    info: Mapping[str, Any], device: torch.device | str, classes: Sequence[str]
+) -> dict[str, torch.dtype] | str:
     """The dtype each family of the step computes in under the variant (from its conversion info),
     or why no share of peak can be given."""
     if info.get("quantized_linears"):
@@ -296,13 +313,24 @@ def roofline(count: FlopCount, median_ms: float, peaks: Mapping[str, Peak] | str
     if share > 1.0:
         # A peak timed while the machine was busy, or kernels faster than the peak's problem (a
         # conv1d path beside the conv2d timed): the peak does not bound this step, so no share.
-        return {**out, "peak_basis": basis,
-                "peak_note": f"{achieved:.3g} TFLOP/s is above the measured {label} peak ({count.total / ideal_s / 1e12:.3g}): "
-                             "that peak does not bound this step's kernels, so no share is given"}
-    return {**out, "peak_tflops": count.total / ideal_s / 1e12, "peak_dtype": label, "peak_share": share, "peak_basis": basis}
+        return {
+            **out,
+            "peak_basis": basis,
+            "peak_note": f"{achieved:.3g} TFLOP/s is above the measured {label} peak "
+            f"({count.total / ideal_s / 1e12:.3g}): that peak does not bound this step's kernels, so no share is given",
+        }
+    return {
+        **out,
+        "peak_tflops": count.total / ideal_s / 1e12,
+        "peak_dtype": label,
+        "peak_share": share,
+        "peak_basis": basis,
+    }
 
 
-def flops_extra_info(count: FlopCount, median_ms: float, device: torch.device | str, info: Mapping[str, Any]) -> dict[str, Any]:
+def flops_extra_info(
+    count: FlopCount, median_ms: float, device: torch.device | str, info: Mapping[str, Any]
+) -> dict[str, Any]:
     """The keys a case's extra_info gets: gflop_per_step, attention_gflop, achieved_tflops, flops_method
     and either peak_tflops, peak_dtype, peak_share, peak_basis or the peak_note saying why not."""
     classes = [c for c, n in count.by_class.items() if n > 0]

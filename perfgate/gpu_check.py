@@ -73,15 +73,23 @@ def run_step(name: str, command: list[str], out: Path, *, junit: Path | None = N
     print(f"gpu-check: [{name}] {shlex.join(command)}", flush=True)
     t0 = time.perf_counter()
     with log.open("w", encoding="utf8") as fh:
-        proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+        proc = subprocess.Popen(
+            command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+        )
         assert proc.stdout is not None
         for line in proc.stdout:
             sys.stdout.write(line)
             fh.write(line)
         rc = proc.wait()
     wall = time.perf_counter() - t0
-    result = StepResult(name=name, command=command, rc=rc, wall_s=wall, log=str(log.relative_to(out)),
-                        outcomes=junit_outcomes(junit) if junit else {})
+    result = StepResult(
+        name=name,
+        command=command,
+        rc=rc,
+        wall_s=wall,
+        log=str(log.relative_to(out)),
+        outcomes=junit_outcomes(junit) if junit else {},
+    )
     print(f"gpu-check: [{name}] exit {rc} in {wall:.0f} s", flush=True)
     return result
 
@@ -93,8 +101,15 @@ def case_lines(results_json: Path) -> list[dict[str, Any]]:
     rows = []
     for b in json.loads(results_json.read_text(encoding="utf8")).get("benchmarks", []):
         info = b.get("extra_info", {})
-        rows.append({"case": b["name"], "median_ms": info.get("median_ms"), "peak_share": info.get("peak_share"),
-                     "peak_note": info.get("peak_note"), "unreliable": info.get("unreliable")})
+        rows.append(
+            {
+                "case": b["name"],
+                "median_ms": info.get("median_ms"),
+                "peak_share": info.get("peak_share"),
+                "peak_note": info.get("peak_note"),
+                "unreliable": info.get("unreliable"),
+            }
+        )
     return rows
 
 
@@ -127,23 +142,42 @@ def summary(steps: list[StepResult], out: Path, device: str) -> tuple[str, dict[
         "skipped": skipped,
         "max_peak_share": max(shares) if shares else None,
     }
-    lines = [f"# gpu-check on {device}: {'PASSED' if data['passed'] else 'FAILED'}", "",
-             "| step | exit | wall s | passed | failed | skipped |", "|---|---|---|---|---|---|"]
+    lines = [
+        f"# gpu-check on {device}: {'PASSED' if data['passed'] else 'FAILED'}",
+        "",
+        "| step | exit | wall s | passed | failed | skipped |",
+        "|---|---|---|---|---|---|",
+    ]
     for s in steps:
         o = s.outcomes
-        lines.append(f"| {s.name} | {s.rc} | {s.wall_s:.0f} | {o.get('passed', '-')} | {o.get('failed', 0) + o.get('errors', 0) if o else '-'} "
-                     f"| {o.get('skipped', '-')} |")
+        lines.append(
+            f"| {s.name} | {s.rc} | {s.wall_s:.0f} | {o.get('passed', '-')} | "
+            f"{o.get('failed', 0) + o.get('errors', 0) if o else '-'} "
+            f"| {o.get('skipped', '-')} |"
+        )
     lines.append(f"| total | | {sum(s.wall_s for s in steps):.0f} | | | |")
     if record:
         lines += ["", "Recorded cases (median ms, share of the measured peak of the math each runs):", ""]
-        lines += [f"- {r['case']}: {r['median_ms']:.3f} ms, "
-                  + (f"{r['peak_share']:.0%} of peak" if r["peak_share"] is not None else f"no share ({r['peak_note'] or 'no FLOPs counted'})")
-                  + (f"; UNRELIABLE: {r['unreliable']}" if r["unreliable"] else "") for r in record]
+        lines += [
+            f"- {r['case']}: {r['median_ms']:.3f} ms, "
+            + (
+                f"{r['peak_share']:.0%} of peak"
+                if r["peak_share"] is not None
+                else f"no share ({r['peak_note'] or 'no FLOPs counted'})"
+            )
+            + (f"; UNRELIABLE: {r['unreliable']}" if r["unreliable"] else "")
+            for r in record
+        ]
     if rerun_counts:
-        lines += ["", "Unchanged rerun against the record: " + ", ".join(f"{n} {k}" for k, n in sorted(rerun_counts.items()))]
+        lines += [
+            "",
+            "Unchanged rerun against the record: " + ", ".join(f"{n} {k}" for k, n in sorted(rerun_counts.items())),
+        ]
         lines += [f"- FAILING {f}" for f in rerun_failing]
     if skipped:
-        lines += ["", "Skipped, with their reasons:"] + [f"- {case}: {reason}" for case, reason in sorted(skipped.items())]
+        lines += ["", "Skipped, with their reasons:"] + [
+            f"- {case}: {reason}" for case, reason in sorted(skipped.items())
+        ]
     return "\n".join(lines) + "\n", data
 
 
@@ -153,12 +187,18 @@ def pytest_command(python: str, *args: str) -> list[str]:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="scripts/gpu-check", description=__doc__.split("\n\n")[0])
-    p.add_argument("--device", default=None, help="cuda or cuda:N (default: cuda); cpu rehearses the flow without a GPU")
-    p.add_argument("--model", default="physicsnemo-block", help="the family whose every variant is run (default physicsnemo-block)")
+    p.add_argument(
+        "--device", default=None, help="cuda or cuda:N (default: cuda); cpu rehearses the flow without a GPU"
+    )
+    p.add_argument(
+        "--model", default="physicsnemo-block", help="the family whose every variant is run (default physicsnemo-block)"
+    )
     p.add_argument("--variants", default=None, help="comma-separated variants or globs (default: every variant)")
     p.add_argument("--budget-s", type=float, default=2.0, help="timed seconds per case (default 2)")
     p.add_argument("--skip-tests", action="store_true", help="leave out the harness's tests (step 2)")
-    p.add_argument("--out", default=str(ROOT / ".perfgate" / "gpu-check"), help="output folder (default .perfgate/gpu-check)")
+    p.add_argument(
+        "--out", default=str(ROOT / ".perfgate" / "gpu-check"), help="output folder (default .perfgate/gpu-check)"
+    )
     p.add_argument("pytest_args", nargs="*", help="more arguments for both benchmark runs (after --)")
     return p.parse_args(argv)
 
@@ -169,9 +209,12 @@ def main(argv: list[str] | None = None) -> int:
 
     device = args.device or "cuda"
     if torch.device(device).type == "cuda" and not torch.cuda.is_available():
-        print(f"gpu-check: no CUDA device here (torch {torch.__version__}, built for CUDA {torch.version.cuda}; "
-              "torch.cuda.is_available() is False): run it on a machine with an NVIDIA GPU, or --device cpu to rehearse the flow",
-              file=sys.stderr)
+        print(
+            f"gpu-check: no CUDA device here (torch {torch.__version__}, built for CUDA {torch.version.cuda}; "
+            "torch.cuda.is_available() is False): run it on a machine with an NVIDIA GPU, or --device cpu to "
+            "rehearse the flow",
+            file=sys.stderr,
+        )
         return EXIT_UNAVAILABLE
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -192,19 +235,68 @@ def main(argv: list[str] | None = None) -> int:
             parallel = ["-n", "auto"]
         except ImportError:
             parallel = []
-        steps.append(run_step("tests", pytest_command(py, "tests", "-q", *parallel, "--junit-xml", str(out / "tests.xml")), out,
-                              junit=out / "tests.xml"))
-    selection = ["--perfgate-device", device, "--perfgate-models", args.model, "--perfgate-budget-s", str(args.budget_s),
-                 "--perfgate-baselines", str(baselines), "-v", "-rs", *args.pytest_args]
+        steps.append(
+            run_step(
+                "tests",
+                pytest_command(py, "tests", "-q", *parallel, "--junit-xml", str(out / "tests.xml")),
+                out,
+                junit=out / "tests.xml",
+            )
+        )
+    selection = [
+        "--perfgate-device",
+        device,
+        "--perfgate-models",
+        args.model,
+        "--perfgate-budget-s",
+        str(args.budget_s),
+        "--perfgate-baselines",
+        str(baselines),
+        "-v",
+        "-rs",
+        *args.pytest_args,
+    ]
     if args.variants:
         selection += ["--perfgate-variants", args.variants]
-    steps.append(run_step("record", pytest_command(py, "benchmarks", *selection, "--perfgate-record", "gpu-check", "--perfgate-no-gate",
-                                                   "--benchmark-json", str(out / "record.json"),
-                                                   "--perfgate-verdicts", str(out / "record-verdicts.json"),
-                                                   "--junit-xml", str(out / "record.xml")), out, junit=out / "record.xml"))
-    steps.append(run_step("rerun", pytest_command(py, "benchmarks", *selection, "--benchmark-json", str(out / "rerun.json"),
-                                                  "--perfgate-verdicts", str(out / "rerun-verdicts.json"),
-                                                  "--junit-xml", str(out / "rerun.xml")), out, junit=out / "rerun.xml"))
+    steps.append(
+        run_step(
+            "record",
+            pytest_command(
+                py,
+                "benchmarks",
+                *selection,
+                "--perfgate-record",
+                "gpu-check",
+                "--perfgate-no-gate",
+                "--benchmark-json",
+                str(out / "record.json"),
+                "--perfgate-verdicts",
+                str(out / "record-verdicts.json"),
+                "--junit-xml",
+                str(out / "record.xml"),
+            ),
+            out,
+            junit=out / "record.xml",
+        )
+    )
+    steps.append(
+        run_step(
+            "rerun",
+            pytest_command(
+                py,
+                "benchmarks",
+                *selection,
+                "--benchmark-json",
+                str(out / "rerun.json"),
+                "--perfgate-verdicts",
+                str(out / "rerun-verdicts.json"),
+                "--junit-xml",
+                str(out / "rerun.xml"),
+            ),
+            out,
+            junit=out / "rerun.xml",
+        )
+    )
     text, data = summary(steps, out, device)
     from perfgate.output import files
 

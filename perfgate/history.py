@@ -13,10 +13,11 @@ import fnmatch
 import math
 import os
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from datetime import date, datetime, time, timezone
+from datetime import UTC, date, datetime, time
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -33,8 +34,17 @@ class Metric:
 
 
 # Units in names (style.md): the suffix of a key is its unit.
-UNIT_SUFFIXES = (("_ms", "ms"), ("_s", "s"), ("_mib", "MiB"), ("_mb", "MB"), ("_pct", "%"), ("_db", "dB"), ("_w", "W"),
-                 ("_c", "°C"), ("_mhz", "MHz"))
+UNIT_SUFFIXES = (
+    ("_ms", "ms"),
+    ("_s", "s"),
+    ("_mib", "MiB"),
+    ("_mb", "MB"),
+    ("_pct", "%"),
+    ("_db", "dB"),
+    ("_w", "W"),
+    ("_c", "°C"),
+    ("_mhz", "MHz"),
+)
 
 
 _STATISTIC = r"(mean|median|min|max|avg|std|p\d+)"
@@ -59,7 +69,7 @@ _METRIC_LIST = (
     Metric("cosine", "", "higher", "cosine similarity"),
     Metric("psnr_db", "dB", "higher", "PSNR"),
 )
-METRICS: dict[str, Metric] = {m.name: m for m in _METRIC_LIST}
+HISTORY_METRICS: dict[str, Metric] = {m.name: m for m in _METRIC_LIST}
 _ACCURACY = {"rel_l2", "max_abs", "cosine", "psnr_db"}
 # Plain pytest-benchmark files have no extra_info: latency comes from `stats` (seconds).
 _STATS_S = {"median_ms": "median", "mean_ms": "mean", "min_ms": "min", "max_ms": "max", "std_ms": "stddev"}
@@ -68,7 +78,7 @@ _PERCENTILES = {"p90_ms": 90, "p99_ms": 99}
 
 def metric_info(name: str) -> Metric:
     """The known metric, or an ad-hoc one for a dotted extra_info path (unit read from its suffix)."""
-    return METRICS.get(name) or Metric(name, unit_of(name), "", name)
+    return HISTORY_METRICS.get(name) or Metric(name, unit_of(name), "", name)
 
 
 # A result file that cannot be used; the message is one line naming the file and the problem.
@@ -98,7 +108,9 @@ class Run:
     @property
     def fingerprint(self) -> dict[str, Any] | None:
         block = self.data.get("perfgate") or {}
-        fp = block.get("fingerprint") or ((self.data.get("machine_info") or {}).get("perfgate") or {}).get("fingerprint")
+        fp = block.get("fingerprint") or ((self.data.get("machine_info") or {}).get("perfgate") or {}).get(
+            "fingerprint"
+        )
         return fp if isinstance(fp, dict) else None
 
     @property
@@ -130,7 +142,7 @@ class Run:
         return (self.commit_time or run_t, run_t, self.path)
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def parse_time(value: Any) -> datetime | None:
@@ -142,7 +154,7 @@ def parse_time(value: Any) -> datetime | None:
         t = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return None
-    return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc)
+    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
 
 
 def run_fingerprint_id(data: Mapping[str, Any]) -> str | None:
@@ -270,7 +282,7 @@ def case_label(bench: Mapping[str, Any]) -> str:
 
 
 @dataclass(frozen=True)
-class Point:
+class SeriesPoint:
     value: float
     change_pct: float | None  # against the previous point of the same series, after filtering
     commit: str | None
@@ -292,7 +304,7 @@ class Series:
     size: str | None
     variant: str | None
     unit: str
-    points: list[Point] = field(default_factory=list)
+    points: list[SeriesPoint] = field(default_factory=list)
 
     def values(self) -> list[float]:
         return [p.value for p in self.points]
@@ -335,7 +347,7 @@ def parse_day(text: str, *, end: bool = False) -> datetime:
     text = text.strip()
     if len(text) == 10:  # YYYY-MM-DD
         d = date.fromisoformat(text)
-        return datetime.combine(d, time.max if end else time.min, tzinfo=timezone.utc)
+        return datetime.combine(d, time.max if end else time.min, tzinfo=UTC)
     t = parse_time(text)
     if t is None:
         raise ValueError(f"{text!r} is neither a date (2026-11-21) nor an ISO time (2026-11-21T18:00:00+00:00)")
@@ -388,15 +400,29 @@ def build_series(runs: Sequence[Run], metric: str, filters: Filters = Filters())
             if s is None:
                 info = bench.get("extra_info") or {}
                 s = series[(fp, fullname)] = Series(
-                    fingerprint_id=fp, fullname=fullname, name=str(bench.get("name") or fullname), label=case_label(bench),
-                    model=info.get("model"), size=info.get("size"), variant=info.get("variant"), unit=m.unit,
+                    fingerprint_id=fp,
+                    fullname=fullname,
+                    name=str(bench.get("name") or fullname),
+                    label=case_label(bench),
+                    model=info.get("model"),
+                    size=info.get("size"),
+                    variant=info.get("variant"),
+                    unit=m.unit,
                 )
             prev = s.points[-1].value if s.points else None
-            s.points.append(Point(
-                value=value, change_pct=(value / prev - 1) * 100 if prev else None, commit=commit,
-                commit_time=commit_iso, run_time=run_iso, dirty=dirty, branch=branch, source=run.path,
-                unreliable=bool((bench.get("extra_info") or {}).get("unreliable")),
-            ))
+            s.points.append(
+                SeriesPoint(
+                    value=value,
+                    change_pct=(value / prev - 1) * 100 if prev else None,
+                    commit=commit,
+                    commit_time=commit_iso,
+                    run_time=run_iso,
+                    dirty=dirty,
+                    branch=branch,
+                    source=run.path,
+                    unreliable=bool((bench.get("extra_info") or {}).get("unreliable")),
+                )
+            )
     return sorted(series.values(), key=lambda s: (s.fingerprint_id, s.model or "~", s.size or "", s.label))
 
 
@@ -418,7 +444,9 @@ def gather(
 ) -> Gathered:
     """Discover and read every saved run for one fingerprint (or all with None); unreadable files
     become one line each. A file in baselines/<fp>/ without a fingerprint block belongs to <fp>."""
-    own, shared = discover(baselines_root=baselines_root, fingerprint_id=fingerprint_id, storage_dirs=storage_dirs, paths=paths)
+    own, shared = discover(
+        baselines_root=baselines_root, fingerprint_id=fingerprint_id, storage_dirs=storage_dirs, paths=paths
+    )
     runs, unreadable = load_runs([*own, *shared], samples=samples)
     shared_set = {str(p) for p in shared}
     root = Path(baselines_root).resolve()
@@ -444,10 +472,20 @@ def collect(
     paths: Sequence[str | os.PathLike[str]] = (),
 ) -> History:
     """The history of one metric over every saved run for one fingerprint (or all with None)."""
-    g = gather(baselines_root=baselines_root, fingerprint_id=fingerprint_id, storage_dirs=storage_dirs, paths=paths,
-               samples=metric in _PERCENTILES)  # p90/p99 of plain files need stats.data
-    return History(metric=metric_info(metric), series=build_series(g.runs, metric, filters),
-                   unreadable=g.unreadable, other_fingerprints=g.other_fingerprints, files=g.files)
+    g = gather(
+        baselines_root=baselines_root,
+        fingerprint_id=fingerprint_id,
+        storage_dirs=storage_dirs,
+        paths=paths,
+        samples=metric in _PERCENTILES,
+    )  # p90/p99 of plain files need stats.data
+    return History(
+        metric=metric_info(metric),
+        series=build_series(g.runs, metric, filters),
+        unreadable=g.unreadable,
+        other_fingerprints=g.other_fingerprints,
+        files=g.files,
+    )
 
 
 def _folder_fingerprint(path: Path, root: Path) -> str | None:

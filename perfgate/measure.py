@@ -19,8 +19,9 @@ from __future__ import annotations
 import contextlib
 import gc
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -34,7 +35,14 @@ def _busy_cpu_s() -> tuple[float, float]:
     import psutil
 
     t = psutil.cpu_times()
-    busy = t.user + t.system + getattr(t, "nice", 0.0) + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0) + getattr(t, "steal", 0.0)
+    busy = (
+        t.user
+        + t.system
+        + getattr(t, "nice", 0.0)
+        + getattr(t, "irq", 0.0)
+        + getattr(t, "softirq", 0.0)
+        + getattr(t, "steal", 0.0)
+    )
     own = psutil.Process().cpu_times()
     return busy, own.user + own.system + own.children_user + own.children_system
 

@@ -95,7 +95,7 @@ class MemoryTracker:
         self._force_sampler = force_sampler
         self.result: PeakMemory | None = None
 
-    def __enter__(self) -> "MemoryTracker":
+    def __enter__(self) -> MemoryTracker:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
@@ -124,4 +124,6 @@ class MemoryTracker:
             peak_kib = _read_status_kib("VmHWM") - self._base_kib
             self.result = PeakMemory(peak_mem_mib=max(peak_kib, 0) / 1024, reserved_mem_mib=None, method="vmhwm")
         else:
-            self.result = PeakMemory(peak_mem_mib=max(self._sampler.stop(), 0.0), reserved_mem_mib=None, method="rss_sampler")
+            self.result = PeakMemory(
+                peak_mem_mib=max(self._sampler.stop(), 0.0), reserved_mem_mib=None, method="rss_sampler"
+            )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
 import os
 from pathlib import Path
@@ -11,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from perfgate.gate import policy as policy_mod
-from perfgate.gate import store as baseline_store
 from perfgate import gate, results, tiers, timeout
-from perfgate.output import files, markdown, report_data, terminal
-from perfgate.measure import StopRule
-from perfgate.runner import Case, RunOptions
 from perfgate.device import default_device, device_error, is_cpu, resolve
 from perfgate.fingerprint import differences
+from perfgate.gate import policy as policy_mod
+from perfgate.gate import store as baseline_store
+from perfgate.measure import StopRule
+from perfgate.output import files, markdown, report_data, terminal
+from perfgate.runner import Case, RunOptions
 from perfgate.session import Session, _split, expand_cases
 from perfgate.variants import set_inductor_cache
 from perfgate.workload import RegistryError, load_registries
@@ -36,38 +35,105 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g = parser.getgroup("perfgate", "perfgate: model benchmarks and the regression gate")
     g.addoption("--perfgate-device", default=None, help="cpu, cuda or cuda:N (default: cuda if available, else cpu)")
     g.addoption("--perfgate-models", default=None, help="comma-separated model names or globs (default: all)")
-    g.addoption("--perfgate-sizes", default=None, help="comma-separated size presets (default: the device's default size)")
-    g.addoption("--perfgate-variants", default=None, help="comma-separated variant names or globs (default: the tier's, else [tool.perfgate] variants, else all)")
-    g.addoption("--perfgate-tier", default=None, help="a tier of [tool.perfgate.tiers] (default: [tool.perfgate] tier for this device type, else 'all')")
-    g.addoption("--perfgate-record", nargs="?", const="baseline", default=None, metavar="LABEL",
-                help="record this run as the newest baseline for this machine's fingerprint")
+    g.addoption(
+        "--perfgate-sizes", default=None, help="comma-separated size presets (default: the device's default size)"
+    )
+    g.addoption(
+        "--perfgate-variants",
+        default=None,
+        help="comma-separated variant names or globs (default: the tier's, else [tool.perfgate] variants, else all)",
+    )
+    g.addoption(
+        "--perfgate-tier",
+        default=None,
+        help="a tier of [tool.perfgate.tiers] (default: [tool.perfgate] tier for this device type, else 'all')",
+    )
+    g.addoption(
+        "--perfgate-record",
+        nargs="?",
+        const="baseline",
+        default=None,
+        metavar="LABEL",
+        help="record this run as the newest baseline for this machine's fingerprint",
+    )
     g.addoption("--perfgate-baselines", default=None, help="baseline folder (default: <rootdir>/baselines)")
     g.addoption("--perfgate-no-gate", action="store_true", help="measure only; do not compare with the baseline")
-    g.addoption("--perfgate-ratchet", action="store_true", help="fail on an unexpected improvement, so the baseline is re-recorded")
-    g.addoption("--perfgate-precision", type=float, default=None, help="target relative half-width of the median's 95%% CI (default 0.02)")
+    g.addoption(
+        "--perfgate-ratchet",
+        action="store_true",
+        help="fail on an unexpected improvement, so the baseline is re-recorded",
+    )
+    g.addoption(
+        "--perfgate-precision",
+        type=float,
+        default=None,
+        help="target relative half-width of the median's 95%% CI (default 0.02)",
+    )
     g.addoption("--perfgate-min-rounds", type=int, default=None, help="minimum timed rounds per case (default 10)")
     g.addoption("--perfgate-max-rounds", type=int, default=None, help="maximum timed rounds per case (default 200)")
-    g.addoption("--perfgate-budget-s", type=float, default=None, help="time budget of the timed rounds per case, s (default 5)")
-    g.addoption("--perfgate-smoke", action="store_true", help="quick pass: every case builds, runs and records with few rounds")
-    g.addoption("--perfgate-fail-on-graph-break", action="store_true", help="fail compiled cases that have graph breaks")
-    g.addoption("--perfgate-registry", action="append", default=[], metavar="MODULE",
-                help="importable module that registers models, after [tool.perfgate] registries (repeatable)")
-    g.addoption("--perfgate-model-file", action="append", default=[], help="python file registering extra models (repeatable)")
+    g.addoption(
+        "--perfgate-budget-s", type=float, default=None, help="time budget of the timed rounds per case, s (default 5)"
+    )
+    g.addoption(
+        "--perfgate-smoke", action="store_true", help="quick pass: every case builds, runs and records with few rounds"
+    )
+    g.addoption(
+        "--perfgate-fail-on-graph-break", action="store_true", help="fail compiled cases that have graph breaks"
+    )
+    g.addoption(
+        "--perfgate-registry",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="importable module that registers models, after [tool.perfgate] registries (repeatable)",
+    )
+    g.addoption(
+        "--perfgate-model-file", action="append", default=[], help="python file registering extra models (repeatable)"
+    )
     g.addoption("--perfgate-checkpoint", default=None, help="checkpoint to load strictly into the selected model")
-    g.addoption("--perfgate-verdicts", default=None, help="write the verdicts as JSON here (default .perfgate/verdicts.json)")
-    g.addoption("--perfgate-inductor-cache", default=None, help="persistent inductor cache folder (default $PERFGATE_INDUCTOR_CACHE, else .perfgate/inductor-cache)")
-    g.addoption("--perfgate-telemetry-interval-ms", type=float, default=100.0,
-                help="GPU (NVML) and CPU telemetry sampling interval while measuring; 0 turns it off (default 100)")
+    g.addoption(
+        "--perfgate-verdicts", default=None, help="write the verdicts as JSON here (default .perfgate/verdicts.json)"
+    )
+    g.addoption(
+        "--perfgate-inductor-cache",
+        default=None,
+        help="persistent inductor cache folder (default $PERFGATE_INDUCTOR_CACHE, else .perfgate/inductor-cache)",
+    )
+    g.addoption(
+        "--perfgate-telemetry-interval-ms",
+        type=float,
+        default=100.0,
+        help="GPU (NVML) and CPU telemetry sampling interval while measuring; 0 turns it off (default 100)",
+    )
     g.addoption("--perfgate-no-flops", action="store_true", help="do not count FLOPs or time the matmul peak")
-    g.addoption("--perfgate-no-reference", action="store_true",
-                help="CPU: do not time the reference workload in each round (the gate then judges raw ms)")
-    g.addoption("--perfgate-trace", choices=("off", "all", "regressed"), default="off",
-                help="write a profiler trace (and on CUDA a memory snapshot) for every case or only regressed ones")
-    g.addoption("--perfgate-case-timeout-s", type=float, default=None,
-                help="fail a case that runs longer than this, and go on (default [tool.perfgate] case_timeout_s, else 300 on CPU, 900 on CUDA; 0: off)")
-    g.addoption("--perfgate-fail-unjudged", choices=("auto", "yes", "no"), default="auto",
-                help="fail the run when no case's latency could be judged (all unreliable or without a baseline); auto: yes when $CI is set")
-    g.addoption("--perfgate-evidence-dir", default=None, help="where --perfgate-trace writes (default .perfgate/evidence)")
+    g.addoption(
+        "--perfgate-no-reference",
+        action="store_true",
+        help="CPU: do not time the reference workload in each round (the gate then judges raw ms)",
+    )
+    g.addoption(
+        "--perfgate-trace",
+        choices=("off", "all", "regressed"),
+        default="off",
+        help="write a profiler trace (and on CUDA a memory snapshot) for every case or only regressed ones",
+    )
+    g.addoption(
+        "--perfgate-case-timeout-s",
+        type=float,
+        default=None,
+        help="fail a case that runs longer than this, and go on (default [tool.perfgate] case_timeout_s, else 300 "
+        "on CPU, 900 on CUDA; 0: off)",
+    )
+    g.addoption(
+        "--perfgate-fail-unjudged",
+        choices=("auto", "yes", "no"),
+        default="auto",
+        help="fail the run when no case's latency could be judged (all unreliable or without a baseline); auto: yes "
+        "when $CI is set",
+    )
+    g.addoption(
+        "--perfgate-evidence-dir", default=None, help="where --perfgate-trace writes (default .perfgate/evidence)"
+    )
 
 
 def _table(config: pytest.Config) -> dict[str, Any]:
@@ -93,12 +159,16 @@ def _run_options(config: pytest.Config, table: dict[str, Any]) -> RunOptions:
     except ValueError as exc:
         raise pytest.UsageError(f"perfgate: {exc}; fix the --perfgate-* option") from None
     try:
-        tolerances = policy_mod.parse_tolerances(table.get("tolerance", {}), f"{Path(config.rootpath) / 'pyproject.toml'} [tool.perfgate]")
+        tolerances = policy_mod.parse_tolerances(
+            table.get("tolerance", {}), f"{Path(config.rootpath) / 'pyproject.toml'} [tool.perfgate]"
+        )
     except policy_mod.PolicyError as exc:
         raise pytest.UsageError(f"perfgate: {exc}") from None
     interval_ms = config.getoption("perfgate_telemetry_interval_ms")
     if not (interval_ms >= 0 and math.isfinite(interval_ms)):  # NaN fails both
-        raise pytest.UsageError(f"perfgate: --perfgate-telemetry-interval-ms must be a number >= 0, got {interval_ms:g}")
+        raise pytest.UsageError(
+            f"perfgate: --perfgate-telemetry-interval-ms must be a number >= 0, got {interval_ms:g}"
+        )
     return RunOptions(
         stop=stop,
         checkpoint=config.getoption("perfgate_checkpoint"),
@@ -115,13 +185,18 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         table = _table(config)
         policy = policy_mod.parse(table, f"{Path(config.rootpath) / 'pyproject.toml'} [tool.perfgate]")
-        load_registries([*table.get("registries", []), *config.getoption("perfgate_registry")],
-                        [*table.get("model_files", []), *config.getoption("perfgate_model_file")], config.rootpath)
+        load_registries(
+            [*table.get("registries", []), *config.getoption("perfgate_registry")],
+            [*table.get("model_files", []), *config.getoption("perfgate_model_file")],
+            config.rootpath,
+        )
         opts = _run_options(config, table)
         tier_table, tier_defaults = tiers.parse(table, f"{Path(config.rootpath) / 'pyproject.toml'} [tool.perfgate]")
     except (policy_mod.PolicyError, tiers.TierError, RegistryError, FileNotFoundError, TypeError) as exc:
         raise pytest.UsageError(f"perfgate: {exc}") from None
-    device = config.hook.pytest_perfgate_device(config=config) or config.getoption("perfgate_device") or default_device()
+    device = (
+        config.hook.pytest_perfgate_device(config=config) or config.getoption("perfgate_device") or default_device()
+    )
     if (err := device_error(device)) is not None:
         raise pytest.UsageError(f"perfgate: --perfgate-device {err}")
     device = str(resolve(device))  # "cuda" -> "cuda:0": every CUDA call downstream gets an index
@@ -140,22 +215,31 @@ def pytest_configure(config: pytest.Config) -> None:
         fail_on_improvement=config.getoption("perfgate_ratchet"),
         fail_on_graph_break=config.getoption("perfgate_fail_on_graph_break"),
         trace=config.getoption("perfgate_trace"),
-        evidence_dir=Path(config.getoption("perfgate_evidence_dir") or Path(config.rootpath) / ".perfgate" / "evidence"),
+        evidence_dir=Path(
+            config.getoption("perfgate_evidence_dir") or Path(config.rootpath) / ".perfgate" / "evidence"
+        ),
         record_label=config.getoption("perfgate_record"),
-        verdict_file=Path(config.getoption("perfgate_verdicts") or Path(config.rootpath) / ".perfgate" / "verdicts.json"),
+        verdict_file=Path(
+            config.getoption("perfgate_verdicts") or Path(config.rootpath) / ".perfgate" / "verdicts.json"
+        ),
     )
     try:
         # A selection on the command line stands alone unless a tier is named with it.
         named = config.getoption("perfgate_tier") or (
-            tiers.ALL if any(config.getoption(o) for o in ("perfgate_models", "perfgate_sizes", "perfgate_variants")) else None)
+            tiers.ALL
+            if any(config.getoption(o) for o in ("perfgate_models", "perfgate_sizes", "perfgate_variants"))
+            else None
+        )
         session.tier = tiers.choose(tier_table, tier_defaults, "cpu" if is_cpu(device) else "cuda", named)
     except tiers.TierError as exc:
         raise pytest.UsageError(f"perfgate: {exc}") from None
     try:
         given = config.getoption("perfgate_case_timeout_s")
-        session.case_timeout_s = timeout.configured_limit(table.get("case_timeout_s") if given is None else given,
-                                                          "cpu" if is_cpu(device) else "cuda",
-                                                          "--perfgate-case-timeout-s" if given is not None else "[tool.perfgate] case_timeout_s")
+        session.case_timeout_s = timeout.configured_limit(
+            table.get("case_timeout_s") if given is None else given,
+            "cpu" if is_cpu(device) else "cuda",
+            "--perfgate-case-timeout-s" if given is not None else "[tool.perfgate] case_timeout_s",
+        )
     except ValueError as exc:
         raise pytest.UsageError(f"perfgate: {exc}") from None
     session.default_variants = list(session.tier.variants) or table.get("variants")
@@ -175,7 +259,9 @@ def _point_pytest_benchmark(config: pytest.Config, session: Session) -> None:
     (--benchmark-save/--benchmark-autosave) get a folder of their own per fingerprint, never the
     baselines' (an autosave there became the file --benchmark-compare used while the gate used
     another); a plain --benchmark-compare compares with the gate's newest baseline file."""
-    config.option.benchmark_storage = f"file://{Path(config.rootpath) / '.perfgate' / 'benchmarks' / session.fingerprint_id}"
+    config.option.benchmark_storage = (
+        f"file://{Path(config.rootpath) / '.perfgate' / 'benchmarks' / session.fingerprint_id}"
+    )
     if config.getoption("benchmark_compare", None) is True and session.gate_enabled and session.baselines.files:
         config.option.benchmark_compare = str(session.baselines.files[0].resolve())
 
@@ -225,8 +311,9 @@ def feed_benchmark(benchmark: Any, samples_ms: list[float], extra_info: dict[str
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_benchmark_compare_machine_info(config: pytest.Config, benchmarksession: Any, machine_info: dict[str, Any],
-                                          compared_benchmark: dict[str, Any]) -> None:
+def pytest_benchmark_compare_machine_info(
+    config: pytest.Config, benchmarksession: Any, machine_info: dict[str, Any], compared_benchmark: dict[str, Any]
+) -> None:
     """perfgate's fingerprint decides what is comparable: one line when the compared file's differs,
     instead of pytest-benchmark's one-line dump of both machine_infos (5 KB; and it raised where
     its storage lay outside the working directory), which sees equal infos after this."""
@@ -263,7 +350,7 @@ def perfgate_block(session: Session, output_json: dict[str, Any]) -> dict[str, A
         "fingerprint": session.fingerprint,
         "fingerprint_id": session.fingerprint_id,
         "commit": output_json.get("commit_info", {}).get("id"),
-        "recorded_at": dt.datetime.now(dt.timezone.utc).isoformat(),
+        "recorded_at": dt.datetime.now(dt.UTC).isoformat(),
         "device": session.device,
     }
 
@@ -274,7 +361,11 @@ def _record(config: pytest.Config, session: Session) -> Path | None:
         return None
     commit = config.hook.pytest_benchmark_generate_commit_info(config=config)
     data = config.hook.pytest_benchmark_generate_json(
-        config=config, benchmarks=bs.benchmarks, include_data=True, machine_info=bs.get_machine_info(), commit_info=commit
+        config=config,
+        benchmarks=bs.benchmarks,
+        include_data=True,
+        machine_info=bs.get_machine_info(),
+        commit_info=commit,
     )
     data["perfgate"] = perfgate_block(session, data)
     return baseline_store.record(session.baseline_dir, data, session.record_label)
@@ -289,7 +380,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         if exitstatus == 0:
             s.recorded = _record(config, s)
         else:  # a failing run (accuracy, build error, ...) must not become the reference
-            s.record_refused = f"perfgate: not recording a baseline: the run failed (exit {int(exitstatus)}); fix it and record again"
+            s.record_refused = (
+                f"perfgate: not recording a baseline: the run failed (exit {int(exitstatus)}); fix it and record again"
+            )
     unjudged = gate.unjudged_latency(s.verdicts) if s.gate_enabled else None
     if unjudged:
         counts = ", ".join(f"{n} {kind}" for kind, n in unjudged.items())
@@ -325,22 +418,26 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         tr.write_line(s.unjudged)
     sources = s.baseline_sources()
     if sources:
-        tr.write_line("perfgate: the gate judged each case against the newest baseline holding it: "
-                      + "; ".join(f"{n} case(s) against {path}" for path, n in sources.items()))
+        tr.write_line(
+            "perfgate: the gate judged each case against the newest baseline holding it: "
+            + "; ".join(f"{n} case(s) against {path}" for path, n in sources.items())
+        )
     compared = config.getoption("benchmark_compare", None)
     if isinstance(compared, str) and compared.endswith(".json"):
         tr.write_line(f"perfgate: pytest-benchmark's table compared with {compared}")
     for name, r in s.results.items():
         ev = r.extra_info.get("evidence")
         if ev:
-            tr.write_line(f"perfgate: evidence for {name.split('::')[-1]}: {ev['trace']}; reproduce: {ev['reproduce']['pytest']}")
+            tr.write_line(
+                f"perfgate: evidence for {name.split('::')[-1]}: {ev['trace']}; reproduce: {ev['reproduce']['pytest']}"
+            )
 
 
 def run_benchmark(case: Case, benchmark: Any, request: pytest.FixtureRequest) -> dict[str, Any]:
     """The body of a benchmark test: measure, feed pytest-benchmark, then assert accuracy and the gate."""
     import torch
 
-    from perfgate.variants import VariantError
+    from perfgate.variant_steps import VariantError
 
     session: Session = request.config.stash[_KEY]
     tr = request.config.pluginmanager.get_plugin("terminalreporter")

@@ -10,8 +10,9 @@ offers, the per-rank figures that are no metrics) derive from the fields' metada
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, Mapping
+from typing import Any
 
 # Field metadata: required (every measured case records it: the smoke check asks for these),
 # always (written even when None: the runner sets it for every case), history (label, better:
@@ -19,8 +20,14 @@ from typing import Any, Mapping
 # name cannot say it.
 
 
-def _f(default: Any = None, *, required: bool = False, always: bool = False, history: tuple[str, str] | None = None,
-       unit: str | None = None) -> Any:
+def _f(
+    default: Any = None,
+    *,
+    required: bool = False,
+    always: bool = False,
+    history: tuple[str, str] | None = None,
+    unit: str | None = None,
+) -> Any:
     meta: dict[str, Any] = {"required": required, "always": always or required}
     if history:
         meta["history"] = history
@@ -116,9 +123,11 @@ class CaseRecord:
     extra: dict[str, Any] = field(default_factory=dict, metadata={"required": False, "always": False})
 
     @classmethod
-    def from_extra_info(cls, info: Mapping[str, Any]) -> "CaseRecord":
+    def from_extra_info(cls, info: Mapping[str, Any]) -> CaseRecord:
         known = FIELD_NAMES
-        return cls(**{k: v for k, v in info.items() if k in known}, extra={k: v for k, v in info.items() if k not in known})
+        return cls(
+            **{k: v for k, v in info.items() if k in known}, extra={k: v for k, v in info.items() if k not in known}
+        )
 
     def to_extra_info(self) -> dict[str, Any]:
         """The keys that are set, in field order, then the unknown ones."""
@@ -141,7 +150,9 @@ class CaseRecord:
 
 FIELD_NAMES = frozenset(f.name for f in fields(CaseRecord)) - {"extra"}
 REQUIRED_KEYS = tuple(f.name for f in fields(CaseRecord) if f.metadata.get("required"))
-HISTORY_FIELDS = {f.name: (*f.metadata["history"], f.metadata.get("unit")) for f in fields(CaseRecord) if "history" in f.metadata}
+HISTORY_FIELDS = {
+    f.name: (*f.metadata["history"], f.metadata.get("unit")) for f in fields(CaseRecord) if "history" in f.metadata
+}
 
 
 def default_of(name: str) -> Any:
@@ -152,8 +163,11 @@ def default_of(name: str) -> Any:
 
 
 def _positive_times(v: Any) -> bool:
-    return isinstance(v, list) and bool(v) and all(
-        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0 for x in v)
+    return (
+        isinstance(v, list)
+        and bool(v)
+        and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0 for x in v)
+    )
 
 
 def _finite(v: Any, *, low: float = -math.inf) -> bool:
@@ -181,7 +195,9 @@ def value_problems(info: Mapping[str, Any]) -> list[str]:
         out.append("accuracy must be a table of numbers")
     elif isinstance(acc, Mapping):
         for k, v in acc.items():
-            ok = (_finite(v) or (k == "psnr_db" and v == math.inf)) and (k != "rel_l2" or v >= 0)  # PSNR of an exact output is inf
+            ok = (_finite(v) or (k == "psnr_db" and v == math.inf)) and (
+                k != "rel_l2" or v >= 0
+            )  # PSNR of an exact output is inf
             if not ok:
                 out.append(f"accuracy.{k} must be a finite number, got {v!r}")
     pooled = info.get("pooled")

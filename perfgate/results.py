@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from perfgate import gate
 
@@ -121,19 +122,30 @@ def verdicts_json(vs: VerdictSet, fingerprint: Mapping[str, Any] | None = None) 
 def verdicts_from_json(data: Any, source: str = "verdicts") -> VerdictSet:
     """A verdicts file's content; files written before gate_enabled/notices existed read as gated."""
     if not isinstance(data, dict) or not isinstance(data.get("verdicts"), list):
-        raise ResultFileError(source, "not a perfgate verdicts file (no 'verdicts' list); pass the file pytest wrote "
-                                      "with --perfgate-verdicts (default .perfgate/verdicts.json)")
+        raise ResultFileError(
+            source,
+            "not a perfgate verdicts file (no 'verdicts' list); pass the file pytest wrote "
+            "with --perfgate-verdicts (default .perfgate/verdicts.json)",
+        )
     names = {f.name for f in fields(gate.Verdict)}
     out = []
     for i, v in enumerate(data["verdicts"]):
         if not isinstance(v, dict) or not {"case", "metric", "verdict"} <= v.keys():
-            raise ResultFileError(source, f"verdict #{i} lacks case, metric or verdict; regenerate it with pytest --perfgate-verdicts")
+            raise ResultFileError(
+                source, f"verdict #{i} lacks case, metric or verdict; regenerate it with pytest --perfgate-verdicts"
+            )
         out.append(gate.Verdict(**{k: v[k] for k in names if k in v}))
     skipped = data.get("skipped") if isinstance(data.get("skipped"), dict) else {}
     notices = data.get("notices") if isinstance(data.get("notices"), list) else []
-    return VerdictSet(gate.sort_verdicts(out), dict(skipped), data.get("fingerprint_id"), source,
-                      gate_enabled=data.get("gate_enabled") is not False, fail_on_improvement=data.get("fail_on_improvement") is True,
-                      notices=tuple(str(n) for n in notices))
+    return VerdictSet(
+        gate.sort_verdicts(out),
+        dict(skipped),
+        data.get("fingerprint_id"),
+        source,
+        gate_enabled=data.get("gate_enabled") is not False,
+        fail_on_improvement=data.get("fail_on_improvement") is True,
+        notices=tuple(str(n) for n in notices),
+    )
 
 
 def load_verdicts(path: str | os.PathLike[str]) -> VerdictSet:
@@ -147,7 +159,9 @@ def load_verdicts(path: str | os.PathLike[str]) -> VerdictSet:
     return verdicts_from_json(data, str(path))
 
 
-def as_verdict_set(verdicts: VerdictSet | Mapping[str, Any] | Sequence[gate.Verdict | Mapping[str, Any]] | None) -> VerdictSet | None:
+def as_verdict_set(
+    verdicts: VerdictSet | Mapping[str, Any] | Sequence[gate.Verdict | Mapping[str, Any]] | None,
+) -> VerdictSet | None:
     """A VerdictSet from the file's JSON or a list of verdicts (None stays None: no verdicts)."""
     if verdicts is None or isinstance(verdicts, VerdictSet):
         return verdicts

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -23,11 +24,12 @@ import torch
 from perfgate import accuracy, flops, telemetry
 from perfgate.device import bind
 from perfgate.gate.policy import Tolerance, tolerance_for
-from perfgate.record import CaseRecord
 from perfgate.measure import Measurement, StopRule, WarmupRule, measure, reference_step
+from perfgate.record import CaseRecord
 from perfgate.stats import ratios
 from perfgate.steps import is_training
-from perfgate.variants import Converted, Env, Variant, VariantError, get_variant
+from perfgate.variant_steps import Converted, Env, VariantError
+from perfgate.variants import Variant, get_variant
 from perfgate.workload import ModelSpec, Workload, build_workload, get_model, make_step, reference_output
 
 
@@ -131,13 +133,18 @@ def _cache_hits() -> dict[str, int]:
     from torch._dynamo.utils import counters
 
     ind = counters["inductor"]
-    return {"fxgraph_cache_hit": int(ind.get("fxgraph_cache_hit", 0)), "fxgraph_cache_miss": int(ind.get("fxgraph_cache_miss", 0))}
+    return {
+        "fxgraph_cache_hit": int(ind.get("fxgraph_cache_hit", 0)),
+        "fxgraph_cache_miss": int(ind.get("fxgraph_cache_miss", 0)),
+    }
 
 
 def prepare(case: Case, opts: RunOptions) -> tuple[Workload, Any]:
     """The workload and its fp32 eager reference output."""
     device = torch.device(case.device)
-    wl = build_workload(case.spec, case.size, device, batch=opts.batch, seed=opts.seed, checkpoint=opts.checkpoint, **dict(case.options))
+    wl = build_workload(
+        case.spec, case.size, device, batch=opts.batch, seed=opts.seed, checkpoint=opts.checkpoint, **dict(case.options)
+    )
     return wl, reference_output(wl)
 
 
@@ -168,15 +175,27 @@ def build_case(case: Case, opts: RunOptions, *, prepared: tuple[Workload, Any] |
     flop_count, flops_error = count_flops(wl) if opts.count_flops else (None, None)
     pre, conv, convert_s = convert(wl, case.variant_obj)
     step = make_step(wl, conv.module, conv.inputs, case.variant_obj.context(device.type))
-    return BuiltCase(case=case, device=device, workload=wl, reference=ref, flop_count=flop_count, flops_error=flops_error,
-                     prepared=pre, converted=conv, convert_s=convert_s, step=step)
+    return BuiltCase(
+        case=case,
+        device=device,
+        workload=wl,
+        reference=ref,
+        flop_count=flop_count,
+        flops_error=flops_error,
+        prepared=pre,
+        converted=conv,
+        convert_s=convert_s,
+        step=step,
+    )
 
 
 def measure_sampled(
     step: Callable[[], Any], device: torch.device, opts: RunOptions, progress: Callable[[str], None] | None = None
 ) -> tuple[Measurement, telemetry.TelemetrySampler | None]:
     """`measure` under the options' stop and warm-up rules, with the telemetry sampler running."""
-    sampler = telemetry.TelemetrySampler(device, interval_s=opts.telemetry_interval_s) if opts.telemetry_interval_s else None
+    sampler = (
+        telemetry.TelemetrySampler(device, interval_s=opts.telemetry_interval_s) if opts.telemetry_interval_s else None
+    )
     if sampler is not None:
         sampler.start()
     try:
@@ -188,21 +207,40 @@ def measure_sampled(
     return m, sampler
 
 
-def case_record(built: BuiltCase, m: Measurement, opts: RunOptions, telemetry_summary: dict[str, Any] | None) -> CaseRecord:
+def case_record(
+    built: BuiltCase, m: Measurement, opts: RunOptions, telemetry_summary: dict[str, Any] | None
+) -> CaseRecord:
     """The typed record of one measurement: what ran, timings, memory, accuracy, throughput, FLOPs."""
     case, wl, conv, device, variant = built.case, built.workload, built.converted, built.device, built.variant
     tol = tolerance_for(case.variant, opts.tolerances)
     summary = m.summary
     rec = CaseRecord(
-        model=case.model, size=case.size, variant=case.variant, options=dict(wl.options), device=str(device),
-        dtype=conv.info.get("dtype", "float32"), params=wl.params, step=wl.spec.step,
-        convert_s=built.convert_s, first_call_s=m.first_call_s, warmup_rounds=m.warmup_rounds, rounds=len(m.samples_ms), stop=m.stop,
-        timer=m.timer, samples_ms=m.samples_ms, peak_mem_mib=m.memory.peak_mem_mib, reserved_mem_mib=m.memory.reserved_mem_mib,
-        mem_method=m.memory.method, accuracy=accuracy.metrics(m.output, built.reference, kind=wl.output_kind),
+        model=case.model,
+        size=case.size,
+        variant=case.variant,
+        options=dict(wl.options),
+        device=str(device),
+        dtype=conv.info.get("dtype", "float32"),
+        params=wl.params,
+        step=wl.spec.step,
+        convert_s=built.convert_s,
+        first_call_s=m.first_call_s,
+        warmup_rounds=m.warmup_rounds,
+        rounds=len(m.samples_ms),
+        stop=m.stop,
+        timer=m.timer,
+        samples_ms=m.samples_ms,
+        peak_mem_mib=m.memory.peak_mem_mib,
+        reserved_mem_mib=m.memory.reserved_mem_mib,
+        mem_method=m.memory.method,
+        accuracy=accuracy.metrics(m.output, built.reference, kind=wl.output_kind),
         tolerance={"rel_l2": tol.rel_l2, "cosine": tol.cosine, "psnr_db": tol.psnr_db},
-        throughput={unit: n / (summary["median_ms"] / 1e3) for unit, n in wl.throughput.items()}, unit=wl.unit,
-        items_per_step=dict(wl.throughput), contention_cores=m.contention_cores,
-        **{k: v for k, v in conv.info.items() if k != "dtype"}, **summary,
+        throughput={unit: n / (summary["median_ms"] / 1e3) for unit, n in wl.throughput.items()},
+        unit=wl.unit,
+        items_per_step=dict(wl.throughput),
+        contention_cores=m.contention_cores,
+        **{k: v for k, v in conv.info.items() if k != "dtype"},
+        **summary,
     )
     if m.reference_ms:
         rec.reference_ms = m.reference_ms
@@ -232,7 +270,9 @@ def compile_facts(built: BuiltCase, opts: RunOptions) -> dict[str, Any]:
     variant = built.variant
     skips = int(counters["inductor"].get("cudagraph_skips", 0))
     if skips and variant.uses_cuda_graphs:
-        raise VariantError(f"inductor skipped CUDA graphs {skips}x (mutated inputs?); timing it would time plain compile")
+        raise VariantError(
+            f"inductor skipped CUDA graphs {skips}x (mutated inputs?); timing it would time plain compile"
+        )
     out: dict[str, Any] = {"cudagraph_skips": skips, "graph_breaks": _graph_breaks(), "compile_cache": _cache_hits()}
     if opts.warm_compile:
         out["warm_compile_s"] = warm_compile_s(built.workload, variant, built.prepared, built.device)
@@ -246,8 +286,13 @@ def measure_case(built: BuiltCase, opts: RunOptions, *, progress: Callable[[str]
     if built.variant.compiles:
         for k, v in compile_facts(built, opts).items():
             setattr(rec, k, v)
-    return CaseResult(case=built.case, measurement=m, record=rec, step=built.step,
-                      timeline=sampler.timeline() if sampler is not None else None)
+    return CaseResult(
+        case=built.case,
+        measurement=m,
+        record=rec,
+        step=built.step,
+        timeline=sampler.timeline() if sampler is not None else None,
+    )
 
 
 def run_case(

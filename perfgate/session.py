@@ -9,22 +9,23 @@ from __future__ import annotations
 import fnmatch
 import itertools
 import os
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable
 
 import torch
 
 from perfgate import gate
 from perfgate.distributed import DATA_PARALLEL_STEPS
-from perfgate.gate import store as baseline_store
 from perfgate.fingerprint import fingerprint, fingerprint_id
+from perfgate.gate import store as baseline_store
 from perfgate.gate.policy import Policy
 from perfgate.profile.evidence import capture_evidence, reproduce_commands, with_evidence
 from perfgate.record import CaseRecord
 from perfgate.runner import Case, CaseResult, RunOptions, run_case
 from perfgate.tiers import Tier
-from perfgate.variants import VARIANTS, Env
+from perfgate.variant_steps import Env
+from perfgate.variants import VARIANTS
 from perfgate.workload import MODELS, NO_MODELS, default_size, sizes
 
 
@@ -152,7 +153,9 @@ class Session:
         baseline of this run when there is one."""
         result = run_case(case, self.run_options, progress=progress)
         rec = result.record
-        rec.unreliable = gate.unreliable_reason(rec, self.policy.settings(case.model, case.variant, "latency", case.device))
+        rec.unreliable = gate.unreliable_reason(
+            rec, self.policy.settings(case.model, case.variant, "latency", case.device)
+        )
         # Eager and variant run minutes apart; on a CPU their reference-normalised medians cancel
         # the machine's drift in between, so the speedup compares code, not moments.
         basis = "normalised_median" if rec.normalised_median is not None else "median_ms"
@@ -184,7 +187,11 @@ class Session:
             decision = gate.decide(fullname, runs, baseline, self.policy)
             if not decision.remeasure:
                 result.record = decision.record
-                verdicts = [replace(v, baseline_file=str(found[1])) for v in decision.verdicts] if found else list(decision.verdicts)
+                verdicts = (
+                    [replace(v, baseline_file=str(found[1])) for v in decision.verdicts]
+                    if found
+                    else list(decision.verdicts)
+                )
                 break
             if progress:
                 progress(f"suspected latency regression; re-measuring ({len(runs)} run(s) so far)")
@@ -193,8 +200,9 @@ class Session:
             result = self.run(case, progress)
             result.record.remeasured = len(runs)
             runs.append(result.record)
-        verdicts += gate.absolute_checks(fullname, result.record, self.policy, self.hardware,
-                                         fail_on_graph_break=self.fail_on_graph_break)
+        verdicts += gate.absolute_checks(
+            fullname, result.record, self.policy, self.hardware, fail_on_graph_break=self.fail_on_graph_break
+        )
         if self.trace == "all" or (self.trace == "regressed" and self.failing(verdicts, case)):
             verdicts = self.attach_evidence(case, fullname, result, verdicts, progress)
         result.step = None  # the step holds the model: do not keep it past the case
@@ -204,7 +212,12 @@ class Session:
         return result, verdicts
 
     def attach_evidence(
-        self, case: Case, fullname: str, result: CaseResult, verdicts: list[gate.Verdict], progress: Callable[[str], None] | None
+        self,
+        case: Case,
+        fullname: str,
+        result: CaseResult,
+        verdicts: list[gate.Verdict],
+        progress: Callable[[str], None] | None,
     ) -> list[gate.Verdict]:
         """A profiler trace (and on CUDA a memory snapshot) of the case, named by its failing verdicts."""
         if result.step is None:
@@ -225,7 +238,8 @@ class Session:
         return {f: len(c) for f, c in sorted(cases.items(), reverse=True)}
 
     def failing(self, verdicts: list[gate.Verdict], case: Case) -> list[gate.Verdict]:
-        ratchet = self.fail_on_improvement or self.policy.settings(case.model, case.variant, "latency", case.device).fail_on_improvement
+        ratchet = (
+            self.fail_on_improvement
+            or self.policy.settings(case.model, case.variant, "latency", case.device).fail_on_improvement
+        )
         return gate.failing(verdicts, fail_on_improvement=ratchet)
-
-

@@ -6,8 +6,8 @@ Pure functions over lists of floats (milliseconds): no torch, no pytest.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 from scipy import stats as sps
@@ -86,7 +86,9 @@ def stop_reason(samples: Sequence[float], elapsed_s: float, rule: StopRule) -> s
 def ratios(samples_ms: Sequence[float], reference_ms: Sequence[float]) -> list[float]:
     """Per-round step/reference time ratios: the machine-speed-normalised samples the gate judges."""
     if len(samples_ms) != len(reference_ms):
-        raise ValueError(f"{len(samples_ms)} samples but {len(reference_ms)} reference samples: they must pair up round by round")
+        raise ValueError(
+            f"{len(samples_ms)} samples but {len(reference_ms)} reference samples: they must pair up round by round"
+        )
     return [s / r for s, r in zip(samples_ms, reference_ms)]
 
 

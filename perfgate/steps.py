@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import itertools
 import sys
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch import nn
 
-from perfgate.distributed import ensure_process_group, rank_and_world
+from perfgate.topology import ensure_process_group, rank_and_world
 
 StepBuilder = Callable[[Any, nn.Module, tuple[torch.Tensor, ...], Callable[[], Any]], Callable[[], Any]]
 
@@ -35,7 +36,9 @@ def make_batch_source(wl: Any) -> Callable[[int], tuple[torch.Tensor, ...]]:
     return lambda i: (gen(shape, index=i, device=wl.device, dtype=wl.inputs[0].dtype),)
 
 
-def sgd_step(module: nn.Module, batch: Callable[[int], tuple[torch.Tensor, ...]], context: Callable[[], Any]) -> Callable[[], torch.Tensor]:
+def sgd_step(
+    module: nn.Module, batch: Callable[[int], tuple[torch.Tensor, ...]], context: Callable[[], Any]
+) -> Callable[[], torch.Tensor]:
     """The tutorial's step on the i-th batch: forward, loss, backward, SGD (lr 1e-4, momentum 0.9)."""
     opt = torch.optim.SGD(module.parameters(), lr=1e-4, momentum=0.9)
     counter = iter(range(sys.maxsize))
@@ -51,7 +54,9 @@ def sgd_step(module: nn.Module, batch: Callable[[int], tuple[torch.Tensor, ...]]
     return train
 
 
-def inference_step(wl: Any, module: nn.Module, inputs: tuple[torch.Tensor, ...], context: Callable[[], Any]) -> Callable[[], Any]:
+def inference_step(
+    wl: Any, module: nn.Module, inputs: tuple[torch.Tensor, ...], context: Callable[[], Any]
+) -> Callable[[], Any]:
     """Forward only, under inference_mode."""
 
     def infer() -> Any:
@@ -61,7 +66,9 @@ def inference_step(wl: Any, module: nn.Module, inputs: tuple[torch.Tensor, ...],
     return infer
 
 
-def train_step(wl: Any, module: nn.Module, inputs: tuple[torch.Tensor, ...], context: Callable[[], Any]) -> Callable[[], Any]:
+def train_step(
+    wl: Any, module: nn.Module, inputs: tuple[torch.Tensor, ...], context: Callable[[], Any]
+) -> Callable[[], Any]:
     """Forward, loss, backward and an SGD step with momentum (lr 1e-4, momentum 0.9, as in the
     tutorial); returns the loss before the update, comparable with the reference loss."""
     source = make_batch_source(wl)
@@ -81,16 +88,24 @@ def batch_multiplier(wl: Any) -> int:
 def shard_inputs(wl: Any, like: Sequence[torch.Tensor], rank: int) -> tuple[torch.Tensor, ...]:
     """This rank's own inputs: the family's example inputs drawn with seed + rank, converted to the
     dtype and device of `like` (the variant's inputs)."""
-    xs = wl.family.example_inputs(wl.config, batch=batch_multiplier(wl), seed=wl.seed + rank, device=wl.device,
-                                  dtype=torch.float32, **wl.options)
-    out = tuple(x.to(device=l.device, dtype=l.dtype) if x.is_floating_point() else x.to(l.device) for x, l in zip(xs, like))
+    xs = wl.family.example_inputs(
+        wl.config, batch=batch_multiplier(wl), seed=wl.seed + rank, device=wl.device, dtype=torch.float32, **wl.options
+    )
+    out = tuple(
+        x.to(device=ref.device, dtype=ref.dtype) if x.is_floating_point() else x.to(ref.device)
+        for x, ref in zip(xs, like)
+    )
     if len(out) != len(like) or any(a.shape != b.shape for a, b in zip(out, like)):
-        raise ValueError(f"model {wl.spec.name!r}: example_inputs(seed={wl.seed + rank}) gave shapes "
-                         f"{[tuple(a.shape) for a in out]}, the workload's inputs are {[tuple(b.shape) for b in like]}")
+        raise ValueError(
+            f"model {wl.spec.name!r}: example_inputs(seed={wl.seed + rank}) gave shapes "
+            f"{[tuple(a.shape) for a in out]}, the workload's inputs are {[tuple(b.shape) for b in like]}"
+        )
     return out
 
 
-def rank_batches(wl: Any, inputs: tuple[torch.Tensor, ...], rank: int, world: int) -> Callable[[int], tuple[torch.Tensor, ...]]:
+def rank_batches(
+    wl: Any, inputs: tuple[torch.Tensor, ...], rank: int, world: int
+) -> Callable[[int], tuple[torch.Tensor, ...]]:
     """Inputs of the i-th call on this rank.
 
     Call 0 (the untimed first call) takes the shared reference batch on every rank, so the
@@ -104,27 +119,37 @@ def rank_batches(wl: Any, inputs: tuple[torch.Tensor, ...], rank: int, world: in
         return lambda i: inputs if i == 0 else own
     gen = wl.family.host_batch if wl.spec.data == "host" else wl.family.device_batch
     shape = tuple(inputs[0].shape)
-    return lambda i: (gen(shape, index=0 if i == 0 else i * world + rank, device=wl.device, dtype=torch.float32).to(dtype),)
+    return lambda i: (
+        gen(shape, index=0 if i == 0 else i * world + rank, device=wl.device, dtype=torch.float32).to(dtype),
+    )
 
 
-def ddp_train_step(wl: Any, module: nn.Module, inputs: tuple[torch.Tensor, ...], context: Callable[[], Any]) -> Callable[[], Any]:
+def ddp_train_step(
+    wl: Any, module: nn.Module, inputs: tuple[torch.Tensor, ...], context: Callable[[], Any]
+) -> Callable[[], Any]:
     """train_step under DistributedDataParallel: forward, loss, backward (gradients all-reduced
     across ranks), SGD with momentum (lr 1e-4, momentum 0.9); each rank trains on its own batches.
     Without torchrun the group is a single rank, so the step still runs (DDP's hooks, no peers)."""
     from torch.nn.parallel import DistributedDataParallel
 
-    from perfgate.variants import VariantError
+    from perfgate.variant_steps import VariantError
 
     if not any(p.requires_grad for p in module.parameters()):
         raise VariantError("this variant leaves no trainable parameters, so there is nothing for DDP to synchronise")
     ensure_process_group(wl.device)
     rank, world = rank_and_world()
-    device_ids = [wl.device.index if wl.device.index is not None else torch.cuda.current_device()] if wl.device.type == "cuda" else None
+    device_ids = (
+        [wl.device.index if wl.device.index is not None else torch.cuda.current_device()]
+        if wl.device.type == "cuda"
+        else None
+    )
     ddp = DistributedDataParallel(module, device_ids=device_ids)  # broadcasts rank 0's weights: all ranks start equal
     return sgd_step(ddp, rank_batches(wl, inputs, rank, world), context)
 
 
-def dp_inference_step(wl: Any, module: nn.Module, inputs: tuple[torch.Tensor, ...], context: Callable[[], Any]) -> Callable[[], Any]:
+def dp_inference_step(
+    wl: Any, module: nn.Module, inputs: tuple[torch.Tensor, ...], context: Callable[[], Any]
+) -> Callable[[], Any]:
     """inference_step on this rank's own shard of inputs; ranks do not communicate, so no
     process group is needed and a single process is simply rank 0 of 1."""
     rank, world = rank_and_world()

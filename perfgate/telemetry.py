@@ -5,8 +5,8 @@ GPU's utilisation, memory used, temperature, power, SM clock and clock-event rea
 psutil the machine's CPU utilisation, this process's CPU use and RSS, and how many cores other
 processes kept busy. `summary()` gives min / mean / max per metric, the share of samples that
 carried each clock-event reason; the gate (`perfgate.gate.decide.telemetry_reason`) turns
-throttling or another process on the GPU into its "unreliable" verdict. Without NVML (no driver: `NVMLError_LibraryNotFound`) the
-sampler reads the CPU only and says so once per process.
+throttling or another process on the GPU into its "unreliable" verdict. Without NVML (no driver:
+`NVMLError_LibraryNotFound`) the sampler reads the CPU only and says so once per process.
 
 Reads run on the sampler's own thread: each NVML query costs tens of microseconds to a few
 milliseconds, so at the default 0.1 s interval the sampler uses well under 1% of one core.
@@ -20,7 +20,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from types import ModuleType
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 
@@ -42,9 +42,17 @@ CLOCK_EVENT_REASONS: dict[str, tuple[str, int]] = {
     "display_clock_setting": ("nvmlClocksEventReasonDisplayClockSetting", 0x100),
 }
 
-METRICS = (
-    "gpu_util_pct", "gpu_mem_util_pct", "gpu_mem_used_mib", "gpu_temp_c", "gpu_power_w", "sm_clock_mhz",
-    "cpu_util_pct", "process_cpu_pct", "other_cpu_cores", "rss_mib",
+SAMPLED_METRICS = (
+    "gpu_util_pct",
+    "gpu_mem_util_pct",
+    "gpu_mem_used_mib",
+    "gpu_temp_c",
+    "gpu_power_w",
+    "sm_clock_mhz",
+    "cpu_util_pct",
+    "process_cpu_pct",
+    "other_cpu_cores",
+    "rss_mib",
 )
 
 
@@ -113,7 +121,9 @@ class NvmlReader:
         self.index = index
         self.unsupported: dict[str, str] = {}
         self.name = self._safe(lambda: _text(nvml.nvmlDeviceGetName(handle)), "name")
-        self.max_sm_clock_mhz = self._safe(lambda: float(nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_SM)), "max_sm_clock")
+        self.max_sm_clock_mhz = self._safe(
+            lambda: float(nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_SM)), "max_sm_clock"
+        )
         self.total_mem_mib = self._safe(lambda: nvml.nvmlDeviceGetMemoryInfo(handle).total / MIB, "total_mem")
 
     def _safe(self, read: Any, field: str) -> Any:
@@ -293,7 +303,7 @@ class TelemetrySampler:
         self.interval_s = interval_s
         self.max_samples = max_samples
         self.samples: list[Sample] = []
-        self._agg = {m: _Aggregate() for m in METRICS}
+        self._agg = {m: _Aggregate() for m in SAMPLED_METRICS}
         self._reasons: dict[str, int] = {}
         self._busy_samples = 0  # samples without the gpu_idle reason
         self._busy_clock = _Aggregate()
@@ -323,7 +333,7 @@ class TelemetrySampler:
         return s
 
     def _record(self, s: Sample) -> None:
-        for m in METRICS:
+        for m in SAMPLED_METRICS:
             v = getattr(s, m)
             if v is not None:
                 self._agg[m].add(float(v))
@@ -345,7 +355,7 @@ class TelemetrySampler:
         while not self._stop.wait(self.interval_s):
             self.sample()
 
-    def start(self) -> "TelemetrySampler":
+    def start(self) -> TelemetrySampler:
         self._t0 = time.perf_counter()
         self._cpu.read()  # prime the CPU counters: the first delta starts here
         self._stop.clear()
@@ -363,7 +373,7 @@ class TelemetrySampler:
             self.gpu.close()
             self._closed = True
 
-    def __enter__(self) -> "TelemetrySampler":
+    def __enter__(self) -> TelemetrySampler:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -385,13 +395,22 @@ class TelemetrySampler:
             }
             if self.device.type == "cuda":
                 out["gpu"] = (
-                    {"index": self.gpu.index, "name": self.gpu.name, "max_sm_clock_mhz": self.gpu.max_sm_clock_mhz,
-                     "total_mem_mib": self.gpu.total_mem_mib, "unsupported": dict(self.gpu.unsupported), "n_samples": gpu_n}
-                    if self.gpu is not None else None
+                    {
+                        "index": self.gpu.index,
+                        "name": self.gpu.name,
+                        "max_sm_clock_mhz": self.gpu.max_sm_clock_mhz,
+                        "total_mem_mib": self.gpu.total_mem_mib,
+                        "unsupported": dict(self.gpu.unsupported),
+                        "n_samples": gpu_n,
+                    }
+                    if self.gpu is not None
+                    else None
                 )
                 out["gpu_unavailable"] = self.gpu_unavailable
             if masks:
-                out["clock_events"] = {name: self._reasons[name] / masks for name in CLOCK_EVENT_REASONS if name in self._reasons}
+                out["clock_events"] = {
+                    name: self._reasons[name] / masks for name in CLOCK_EVENT_REASONS if name in self._reasons
+                }
                 out["busy_samples"] = self._busy_samples
                 if self._busy_clock.n:
                     out["busy_sm_clock_mhz"] = self._busy_clock.as_dict()

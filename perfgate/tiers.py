@@ -18,8 +18,9 @@ named too: then each option replaces the tier's list of the same name.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Mapping
+from typing import Any
 
 ALL = "all"  # the built-in tier: no narrowing
 

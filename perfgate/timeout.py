@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 
 class CaseTimeout(Exception):
@@ -58,5 +58,7 @@ def configured_limit(value: object, device_type: str, source: str = "[tool.perfg
             raise ValueError(f"{source}: device type {sorted(unknown)[0]!r} is neither cpu nor cuda")
         value = value.get(device_type, DEFAULT_LIMIT_S.get(device_type))
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 or value == float("inf"):
-        raise ValueError(f"{source}: must be a number of seconds >= 0 (0: no limit) or a table per device type, got {value!r}")
+        raise ValueError(
+            f"{source}: must be a number of seconds >= 0 (0: no limit) or a table per device type, got {value!r}"
+        )
     return float(value)

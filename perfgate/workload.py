@@ -17,10 +17,11 @@ import importlib
 import importlib.util
 import sys
 import traceback
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -28,9 +29,11 @@ from torch import nn
 from perfgate.steps import STEP_BUILDERS, is_training, make_batch_source, train_loss
 
 DATA_PATHS = ("static", "host", "device")
-NO_MODELS = ("no models are registered: name the modules that register them in pyproject.toml "
-             "[tool.perfgate] registries = [\"models\"] (or --perfgate-registry MODULE), or model files in "
-             "model_files = [\"my_model.py\"] (or --perfgate-model-file PATH)")
+NO_MODELS = (
+    "no models are registered: name the modules that register them in pyproject.toml "
+    '[tool.perfgate] registries = ["models"] (or --perfgate-registry MODULE), or model files in '
+    'model_files = ["my_model.py"] (or --perfgate-model-file PATH)'
+)
 
 
 class RegistryError(ValueError):
@@ -64,7 +67,10 @@ MODELS: dict[str, ModelSpec] = {}
 def register_model(spec: ModelSpec) -> ModelSpec:
     """Add a model family to the registry; its name must be new."""
     if spec.name in MODELS and MODELS[spec.name] != spec:
-        raise RegistryError(f"model {spec.name!r} is already registered (from {MODELS[spec.name].module}); give the new one another name")
+        raise RegistryError(
+            f"model {spec.name!r} is already registered (from {MODELS[spec.name].module}); give the new one another "
+            "name"
+        )
     MODELS[spec.name] = spec
     return spec
 
@@ -74,8 +80,11 @@ def _why(exc: BaseException) -> str:
     names its own position)."""
     text = f"{type(exc).__name__}: {exc}"
     skip = (Path(__file__).parent, Path(importlib.__file__).parent)  # perfgate's and the import machinery's frames
-    frames = [f for f in traceback.extract_tb(exc.__traceback__)
-              if not f.filename.startswith("<frozen") and Path(f.filename).parent not in skip]
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if not f.filename.startswith("<frozen") and Path(f.filename).parent not in skip
+    ]
     if frames and not isinstance(exc, SyntaxError):
         text += f" ({frames[-1].filename}:{frames[-1].lineno})"
     return text
@@ -85,7 +94,9 @@ def load_model_file(path: str | Path) -> ModuleType:
     """Import a user's model file (which calls register_model) by path."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"model file {path} does not exist: fix the path in [tool.perfgate] model_files or --perfgate-model-file")
+        raise FileNotFoundError(
+            f"model file {path} does not exist: fix the path in [tool.perfgate] model_files or --perfgate-model-file"
+        )
     name = f"perfgate_user_{path.stem}"
     loaded = sys.modules.get(name)
     if loaded is not None:
@@ -103,8 +114,10 @@ def load_model_file(path: str | Path) -> ModuleType:
         if isinstance(exc, RegistryError):
             raise RegistryError(f"model file {path}: {exc}") from None
         if isinstance(exc, Exception):
-            raise RegistryError(f"model file {path}: {_why(exc)}; fix the file, or remove it from [tool.perfgate] "
-                                f"model_files / --perfgate-model-file") from None
+            raise RegistryError(
+                f"model file {path}: {_why(exc)}; fix the file, or remove it from [tool.perfgate] "
+                f"model_files / --perfgate-model-file"
+            ) from None
         raise
     return module
 
@@ -121,8 +134,10 @@ def load_registries(names: Sequence[str], model_files: Sequence[str | Path], roo
         except RegistryError as exc:
             raise RegistryError(f"registry {name!r}: {exc}") from None
         except Exception as exc:
-            raise RegistryError(f"registry {name!r} cannot be imported: {_why(exc)}; fix the module, or its name in "
-                                f"[tool.perfgate] registries / --perfgate-registry (importable from {root})") from None
+            raise RegistryError(
+                f"registry {name!r} cannot be imported: {_why(exc)}; fix the module, or its name in "
+                f"[tool.perfgate] registries / --perfgate-registry (importable from {root})"
+            ) from None
     for f in model_files:
         load_model_file(root / f)
 

@@ -56,12 +56,32 @@ def real_run(tmp_path_factory: pytest.TempPathFactory) -> RealRun:
     (folder / "benchmarks").mkdir()
     (folder / "benchmarks" / "test_models.py").write_text((ROOT / "benchmarks" / "test_models.py").read_text())
     (folder / "pyproject.toml").write_text(REAL_RUN_PYPROJECT)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "PERFGATE_")) and k not in _NOT_FOR_SUB_RUNS}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "PERFGATE_")) and k not in _NOT_FOR_SUB_RUNS
+    }
     env["GITHUB_STEP_SUMMARY"] = str(folder / "step-summary.md")
-    cmd = [sys.executable, "-m", "pytest", "-p", "perfgate.plugin", "-p", "no:cacheprovider", "benchmarks", "-q",
-           "--perfgate-device", "cpu", "--perfgate-models", "physicsnemo-block,physicsnemo-train",
-           "--perfgate-variants", "baseline,bf16,int8-dynamic", "--perfgate-smoke",
-           "--benchmark-json", "run.json", "--perfgate-verdicts", "verdicts.json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "perfgate.plugin",
+        "-p",
+        "no:cacheprovider",
+        "benchmarks",
+        "-q",
+        "--perfgate-device",
+        "cpu",
+        "--perfgate-models",
+        "physicsnemo-block,physicsnemo-train",
+        "--perfgate-variants",
+        "baseline,bf16,int8-dynamic",
+        "--perfgate-smoke",
+        "--benchmark-json",
+        "run.json",
+        "--perfgate-verdicts",
+        "verdicts.json",
+    ]
     r = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return RealRun(folder, folder / "run.json", folder / "verdicts.json", folder / "step-summary.md", r.stdout)

@@ -10,30 +10,61 @@ import numpy as np
 from perfgate.gate.store import SCHEMA
 
 FP = {
-    "device_type": "cpu", "gpu_name": None, "compute_capability": None, "driver": None, "cuda": None,
-    "torch": "2.13.0+cpu", "torchao": "0.18.0", "torch_tensorrt": None, "cpu_model": "Test CPU",
-    "cpu_flags": ["avx2"], "threads": 2, "world_size": 1,
+    "device_type": "cpu",
+    "gpu_name": None,
+    "compute_capability": None,
+    "driver": None,
+    "cuda": None,
+    "torch": "2.13.0+cpu",
+    "torchao": "0.18.0",
+    "torch_tensorrt": None,
+    "cpu_model": "Test CPU",
+    "cpu_flags": ["avx2"],
+    "threads": 2,
+    "world_size": 1,
 }
 
 
-def bench(name: str, samples_ms: list[float], *, model: str = "m", variant: str = "baseline", peak_mem_mib: float = 100.0,
-          rel_l2: float = 0.0, speedup: float | None = None, **extra: Any) -> dict[str, Any]:
+def bench(
+    name: str,
+    samples_ms: list[float],
+    *,
+    model: str = "m",
+    variant: str = "baseline",
+    peak_mem_mib: float = 100.0,
+    rel_l2: float = 0.0,
+    speedup: float | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
     x = np.asarray(samples_ms)
     info = {
-        "model": model, "size": "tiny", "variant": variant, "device": "cpu", "samples_ms": list(map(float, x)),
-        "median_ms": float(np.median(x)), "p90_ms": float(np.percentile(x, 90)), "peak_mem_mib": peak_mem_mib,
-        "accuracy": {"rel_l2": rel_l2, "cosine": 1.0, "max_abs": 0.0, "finite": 1.0}, **extra,
+        "model": model,
+        "size": "tiny",
+        "variant": variant,
+        "device": "cpu",
+        "samples_ms": list(map(float, x)),
+        "median_ms": float(np.median(x)),
+        "p90_ms": float(np.percentile(x, 90)),
+        "peak_mem_mib": peak_mem_mib,
+        "accuracy": {"rel_l2": rel_l2, "cosine": 1.0, "max_abs": 0.0, "finite": 1.0},
+        **extra,
     }
     if speedup is not None:
         info["speedup"] = speedup
     return {
-        "name": f"test_step[{name}]", "fullname": f"benchmarks/test_models.py::test_step[{name}]",
+        "name": f"test_step[{name}]",
+        "fullname": f"benchmarks/test_models.py::test_step[{name}]",
         "stats": {"median": float(np.median(x)) / 1e3, "min": float(x.min()) / 1e3, "mean": float(x.mean()) / 1e3},
         "extra_info": info,
     }
 
 
-def run_json(benchmarks: list[dict[str, Any]], fp: dict[str, Any] | None = None, commit: str = "abc", when: str = "2026-11-01T00:00:00+00:00") -> dict[str, Any]:
+def run_json(
+    benchmarks: list[dict[str, Any]],
+    fp: dict[str, Any] | None = None,
+    commit: str = "abc",
+    when: str = "2026-11-01T00:00:00+00:00",
+) -> dict[str, Any]:
     fp = copy.deepcopy(fp or FP)
     return {
         "machine_info": {"perfgate": {"fingerprint": fp}},
@@ -41,5 +72,11 @@ def run_json(benchmarks: list[dict[str, Any]], fp: dict[str, Any] | None = None,
         "datetime": when,
         "version": "5.3.1",
         "benchmarks": benchmarks,
-        "perfgate": {"schema": SCHEMA, "fingerprint": fp, "fingerprint_id": "cpu-test", "commit": commit, "recorded_at": when},
+        "perfgate": {
+            "schema": SCHEMA,
+            "fingerprint": fp,
+            "fingerprint_id": "cpu-test",
+            "commit": commit,
+            "recorded_at": when,
+        },
     }

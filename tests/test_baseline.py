@@ -35,7 +35,7 @@ def test_no_baseline_is_none_not_an_error(tmp_path):
     [
         ('{"benchmarks": [', "truncated JSON"),
         ('{"benchmarks": [}', "corrupt JSON"),
-        ('[1, 2]', "not a pytest-benchmark file"),
+        ("[1, 2]", "not a pytest-benchmark file"),
         ('{"benchmarks": []}', "no 'perfgate' block"),
     ],
     ids=["truncated", "corrupt", "not-benchmark", "no-block"],
@@ -124,7 +124,10 @@ store.record(Path({str(d)!r}), run_json([bench("b", [4, 5, 6])]), "new")
 
 
 def _record_many(folder: str, label: str, n: int) -> list[str]:
-    return [store.record(__import__("pathlib").Path(folder), run_json([bench("a", [1.0, 2.0])]), f"{label}{i}").name for i in range(n)]
+    return [
+        store.record(__import__("pathlib").Path(folder), run_json([bench("a", [1.0, 2.0])]), f"{label}{i}").name
+        for i in range(n)
+    ]
 
 
 def test_concurrent_recordings_with_different_labels_take_different_numbers(tmp_path):
@@ -137,16 +140,20 @@ def test_concurrent_recordings_with_different_labels_take_different_numbers(tmp_
     assert numbers == list(range(1, 61))
 
 
-@pytest.mark.parametrize(("field", "value", "problem"), [
-    ("samples_ms", [1.0, float("nan")], "samples_ms must be a non-empty list of positive finite milliseconds"),
-    ("samples_ms", [1.0, float("inf")], "samples_ms must be"),
-    ("samples_ms", [0.0, 1.0], "samples_ms must be"),
-    ("samples_ms", [-1.0, 1.0], "samples_ms must be"),
-    ("samples_ms", ["1.0"], "samples_ms must be"),
-    ("peak_mem_mib", float("nan"), "peak_mem_mib must be a finite number >= 0"),
-    ("speedup", 0, "speedup must be a positive finite number"),
-    ("accuracy", {"rel_l2": float("nan")}, "accuracy.rel_l2 must be a finite number"),
-], ids=["nan", "inf", "zero", "negative", "string", "memory-nan", "speedup-zero", "accuracy-nan"])
+@pytest.mark.parametrize(
+    ("field", "value", "problem"),
+    [
+        ("samples_ms", [1.0, float("nan")], "samples_ms must be a non-empty list of positive finite milliseconds"),
+        ("samples_ms", [1.0, float("inf")], "samples_ms must be"),
+        ("samples_ms", [0.0, 1.0], "samples_ms must be"),
+        ("samples_ms", [-1.0, 1.0], "samples_ms must be"),
+        ("samples_ms", ["1.0"], "samples_ms must be"),
+        ("peak_mem_mib", float("nan"), "peak_mem_mib must be a finite number >= 0"),
+        ("speedup", 0, "speedup must be a positive finite number"),
+        ("accuracy", {"rel_l2": float("nan")}, "accuracy.rel_l2 must be a finite number"),
+    ],
+    ids=["nan", "inf", "zero", "negative", "string", "memory-nan", "speedup-zero", "accuracy-nan"],
+)
 def test_bad_values_in_a_baseline_are_one_line_errors(tmp_path, field, value, problem):
     entry = bench("a", [1.0, 2.0])
     entry["extra_info"][field] = value

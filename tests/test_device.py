@@ -70,7 +70,9 @@ def test_cpu_is_never_bound(fake_cuda: FakeCuda) -> None:
     assert bind("cpu") == torch.device("cpu") and fake_cuda.set_calls == []
 
 
-def test_run_case_binds_the_default_device_before_any_cuda_work(fake_cuda: FakeCuda, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_run_case_binds_the_default_device_before_any_cuda_work(
+    fake_cuda: FakeCuda, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """run_case on the bare default device gets past set_device (the H100 failure) and fails only
     at the first real CUDA call, which this CPU build cannot make."""
     from perfgate import runner
@@ -86,4 +88,3 @@ def test_run_case_binds_the_default_device_before_any_cuda_work(fake_cuda: FakeC
     with pytest.raises(RuntimeError, match="stop: no real CUDA here"):
         runner.run_case(case)
     assert reached == [torch.device("cuda", 0)] and fake_cuda.set_calls == [0]
-

@@ -7,10 +7,17 @@ def test_cpu_fields_come_from_py_cpuinfo_with_generation_and_caches():
     info = _cpuinfo()  # this machine, as py-cpuinfo reads it
     f = cpu_fields(info)
     assert f["cpu_model"] == info["brand_raw"] and f["cpu_vendor"] == info["vendor_id_raw"]
-    assert (f["cpu_family"], f["cpu_model_number"], f["cpu_stepping"]) == (info["family"], info["model"], info["stepping"])
+    assert (f["cpu_family"], f["cpu_model_number"], f["cpu_stepping"]) == (
+        info["family"],
+        info["model"],
+        info["stepping"],
+    )
     assert f["cpu_cache_kib"]["l1d"] == info["l1_data_cache_size"] // 1024
-    xeon = {**info, "brand_raw": "Intel(R) Xeon(R) Platinum 8481C", "flags": ["fpu", "avx2", "avx512f", "avx512_bf16", "amx_bf16",
-                                                                              "amx_int8", "avx512_fp16", "sse4_2"]}
+    xeon = {
+        **info,
+        "brand_raw": "Intel(R) Xeon(R) Platinum 8481C",
+        "flags": ["fpu", "avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_int8", "avx512_fp16", "sse4_2"],
+    }
     assert cpu_fields(xeon)["cpu_flags"] == ["avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_int8"]
 
 
@@ -36,8 +43,15 @@ def test_id_is_stable_and_changes_with_every_key_field():
     fp = fingerprint("cpu")
     base = fingerprint_id(fp)
     assert base == fingerprint_id(dict(fp)) and base.startswith("cpu-")
-    for k, v in [("threads", 99), ("torch", "9.9"), ("cpu_flags", ["amx_bf16"]), ("gpu_name", "H100"), ("driver", "570"),
-                 ("cpu_stepping", 99), ("cpu_cache_kib", {"l2": 1})]:
+    for k, v in [
+        ("threads", 99),
+        ("torch", "9.9"),
+        ("cpu_flags", ["amx_bf16"]),
+        ("gpu_name", "H100"),
+        ("driver", "570"),
+        ("cpu_stepping", 99),
+        ("cpu_cache_kib", {"l2": 1}),
+    ]:
         assert fingerprint_id({**fp, k: v}) != base, k
     assert fingerprint_id({**fp, "platform": "other"}) == base  # informative fields do not key
     assert differences(fp, {**fp, "threads": 99}) == {"threads": (fp["threads"], 99)}

@@ -43,8 +43,16 @@ def _peak(tflops: float, dtype: str = "fp32", op: str = "linear", tf32: bool | N
 
 
 def test_ops_fall_into_kernel_families() -> None:
-    names = {"addmm": "linear", "mm": "linear", "_scaled_mm": "linear", "bmm": "bmm", "baddbmm": "bmm",
-             "_scaled_dot_product_flash_attention": "bmm", "convolution": "conv", "convolution_backward": "conv"}
+    names = {
+        "addmm": "linear",
+        "mm": "linear",
+        "_scaled_mm": "linear",
+        "bmm": "bmm",
+        "baddbmm": "bmm",
+        "_scaled_dot_product_flash_attention": "bmm",
+        "convolution": "conv",
+        "convolution_backward": "conv",
+    }
     assert {op: flops.op_class(op) for op in names} == names
 
 
@@ -57,7 +65,9 @@ def test_a_conv_and_linear_model_is_counted_per_family() -> None:
 
 
 def test_roofline_is_the_ideal_time_of_each_family_at_its_peak() -> None:
-    count = flops.FlopCount(total=int(3e9), by_module={}, by_op={"addmm": int(2e9), "convolution": int(1e9)}, attention=0, method="m")
+    count = flops.FlopCount(
+        total=int(3e9), by_module={}, by_op={"addmm": int(2e9), "convolution": int(1e9)}, attention=0, method="m"
+    )
     # 2 GFLOP at 2 TFLOP/s (1 ms) + 1 GFLOP at 0.5 TFLOP/s (2 ms): 3 ms ideal; measured 6 ms.
     r = flops.roofline(count, 6.0, {"linear": _peak(2.0), "conv": _peak(0.5, op="conv", tf32=True)})
     assert r["gflop_per_step"] == 3.0 and r["achieved_tflops"] == pytest.approx(0.5)
@@ -75,14 +85,18 @@ def test_no_share_above_the_measured_peak_or_without_one() -> None:
     assert "peak_share" not in flops.roofline(count, 1.0, None)
 
 
-@pytest.mark.parametrize(("info", "expected"), [
-    ({}, torch.float32),
-    ({"dtype": "float32"}, torch.float32),
-    ({"dtype": "bfloat16"}, torch.bfloat16),
-    ({"autocast": "float16"}, torch.float16),  # probed: the CPU autocast runs linear and conv in fp16
-    ({"dtype": "bfloat16", "quantized_linears": 4}, "int8/fp8"),
-    ({"engine_build_s": 1.0}, "TensorRT"),
-], ids=["eager", "fp32", "bf16-cast", "autocast-fp16", "quantised", "tensorrt"])
+@pytest.mark.parametrize(
+    ("info", "expected"),
+    [
+        ({}, torch.float32),
+        ({"dtype": "float32"}, torch.float32),
+        ({"dtype": "bfloat16"}, torch.bfloat16),
+        ({"autocast": "float16"}, torch.float16),  # probed: the CPU autocast runs linear and conv in fp16
+        ({"dtype": "bfloat16", "quantized_linears": 4}, "int8/fp8"),
+        ({"engine_build_s": 1.0}, "TensorRT"),
+    ],
+    ids=["eager", "fp32", "bf16-cast", "autocast-fp16", "quantised", "tensorrt"],
+)
 def test_math_dtypes_of_a_variant(info: dict, expected: torch.dtype | str) -> None:
     got = flops.math_dtypes(info, "cpu", ["linear", "conv"])
     if isinstance(expected, str):
@@ -104,7 +118,11 @@ def test_peak_is_measured_once_per_device_dtype_and_family(monkeypatch: pytest.M
     b = flops.peak_for("cpu", torch.float32, "linear")
     flops.peak_for("cpu", torch.bfloat16, "linear")
     flops.peak_for("cpu", torch.float32, "conv")
-    assert a is b and calls == [("cpu", torch.float32, "linear"), ("cpu", torch.bfloat16, "linear"), ("cpu", torch.float32, "conv")]
+    assert a is b and calls == [
+        ("cpu", torch.float32, "linear"),
+        ("cpu", torch.bfloat16, "linear"),
+        ("cpu", torch.float32, "conv"),
+    ]
 
 
 @pytest.mark.parametrize("op", flops.OP_CLASSES)

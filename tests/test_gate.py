@@ -3,7 +3,7 @@ import pytest
 
 from perfgate import gate
 from perfgate.gate import metrics
-from perfgate.gate.policy import METRICS, GateSettings, Policy, parse
+from perfgate.gate.policy import METRIC_NAMES, GateSettings, Policy, parse
 from perfgate.record import CaseRecord
 from tests.helpers import bench
 
@@ -30,7 +30,8 @@ def test_known_shift_is_a_regression_with_a_p_value():
 
 def test_identical_distributions_alarm_no_more_than_the_stated_rate():
     alarms = sum(
-        metrics.judge_latency_samples("c", _samples(10.0, seed=2 * i), _samples(10.0, seed=2 * i + 1), S).verdict == gate.REGRESSION
+        metrics.judge_latency_samples("c", _samples(10.0, seed=2 * i), _samples(10.0, seed=2 * i + 1), S).verdict
+        == gate.REGRESSION
         for i in range(200)
     )
     assert alarms <= 2  # alpha 0.01 and a 5% effect floor
@@ -39,19 +40,25 @@ def test_identical_distributions_alarm_no_more_than_the_stated_rate():
 def test_big_but_noisy_change_is_inconclusive_and_small_significant_one_unchanged():
     noisy = metrics.judge_latency_samples("c", [10, 30, 9, 31, 10], [10, 11, 29, 9, 30], S)
     assert noisy.verdict in (gate.INCONCLUSIVE, gate.UNCHANGED)
-    tiny = metrics.judge_latency_samples("c", _samples(10.2, n=200, cv=0.01, seed=3), _samples(10.0, n=200, cv=0.01, seed=4), S)
+    tiny = metrics.judge_latency_samples(
+        "c", _samples(10.2, n=200, cv=0.01, seed=3), _samples(10.0, n=200, cv=0.01, seed=4), S
+    )
     assert tiny.verdict == gate.UNCHANGED  # significant, but under the 5% tolerance
     assert metrics.judge_latency_samples("c", [10, 30, 10, 30], [10, 10, 10, 10], S).verdict == gate.INCONCLUSIVE
 
 
 def test_improvement():
-    assert metrics.judge_latency_samples("c", _samples(8.0, seed=5), _samples(10.0, seed=6), S).verdict == gate.IMPROVEMENT
+    assert (
+        metrics.judge_latency_samples("c", _samples(8.0, seed=5), _samples(10.0, seed=6), S).verdict == gate.IMPROVEMENT
+    )
 
 
 def test_memory_tolerance_with_absolute_slack():
     base = rec([1.0], peak_mem_mib=100.0)
     assert metrics.judge_memory("c", rec([1.0], peak_mem_mib=125.0), base, S).verdict == gate.REGRESSION
-    assert metrics.judge_memory("c", rec([1.0], peak_mem_mib=110.0), base, S).verdict == gate.UNCHANGED  # 5% + 16 MiB slack
+    assert (
+        metrics.judge_memory("c", rec([1.0], peak_mem_mib=110.0), base, S).verdict == gate.UNCHANGED
+    )  # 5% + 16 MiB slack
     assert metrics.judge_memory("c", rec([1.0], peak_mem_mib=10.0), base, S).verdict == gate.IMPROVEMENT
     assert metrics.judge_memory("c", rec([1.0], peak_mem_mib=None), base, S) is None  # nothing to judge
 
@@ -69,7 +76,12 @@ def test_compare_case_end_to_end_and_ordering():
     base = rec(_samples(10, seed=7), peak_mem_mib=100, rel_l2=1e-3, speedup=2.0)
     cur = rec(_samples(20, seed=8), peak_mem_mib=300, rel_l2=1e-3, speedup=2.0)
     verdicts = gate.sort_verdicts(compare(cur, base))
-    assert {v.metric: v.verdict for v in verdicts} == {"latency": "regression", "memory": "regression", "accuracy": "unchanged", "speedup": "unchanged"}
+    assert {v.metric: v.verdict for v in verdicts} == {
+        "latency": "regression",
+        "memory": "regression",
+        "accuracy": "unchanged",
+        "speedup": "unchanged",
+    }
     assert verdicts[0].verdict == gate.REGRESSION
     assert compare(cur, None)[0].verdict == gate.NO_BASELINE
     cur.unreliable = "neighbour busy"
@@ -77,7 +89,7 @@ def test_compare_case_end_to_end_and_ordering():
 
 
 def test_every_gated_metric_is_one_row_the_policy_knows():
-    assert METRICS == tuple(m.name for m in metrics.GATED) == ("latency", "memory", "accuracy", "speedup")
+    assert METRIC_NAMES == tuple(m.name for m in metrics.GATED) == ("latency", "memory", "accuracy", "speedup")
     for m in metrics.GATED:
         assert hasattr(S, m.setting) and m.better in ("lower", "higher")
 
@@ -126,7 +138,9 @@ def test_normalised_latency_cancels_a_machine_wide_slowdown_but_catches_the_code
     assert metrics.judge_latency_samples("c", cur, base, S).verdict == gate.REGRESSION
     v = metrics.judge_latency_samples("c", cur, base, S, reference=(cur_ref, base_ref))
     assert v.verdict == gate.UNCHANGED and abs(v.change_pct) < 3
-    assert v.current == pytest.approx(np.median(cur)) and "+30" in v.message and "normalised" in v.message  # ms still reported
+    assert (
+        v.current == pytest.approx(np.median(cur)) and "+30" in v.message and "normalised" in v.message
+    )  # ms still reported
     # The step alone 20% slower on a machine 17% faster: raw ms hide it, the ratio sees +20%.
     cur, cur_ref = [x * 1.2 * 0.83 for x in _samples(10, seed=15)], [x * 0.83 for x in _samples(2, seed=16)]
     v = metrics.judge_latency_samples("c", cur, base, S, reference=(cur_ref, base_ref))
@@ -141,11 +155,19 @@ def test_entries_normalise_only_when_asked_and_both_sides_have_reference_samples
     # The machine 30% slower, step and reference alike: from one run that cannot be told from an op
     # both share getting slower, so not "unchanged" (the reference moved beyond its noise).
     v = judge(cur, base)
-    assert v.verdict == gate.INCONCLUSIVE and "reference workload itself moved +" in v.message and "is a regression" in v.message
+    assert (
+        v.verdict == gate.INCONCLUSIVE
+        and "reference workload itself moved +" in v.message
+        and "is a regression" in v.message
+    )
     assert judge(cur, base, GateSettings(normalise=False)).verdict == gate.REGRESSION
     old = rec(_samples(10, seed=21))  # recorded before reference samples existed
     v = judge(cur, old)  # +30% raw: not failed on raw ms alone under a tolerance meant for ratios
-    assert v.verdict == gate.INCONCLUSIVE and "the baseline has no reference samples" in v.message and "re-record" in v.message
+    assert (
+        v.verdict == gate.INCONCLUSIVE
+        and "the baseline has no reference samples" in v.message
+        and "re-record" in v.message
+    )
     gpu = rec([x * 1.3 for x in _samples(10, seed=23)])
     assert judge(gpu, old).message.startswith("median")  # neither side normalisable: no note
     assert parse({"gate": {"normalise": False}}).defaults.normalise is False
@@ -164,8 +186,12 @@ def test_speedups_on_different_bases_are_not_compared():
 def test_a_re_measured_case_is_judged_on_its_pooled_runs():
     base = rec(_samples(10, seed=41))
     cur = rec(_samples(10, seed=42))  # the last run alone: unchanged
-    cur.pooled = {"runs": 3, "samples_ms": _samples(10, seed=42) + _samples(13, seed=43) + _samples(13, seed=44),
-                  "reference_ms": None, "unreliable": None}
+    cur.pooled = {
+        "runs": 3,
+        "samples_ms": _samples(10, seed=42) + _samples(13, seed=43) + _samples(13, seed=44),
+        "reference_ms": None,
+        "unreliable": None,
+    }
     (lat,) = [v for v in compare(cur, base) if v.metric == "latency"]
     assert lat.verdict == gate.REGRESSION  # two slow runs of three, as the session judged it
     cur.pooled["unreliable"] = "neighbour busy in re-measurement 1"
@@ -206,10 +232,18 @@ def test_unreliable_reasons_come_from_the_gate_settings_and_telemetry():
     assert gate.unreliable_reason(cpu, GateSettings(contention_max=0.5)) is None
     gpu = rec([1.0], device="cuda:0", contention_cores=5.0)  # host load is not the GPU's unreliability
     assert gate.unreliable_reason(gpu, S) is None
-    gpu.telemetry = {"clock_events": {"hw_thermal_slowdown": 0.5}, "gpu": {"max_sm_clock_mhz": 1980.0},
-                     "busy_sm_clock_mhz": {"mean": 1000.0}, "gpu_other_processes_max": 1}
+    gpu.telemetry = {
+        "clock_events": {"hw_thermal_slowdown": 0.5},
+        "gpu": {"max_sm_clock_mhz": 1980.0},
+        "busy_sm_clock_mhz": {"mean": 1000.0},
+        "gpu_other_processes_max": 1,
+    }
     reason = gate.unreliable_reason(gpu, S)
-    assert "hw_thermal_slowdown in 50% of samples" in reason and "51% of the maximum" in reason and "1 other process" in reason
+    assert (
+        "hw_thermal_slowdown in 50% of samples" in reason
+        and "51% of the maximum" in reason
+        and "1 other process" in reason
+    )
 
 
 def test_a_shared_op_slowdown_is_never_an_improvement_and_a_step_slowdown_still_fails():
@@ -218,7 +252,11 @@ def test_a_shared_op_slowdown_is_never_an_improvement_and_a_step_slowdown_still_
     base, base_ref = _samples(10, seed=71), _samples(2, seed=72)
     shared = rec([x * 1.2 for x in _samples(10, seed=73)], reference_ms=[x * 1.6 for x in _samples(2, seed=74)])
     v = metrics.judge_latency("a", shared, rec(base, reference_ms=base_ref), S)
-    assert v.verdict == gate.INCONCLUSIVE and "improvement relative to the machine" in v.message and "moved +59.9%" in v.message
+    assert (
+        v.verdict == gate.INCONCLUSIVE
+        and "improvement relative to the machine" in v.message
+        and "moved +59.9%" in v.message
+    )
     # The step alone 20% slower while the machine got 30% faster: the ratio's regression stands.
     local = rec([x * 1.2 * 0.7 for x in _samples(10, seed=75)], reference_ms=[x * 0.7 for x in _samples(2, seed=76)])
     v = metrics.judge_latency("a", local, rec(base, reference_ms=base_ref), S)

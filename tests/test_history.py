@@ -21,37 +21,80 @@ from perfgate.output import terminal, text
 FP_ID = "cpu-test-cpu-t2-0123456789"
 
 
-def bench(model: str = "physicsnemo-block", variant: str = "baseline", median_ms: float = 10.0, *, n: int = 12,
-          size: str = "tiny", **extra: Any) -> dict[str, Any]:
+def bench(
+    model: str = "physicsnemo-block",
+    variant: str = "baseline",
+    median_ms: float = 10.0,
+    *,
+    n: int = 12,
+    size: str = "tiny",
+    **extra: Any,
+) -> dict[str, Any]:
     """One benchmark entry with perfgate's extra_info; samples spread ±5% around `median_ms`."""
     samples = list(np.linspace(0.95, 1.05, n) * median_ms)
     name = f"{model}-{size}-{variant}"
     info = {
-        "model": model, "size": size, "variant": variant, "options": {}, "device": "cpu", "dtype": "float32",
-        "params": 49792, "step": "inference", "timer": "CpuTimer", "mem_method": "vmhwm",
-        "samples_ms": samples, "n": n, "mean_ms": float(np.mean(samples)), "std_ms": float(np.std(samples)),
-        "min_ms": min(samples), "max_ms": max(samples), "median_ms": float(np.median(samples)),
-        "p90_ms": float(np.percentile(samples, 90)), "peak_mem_mib": 100.0, "unit": "frames",
-        "throughput": {"frames": 1e3 / median_ms}, "fps": 1e3 / median_ms, "speedup": 1.0,
+        "model": model,
+        "size": size,
+        "variant": variant,
+        "options": {},
+        "device": "cpu",
+        "dtype": "float32",
+        "params": 49792,
+        "step": "inference",
+        "timer": "CpuTimer",
+        "mem_method": "vmhwm",
+        "samples_ms": samples,
+        "n": n,
+        "mean_ms": float(np.mean(samples)),
+        "std_ms": float(np.std(samples)),
+        "min_ms": min(samples),
+        "max_ms": max(samples),
+        "median_ms": float(np.median(samples)),
+        "p90_ms": float(np.percentile(samples, 90)),
+        "peak_mem_mib": 100.0,
+        "unit": "frames",
+        "throughput": {"frames": 1e3 / median_ms},
+        "fps": 1e3 / median_ms,
+        "speedup": 1.0,
         "accuracy": {"finite": 1.0, "rel_l2": 0.0, "max_abs": 0.0, "cosine": 1.0},
     }
     info.update(extra)
     return {
-        "group": None, "name": f"test_step[{name}]", "fullname": f"benchmarks/test_models.py::test_step[{name}]",
-        "params": {"case": name}, "param": name, "extra_info": info,
-        "stats": {"min": min(samples) / 1e3, "max": max(samples) / 1e3, "mean": float(np.mean(samples)) / 1e3,
-                  "stddev": float(np.std(samples)) / 1e3, "median": float(np.median(samples)) / 1e3,
-                  "rounds": n, "data": [s / 1e3 for s in samples]},
+        "group": None,
+        "name": f"test_step[{name}]",
+        "fullname": f"benchmarks/test_models.py::test_step[{name}]",
+        "params": {"case": name},
+        "param": name,
+        "extra_info": info,
+        "stats": {
+            "min": min(samples) / 1e3,
+            "max": max(samples) / 1e3,
+            "mean": float(np.mean(samples)) / 1e3,
+            "stddev": float(np.std(samples)) / 1e3,
+            "median": float(np.median(samples)) / 1e3,
+            "rounds": n,
+            "data": [s / 1e3 for s in samples],
+        },
     }
 
 
-def run_json(benchmarks: list[dict[str, Any]], *, commit: str = "a" * 40, commit_time: str = "2026-11-01T00:00:00+00:00",
-             when: str | None = None, fp_id: str | None = FP_ID, dirty: bool = False) -> dict[str, Any]:
+def run_json(
+    benchmarks: list[dict[str, Any]],
+    *,
+    commit: str = "a" * 40,
+    commit_time: str = "2026-11-01T00:00:00+00:00",
+    when: str | None = None,
+    fp_id: str | None = FP_ID,
+    dirty: bool = False,
+) -> dict[str, Any]:
     fp = {"device_type": "cpu", "cpu_model": "Test CPU", "threads": 2, "torch": "2.13.0+cpu"}
     data: dict[str, Any] = {
         "machine_info": {"node": "ci", "perfgate": {"fingerprint": fp, "fingerprint_id": fp_id}},
         "commit_info": {"id": commit, "time": commit_time, "dirty": dirty, "branch": "main"},
-        "datetime": when or commit_time, "version": "5.3.1", "benchmarks": benchmarks,
+        "datetime": when or commit_time,
+        "version": "5.3.1",
+        "benchmarks": benchmarks,
         "perfgate": {"schema": 1, "fingerprint": fp, "fingerprint_id": fp_id, "commit": commit, "device": "cpu"},
     }
     if fp_id is None:  # a plain pytest-benchmark file: no perfgate blocks
@@ -113,7 +156,11 @@ def test_same_run_seen_twice_counts_once(tmp_path):
 
 
 def test_naive_and_zulu_times_are_utc():
-    assert h.parse_time("2026-11-01T10:00:00") == h.parse_time("2026-11-01T10:00:00Z") == h.parse_time("2026-11-01T11:00:00+01:00")
+    assert (
+        h.parse_time("2026-11-01T10:00:00")
+        == h.parse_time("2026-11-01T10:00:00Z")
+        == h.parse_time("2026-11-01T11:00:00+01:00")
+    )
     assert h.parse_time("yesterday") is None and h.parse_time(None) is None
 
 
@@ -124,7 +171,11 @@ def test_naive_and_zulu_times_are_utc():
 def three_models(tmp_path: Path) -> Path:
     d = fp_dir(tmp_path)
     for i in range(1, 5):
-        benches = [bench(m, v, 10.0 * i) for m in ("owl-world-model", "physicsnemo-block") for v in ("baseline", "compile", "bf16")]
+        benches = [
+            bench(m, v, 10.0 * i)
+            for m in ("owl-world-model", "physicsnemo-block")
+            for v in ("baseline", "compile", "bf16")
+        ]
         benches.append(bench("wan-vae-decoder", "baseline", 50.0 * i))
         write(d / f"{i:04d}_r.json", run_json(benches, commit=str(i) * 40, commit_time=day(i)))
     return tmp_path
@@ -133,13 +184,25 @@ def three_models(tmp_path: Path) -> Path:
 @pytest.mark.parametrize(
     "filters, labels, n_points",
     [
-        (h.Filters(models=("owl-*",)), {"owl-world-model [tiny] baseline", "owl-world-model [tiny] compile", "owl-world-model [tiny] bf16"}, 4),
+        (
+            h.Filters(models=("owl-*",)),
+            {"owl-world-model [tiny] baseline", "owl-world-model [tiny] compile", "owl-world-model [tiny] bf16"},
+            4,
+        ),
         (h.Filters(variants=("compile",)), {"owl-world-model [tiny] compile", "physicsnemo-block [tiny] compile"}, 4),
-        (h.Filters(models=("physicsnemo-block",), variants=("bf16", "baseline")),
-         {"physicsnemo-block [tiny] baseline", "physicsnemo-block [tiny] bf16"}, 4),
+        (
+            h.Filters(models=("physicsnemo-block",), variants=("bf16", "baseline")),
+            {"physicsnemo-block [tiny] baseline", "physicsnemo-block [tiny] bf16"},
+            4,
+        ),
         (h.Filters(cases=("*wan-vae*",)), {"wan-vae-decoder [tiny] baseline"}, 4),
-        (h.Filters(models=("wan-vae-decoder",), since=h.parse_day("2026-11-02"), until=h.parse_day("2026-11-03", end=True)),
-         {"wan-vae-decoder [tiny] baseline"}, 2),
+        (
+            h.Filters(
+                models=("wan-vae-decoder",), since=h.parse_day("2026-11-02"), until=h.parse_day("2026-11-03", end=True)
+            ),
+            {"wan-vae-decoder [tiny] baseline"},
+            2,
+        ),
         (h.Filters(models=("nothing",)), set(), 0),
     ],
     ids=["model-glob", "variant", "model-and-variants", "case-glob", "dates-inclusive", "no-match"],
@@ -169,21 +232,45 @@ def test_parse_day_rejects_nonsense():
 @pytest.mark.parametrize(
     "metric, expected",
     [
-        ("median_ms", 20.0), ("peak_mem_mib", 256.0), ("speedup", 2.5), ("fps", 50.0), ("rel_l2", 1e-3),
-        ("throughput", 50.0), ("telemetry.metrics.gpu_util_pct.mean", 87.5), ("telemetry.metrics.rss_mib.max", 512.0),
+        ("median_ms", 20.0),
+        ("peak_mem_mib", 256.0),
+        ("speedup", 2.5),
+        ("fps", 50.0),
+        ("rel_l2", 1e-3),
+        ("throughput", 50.0),
+        ("telemetry.metrics.gpu_util_pct.mean", 87.5),
+        ("telemetry.metrics.rss_mib.max", 512.0),
     ],
 )
 def test_metrics_read_from_extra_info(tmp_path, metric, expected):
     # telemetry in the sampler's own summary schema (perfgate.telemetry.TelemetrySampler.summary())
-    b = bench(median_ms=20.0, peak_mem_mib=256.0, speedup=2.5, accuracy={"rel_l2": 1e-3},
-              telemetry={"interval_s": 0.1, "n_samples": 3, "source": "nvml+psutil",
-                         "metrics": {"gpu_util_pct": {"min": 80.0, "mean": 87.5, "max": 95.0},
-                                     "rss_mib": {"min": 500.0, "mean": 506.0, "max": 512.0}}})
+    b = bench(
+        median_ms=20.0,
+        peak_mem_mib=256.0,
+        speedup=2.5,
+        accuracy={"rel_l2": 1e-3},
+        telemetry={
+            "interval_s": 0.1,
+            "n_samples": 3,
+            "source": "nvml+psutil",
+            "metrics": {
+                "gpu_util_pct": {"min": 80.0, "mean": 87.5, "max": 95.0},
+                "rss_mib": {"min": 500.0, "mean": 506.0, "max": 512.0},
+            },
+        },
+    )
     write(fp_dir(tmp_path) / "0001.json", run_json([b]))
     (s,) = collect(tmp_path, metric=metric).series
     assert s.values() == pytest.approx([expected], rel=1e-6)
-    assert h.metric_info(metric).unit == {"median_ms": "ms", "peak_mem_mib": "MiB", "speedup": "x", "fps": "frames/s",
-                                          "rel_l2": "", "throughput": "items/s", "telemetry.metrics.rss_mib.max": "MiB"}.get(metric, "%")
+    assert h.metric_info(metric).unit == {
+        "median_ms": "ms",
+        "peak_mem_mib": "MiB",
+        "speedup": "x",
+        "fps": "frames/s",
+        "rel_l2": "",
+        "throughput": "items/s",
+        "telemetry.metrics.rss_mib.max": "MiB",
+    }.get(metric, "%")
 
 
 def test_plain_pytest_benchmark_files_fall_back_to_stats(tmp_path):
@@ -223,8 +310,10 @@ def test_unreadable_files_are_one_line_each_and_skipped(tmp_path):
     write(d / ".0008_x.json.123.tmp", "{")  # an interrupted atomic write: never read
     hist = collect(tmp_path)
     assert len(hist.unreadable) == 5
-    for line, problem in zip(sorted(hist.unreadable), ["truncated JSON", "corrupt JSON", "not a pytest-benchmark file",
-                                                        "cannot read", "benchmark #0 has no name"]):
+    for line, problem in zip(
+        sorted(hist.unreadable),
+        ["truncated JSON", "corrupt JSON", "not a pytest-benchmark file", "cannot read", "benchmark #0 has no name"],
+    ):
         assert "\n" not in line and problem in line
     assert hist.series[0].values() == pytest.approx([10.0, 11.0])
 
@@ -233,7 +322,10 @@ def test_fingerprints_never_share_a_series(tmp_path):
     write(fp_dir(tmp_path) / "0001.json", run_json([bench(median_ms=10.0)]))
     write(fp_dir(tmp_path, "gpu-h100") / "0001.json", run_json([bench(median_ms=1.0)], fp_id="gpu-h100"))
     # pytest-benchmark storage is shared by machines: its files are filtered by their content.
-    write(tmp_path / ".benchmarks" / "Linux" / "0001.json", run_json([bench(median_ms=1.1)], fp_id="gpu-h100", commit_time=day(2)))
+    write(
+        tmp_path / ".benchmarks" / "Linux" / "0001.json",
+        run_json([bench(median_ms=1.1)], fp_id="gpu-h100", commit_time=day(2)),
+    )
     mine = collect(tmp_path)
     assert [s.values() for s in mine.series] == [pytest.approx([10.0])] and mine.other_fingerprints == 1
     both = collect(tmp_path, fingerprint_id=None)
@@ -255,7 +347,12 @@ def test_hundreds_of_files_are_quick(tmp_path):
     d = fp_dir(tmp_path)
     benches = [bench("physicsnemo-block", v, 10.0, n=200) for v in ("baseline", "compile", "bf16", "int8-dynamic")]
     for i in range(300):
-        write(d / f"{i + 1:04d}_r.json", run_json(benches, commit=f"{i:040x}", commit_time=day(1), when=f"2026-11-02T00:{i // 60:02d}:{i % 60:02d}+00:00"))
+        write(
+            d / f"{i + 1:04d}_r.json",
+            run_json(
+                benches, commit=f"{i:040x}", commit_time=day(1), when=f"2026-11-02T00:{i // 60:02d}:{i % 60:02d}+00:00"
+            ),
+        )
     start = time.process_time()
     hist = collect(tmp_path)
     cpu_s = time.process_time() - start
@@ -282,9 +379,9 @@ def test_sparkline(values, expected):
 
 
 def test_change_word_follows_the_metric_direction():
-    assert terminal.change_word(5.0, h.METRICS["median_ms"].better) == "+5.0% worse"
-    assert terminal.change_word(5.0, h.METRICS["speedup"].better) == "+5.0% better"
-    assert terminal.change_word(None, h.METRICS["speedup"].better) == "-"
+    assert terminal.change_word(5.0, h.HISTORY_METRICS["median_ms"].better) == "+5.0% worse"
+    assert terminal.change_word(5.0, h.HISTORY_METRICS["speedup"].better) == "+5.0% better"
+    assert terminal.change_word(None, h.HISTORY_METRICS["speedup"].better) == "-"
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -294,8 +391,15 @@ def test_change_word_follows_the_metric_direction():
 def project(tmp_path, monkeypatch) -> Path:
     d = fp_dir(tmp_path)
     for i, med in enumerate([10.0, 10.2, 12.0], start=1):
-        write(d / f"{i:04d}_r.json", run_json([bench(median_ms=med), bench(variant="compile", median_ms=med / 2)],
-                                              commit=f"{i}" * 40, commit_time=day(i), dirty=i == 3))
+        write(
+            d / f"{i:04d}_r.json",
+            run_json(
+                [bench(median_ms=med), bench(variant="compile", median_ms=med / 2)],
+                commit=f"{i}" * 40,
+                commit_time=day(i),
+                dirty=i == 3,
+            ),
+        )
     write(d / "0004_broken.json", "{")
     monkeypatch.chdir(tmp_path)
     # The default fingerprint is this machine's; pin it so the test does not depend on the host.
@@ -306,7 +410,11 @@ def project(tmp_path, monkeypatch) -> Path:
 def test_cli_text_shows_sparkline_changes_and_skipped_files(project, capsys):
     assert main(["history", "--variant", "baseline"]) == 0
     out, err = capsys.readouterr()
-    assert err.strip() == f"perfgate history: skipped {Path('baselines') / FP_ID / '0004_broken.json'}: truncated JSON at line 1 column 2"
+    assert (
+        err.strip()
+        == f"perfgate history: skipped {Path('baselines') / FP_ID / '0004_broken.json'}: truncated JSON at line 1 "
+        "column 2"
+    )
     assert "physicsnemo-block [tiny] baseline  ▁▂█  (3 entries)" in out
     assert "+17.6% worse" in out and "33333333*" in out
     assert "compile" not in out

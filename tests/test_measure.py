@@ -15,7 +15,12 @@ def test_first_call_is_timed_apart_from_steady_state():
             time.sleep(0.05)  # a "compile" on the first call only
         return torch.ones(2)
 
-    m = measure(step, "cpu", stop=StopRule(min_rounds=5, max_rounds=5, budget_s=1), warmup=WarmupRule(min_rounds=1, max_rounds=3, window=1))
+    m = measure(
+        step,
+        "cpu",
+        stop=StopRule(min_rounds=5, max_rounds=5, budget_s=1),
+        warmup=WarmupRule(min_rounds=1, max_rounds=3, window=1),
+    )
     assert m.first_call_s >= 0.05
     assert max(m.samples_ms) < 50
     assert len(m.samples_ms) == 5
@@ -33,7 +38,11 @@ def test_stops_at_max_rounds_on_noise():
     import random
 
     random.seed(0)
-    m = measure(lambda: time.sleep(random.choice([0, 0.002])), "cpu", stop=StopRule(precision=0.001, min_rounds=3, max_rounds=12, budget_s=5))
+    m = measure(
+        lambda: time.sleep(random.choice([0, 0.002])),
+        "cpu",
+        stop=StopRule(precision=0.001, min_rounds=3, max_rounds=12, budget_s=5),
+    )
     assert len(m.samples_ms) == 12 and m.stop == "max_rounds"
 
 
@@ -56,13 +65,19 @@ def test_cuda_event_timer_needs_cuda():
 
 
 def test_reference_is_timed_after_every_round_and_the_stop_rule_sees_the_ratio():
-    m = measure(lambda: time.sleep(0.004), "cpu", stop=StopRule(min_rounds=10, max_rounds=20, precision=0.5, budget_s=5),
-                reference=lambda: time.sleep(0.002))
+    m = measure(
+        lambda: time.sleep(0.004),
+        "cpu",
+        stop=StopRule(min_rounds=10, max_rounds=20, precision=0.5, budget_s=5),
+        reference=lambda: time.sleep(0.002),
+    )
     assert m.reference_ms is not None and len(m.reference_ms) == len(m.samples_ms)
     assert 10 <= len(m.samples_ms) <= 20 and min(m.reference_ms) >= 2.0
     ratio = sorted(s / r for s, r in zip(m.samples_ms, m.reference_ms))[len(m.samples_ms) // 2]
     assert ratio == pytest.approx(2.0, rel=0.2)
-    assert measure(lambda: None, "cpu", stop=StopRule(min_rounds=3, max_rounds=3)).reference_ms is None  # off unless asked
+    assert (
+        measure(lambda: None, "cpu", stop=StopRule(min_rounds=3, max_rounds=3)).reference_ms is None
+    )  # off unless asked
 
 
 def test_reference_normalises_cpu_only():

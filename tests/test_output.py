@@ -87,8 +87,18 @@ def test_text_table_aligns_numbers_right_and_text_left():
     ]
 
 
-@pytest.mark.parametrize("v, text", [(6.5, "6.500"), (153.84615, "153.8"), (12345.6, "12,346"), (0.00012, "1.20e-04"), (None, "-"),
-                                     (3, "3"), (0.0, "0")])
+@pytest.mark.parametrize(
+    "v, text",
+    [
+        (6.5, "6.500"),
+        (153.84615, "153.8"),
+        (12345.6, "12,346"),
+        (0.00012, "1.20e-04"),
+        (None, "-"),
+        (3, "3"),
+        (0.0, "0"),
+    ],
+)
 def test_fmt_num(v, text):
     assert fmt_num(v) == text
 
@@ -114,13 +124,21 @@ def _overlaps(lo: float, hi: float, width: int) -> tuple[list[str], list[tuple[s
         FigureCanvasAgg(fig).draw()
         renderer = fig.canvas.get_renderer()
         x0, x1 = ax.get_xlim()
-        labels = [(t.get_text(), t.get_window_extent(renderer)) for t, loc in zip(ax.get_xticklabels(), ax.get_xticks())
-                  if t.get_text() and x0 <= loc <= x1]
-    return [t for t, _ in labels], [(a, b) for i, (a, ea) in enumerate(labels) for b, eb in labels[i + 1:] if ea.overlaps(eb)]
+        labels = [
+            (t.get_text(), t.get_window_extent(renderer))
+            for t, loc in zip(ax.get_xticklabels(), ax.get_xticks())
+            if t.get_text() and x0 <= loc <= x1
+        ]
+    return [t for t, _ in labels], [
+        (a, b) for i, (a, ea) in enumerate(labels) for b, eb in labels[i + 1 :] if ea.overlaps(eb)
+    ]
 
 
-@pytest.mark.parametrize("lo, hi", [(0.2, 3.0), (7.6, 614.0), (0.05, 2000.0), (0.18, 80.0), (1.0, 1e5)],
-                         ids=["one-decade", "two-decades", "five-decades", "sub-ms", "wide"])
+@pytest.mark.parametrize(
+    "lo, hi",
+    [(0.2, 3.0), (7.6, 614.0), (0.05, 2000.0), (0.18, 80.0), (1.0, 1e5)],
+    ids=["one-decade", "two-decades", "five-decades", "sub-ms", "wide"],
+)
 @pytest.mark.parametrize("width", [420, 560])
 def test_log_axis_labels_never_overlap_and_are_plain_numbers(lo, hi, width):
     labels, clashes = _overlaps(lo, hi, width)
@@ -136,14 +154,30 @@ def test_box_chart_switches_to_a_log_axis_for_spread_latencies():
 
 
 def test_charts_carry_title_axis_units_legend_and_ids_of_their_own():
-    bars = charts.hbar_chart([("compile", 1.6), ("bf16", 0.8)], title="Speedup", axis_label="speedup (×)", value_suffix="×",
-                             ref=1.0, ref_label="1× = eager", legend=(("faster", charts.GOOD), ("slower", charts.BAD)))
+    bars = charts.hbar_chart(
+        [("compile", 1.6), ("bf16", 0.8)],
+        title="Speedup",
+        axis_label="speedup (×)",
+        value_suffix="×",
+        ref=1.0,
+        ref_label="1× = eager",
+        legend=(("faster", charts.GOOD), ("slower", charts.BAD)),
+    )
     assert bars.startswith('<svg class="chart" role="img" ') and "<title>Speedup</title>" in bars
-    assert all(word in bars for word in ("speedup (×)", "1.60×", "0.800×", "faster", "slower", "1× = eager", "compile", "bf16"))
-    lines = charts.line_chart([("gpu_util_pct", [0, 1, 2], [10, 50, 90]), ("cpu_util_pct", [0, 1, 2], [80, 70, 60])],
-                              title="util", x_label="time (s)", y_label="%", zero=True)
+    assert all(
+        word in bars for word in ("speedup (×)", "1.60×", "0.800×", "faster", "slower", "1× = eager", "compile", "bf16")
+    )
+    lines = charts.line_chart(
+        [("gpu_util_pct", [0, 1, 2], [10, 50, 90]), ("cpu_util_pct", [0, 1, 2], [80, 70, 60])],
+        title="util",
+        x_label="time (s)",
+        y_label="%",
+        zero=True,
+    )
     assert "gpu_util_pct" in lines and "cpu_util_pct" in lines and "time (s)" in lines
-    assert charts.hbar_chart([("a", 1.0)], title="x", axis_label="y") == charts.hbar_chart([("a", 1.0)], title="x", axis_label="y")
+    assert charts.hbar_chart([("a", 1.0)], title="x", axis_label="y") == charts.hbar_chart(
+        [("a", 1.0)], title="x", axis_label="y"
+    )
     ids_a, ids_b = (set(re.findall(r'\bid="([^"]+)"', s)) for s in (bars, lines))
     assert ids_a and ids_b and not ids_a & ids_b
     for svg_text in (bars, lines):  # every reference points into its own chart
@@ -152,17 +186,22 @@ def test_charts_carry_title_axis_units_legend_and_ids_of_their_own():
 
 def test_history_ticks_keep_the_newest_commit():
     ticks = {float(i): f"c{i:03d}" for i in range(40)}
-    svg_text = charts.line_chart([("x", list(ticks), [1.0] * 40)], title="t", x_label="x", y_label="y", x_tick_labels=ticks, width=420)
+    svg_text = charts.line_chart(
+        [("x", list(ticks), [1.0] * 40)], title="t", x_label="x", y_label="y", x_tick_labels=ticks, width=420
+    )
     shown = [t for t in _tick_labels(svg_text) if t.startswith("c")]
     assert shown[-1] == "c039" and 2 <= len(shown) <= 6
 
 
 def test_matplotlib_and_jinja_load_only_when_a_report_is_drawn():
-    code = ("import sys, perfgate.plugin, perfgate.cli, perfgate.commands.history, perfgate.commands.compare, perfgate.profile.run\n"
-            "assert not {'matplotlib', 'jinja2'} & set(sys.modules), sorted({'matplotlib', 'jinja2'} & set(sys.modules))\n"
-            "from perfgate.output import charts\n"
-            "charts.hbar_chart([('a', 1.0)], title='t', axis_label='x')\n"
-            "assert 'matplotlib' in sys.modules and 'matplotlib.pyplot' not in sys.modules\n")
+    code = (
+        "import sys, perfgate.plugin, perfgate.cli, perfgate.commands.history, perfgate.commands.compare, "
+        "perfgate.profile.run\n"
+        "assert not {'matplotlib', 'jinja2'} & set(sys.modules), sorted({'matplotlib', 'jinja2'} & set(sys.modules))\n"
+        "from perfgate.output import charts\n"
+        "charts.hbar_chart([('a', 1.0)], title='t', axis_label='x')\n"
+        "assert 'matplotlib' in sys.modules and 'matplotlib.pyplot' not in sys.modules\n"
+    )
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
 
@@ -211,5 +250,7 @@ def test_lean_loading_drops_only_sample_arrays(tmp_path):
     p = tmp_path / "r.json"
     p.write_text(json.dumps(run_json([bench("a", [1.0, 2.0, 3.0], note='"samples_ms": [1, 2] in a string')]), indent=2))
     full, lean = results.read_benchmark_json(p), results.read_benchmark_json(p, samples=False)
-    assert lean["benchmarks"][0]["extra_info"]["samples_ms"] == [] and full["benchmarks"][0]["extra_info"]["samples_ms"] == [1, 2, 3]
+    assert lean["benchmarks"][0]["extra_info"]["samples_ms"] == [] and full["benchmarks"][0]["extra_info"][
+        "samples_ms"
+    ] == [1, 2, 3]
     assert lean["benchmarks"][0]["extra_info"]["note"] == full["benchmarks"][0]["extra_info"]["note"]

@@ -1,7 +1,6 @@
 """The pytest integration, driven with pytester: JSON, recording, compare, gate, notices, bad input."""
 
 import json
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -63,8 +62,23 @@ memory_slack_mib = 1.0
 # The device is pinned: on a machine with a GPU the default would be CUDA, and these tests mean the CPU.
 # Raw ms: the sleepy step is mostly a sleep, so it does not slow with a busy machine as the reference
 # workload does; normalising would judge the test machine's load, not the step.
-ARGS = ["-p", "perfgate.plugin", "--perfgate-device", "cpu", "--perfgate-no-reference", "--perfgate-models", "sleepy", "--perfgate-variants", "baseline",
-        "--perfgate-min-rounds", "15", "--perfgate-max-rounds", "15", "-p", "no:cacheprovider"]
+ARGS = [
+    "-p",
+    "perfgate.plugin",
+    "--perfgate-device",
+    "cpu",
+    "--perfgate-no-reference",
+    "--perfgate-models",
+    "sleepy",
+    "--perfgate-variants",
+    "baseline",
+    "--perfgate-min-rounds",
+    "15",
+    "--perfgate-max-rounds",
+    "15",
+    "-p",
+    "no:cacheprovider",
+]
 
 
 @pytest.fixture
@@ -86,8 +100,23 @@ def test_run_writes_json_with_extra_info_and_fingerprint(suite):
     r.assert_outcomes(passed=1)
     data = json.loads(suite.path.joinpath("out.json").read_text())
     info = data["benchmarks"][0]["extra_info"]
-    for key in ("model", "size", "variant", "device", "dtype", "params", "peak_mem_mib", "first_call_s",
-                "throughput", "unit", "samples_ms", "median_ms", "p90_ms", "p99_ms", "accuracy"):
+    for key in (
+        "model",
+        "size",
+        "variant",
+        "device",
+        "dtype",
+        "params",
+        "peak_mem_mib",
+        "first_call_s",
+        "throughput",
+        "unit",
+        "samples_ms",
+        "median_ms",
+        "p90_ms",
+        "p99_ms",
+        "accuracy",
+    ):
         assert key in info, key
     assert info["model"] == "sleepy" and info["variant"] == "baseline" and info["device"] == "cpu"
     assert info["median_ms"] >= 20.0 and info["unit"] == "frames" and info["params"] == 4
@@ -107,8 +136,12 @@ def test_record_then_compare_passes_unchanged_and_fails_on_edited_baselines(suit
     r = suite.runpytest_subprocess(*ARGS, "--benchmark-compare")
     r.assert_outcomes(passed=1)
     r.stderr.fnmatch_lines(["*Comparing against benchmarks from: */baselines/*/0001_baseline.json*"])
-    r.stdout.fnmatch_lines(["*the gate judged each case against the newest baseline holding it: 1 case(s) against *0001_baseline.json",
-                            "*pytest-benchmark's table compared with *0001_baseline.json"])
+    r.stdout.fnmatch_lines(
+        [
+            "*the gate judged each case against the newest baseline holding it: 1 case(s) against *0001_baseline.json",
+            "*pytest-benchmark's table compared with *0001_baseline.json",
+        ]
+    )
     r.stdout.no_fnmatch_line("*machine_info is different*")
     r.stdout.fnmatch_lines(["*sleepy-tiny-baseline*latency*"])
     r.stdout.no_fnmatch_line("*latency*regression*")
@@ -157,8 +190,17 @@ def test_bad_options_are_one_line_usage_errors(suite):
 
 
 def test_unavailable_variant_is_skipped_with_its_reason(suite):
-    r = suite.runpytest_subprocess("-p", "perfgate.plugin", "--perfgate-device", "cpu", "--perfgate-models", "sleepy",
-                                   "--perfgate-variants", "tensorrt,cudagraphs", "-rs")
+    r = suite.runpytest_subprocess(
+        "-p",
+        "perfgate.plugin",
+        "--perfgate-device",
+        "cpu",
+        "--perfgate-models",
+        "sleepy",
+        "--perfgate-variants",
+        "tensorrt,cudagraphs",
+        "-rs",
+    )
     r.assert_outcomes(skipped=2)
     r.stdout.fnmatch_lines(["*skipped variants:*", "*1 x TensorRT needs a CUDA device*"])
     r.stdout.fnmatch_lines(["*SKIPPED*tensorrt: TensorRT needs a CUDA device*"])
@@ -207,22 +249,44 @@ def flaky(suite):
     return suite
 
 
-FLAKY = ["-p", "perfgate.plugin", "--perfgate-device", "cpu", "--perfgate-model-file", "flaky_model.py", "--perfgate-models", "flaky",
-         "--perfgate-variants", "baseline", "--perfgate-min-rounds", "5", "--perfgate-max-rounds", "5", "-p", "no:cacheprovider"]
+FLAKY = [
+    "-p",
+    "perfgate.plugin",
+    "--perfgate-device",
+    "cpu",
+    "--perfgate-model-file",
+    "flaky_model.py",
+    "--perfgate-models",
+    "flaky",
+    "--perfgate-variants",
+    "baseline",
+    "--perfgate-min-rounds",
+    "5",
+    "--perfgate-max-rounds",
+    "5",
+    "-p",
+    "no:cacheprovider",
+]
 
 
 def test_a_hanging_case_times_out_and_the_suite_goes_on(flaky):
-    r = flaky.runpytest_subprocess(*FLAKY, "--perfgate-sizes", "hang,ok", "--perfgate-case-timeout-s", "10", "--perfgate-no-gate")
+    r = flaky.runpytest_subprocess(
+        *FLAKY, "--perfgate-sizes", "hang,ok", "--perfgate-case-timeout-s", "10", "--perfgate-no-gate"
+    )
     r.assert_outcomes(failed=1, passed=1)
     r.stdout.fnmatch_lines(["*flaky-hang-baseline: timed out after 10 s (--perfgate-case-timeout-s*"])
     verdicts = json.loads(flaky.path.joinpath(".perfgate", "verdicts.json").read_text())["verdicts"]
-    assert [(v["verdict"], v["message"][:20]) for v in verdicts if v["metric"] == "run"] == [("error", "timed out after 10 s")]
+    assert [(v["verdict"], v["message"][:20]) for v in verdicts if v["metric"] == "run"] == [
+        ("error", "timed out after 10 s")
+    ]
 
 
 def test_a_model_that_fails_to_build_is_one_line_and_its_traceback_only_with_v(flaky):
     r = flaky.runpytest_subprocess(*FLAKY, "--perfgate-sizes", "broken,ok", "--perfgate-no-gate")
     r.assert_outcomes(failed=1, passed=1)
-    r.stdout.fnmatch_lines(["*flaky-broken-baseline: RuntimeError: weights of layer 3 do not fit: 64 != 65 (the traceback with -v)*"])
+    r.stdout.fnmatch_lines(
+        ["*flaky-broken-baseline: RuntimeError: weights of layer 3 do not fit: 64 != 65 (the traceback with -v)*"]
+    )
     r.stdout.no_fnmatch_line("*Traceback*")
     r.stdout.no_fnmatch_line("*raise RuntimeError*")
     r = flaky.runpytest_subprocess(*FLAKY, "--perfgate-sizes", "broken", "--perfgate-no-gate", "-v")
@@ -243,7 +307,7 @@ def test_a_run_that_judged_no_latency_says_so_and_fails_in_ci(flaky, monkeypatch
 
 
 # A plugin (here a conftest) adapting the run through the hooks perfgate.plugin declares (perfgate.hookspecs).
-SESSION_HOOK = '''
+SESSION_HOOK = """
 from dataclasses import replace
 from perfgate.measure import StopRule
 
@@ -252,7 +316,7 @@ def pytest_perfgate_configure_session(config, session):
     session.run_options = replace(session.run_options, stop=StopRule(min_rounds=3, max_rounds=3))
     session.record_label = "from-hook"
     session.verdict_file = config.rootpath / "hook-verdicts.json"
-'''
+"""
 
 
 def test_a_plugin_adjusts_the_session_through_the_declared_hook(suite):
@@ -262,7 +326,10 @@ def test_a_plugin_adjusts_the_session_through_the_declared_hook(suite):
     info = json.loads(suite.path.joinpath("out.json").read_text())["benchmarks"][0]["extra_info"]
     assert len(info["samples_ms"]) == 3  # the hook's stop rule, not the 15 rounds of ARGS
     assert _baseline_file(suite).name == "0001_from-hook.json"
-    assert suite.path.joinpath("hook-verdicts.json").is_file() and not suite.path.joinpath(".perfgate", "verdicts.json").exists()
+    assert (
+        suite.path.joinpath("hook-verdicts.json").is_file()
+        and not suite.path.joinpath(".perfgate", "verdicts.json").exists()
+    )
     r.stdout.fnmatch_lines(["*recorded baseline*0001_from-hook.json", "*verdicts written to*hook-verdicts.json"])
 
 

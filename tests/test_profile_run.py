@@ -8,8 +8,9 @@ import argparse
 import io
 import json
 import shlex
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import torch
@@ -46,9 +47,19 @@ def fp32_roofline(f: dict[str, Any]) -> bool:
 @pytest.fixture(scope="module")
 def profiled(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any], str]:
     stream = io.StringIO()
-    cfg = ProfileConfig(model="physicsnemo-block", size="tiny", device="cpu", iterations=5, warmup=1, layer_rounds=5,
-                        trace_steps=2, precisions=("fp32", "bf16"), telemetry_interval_s=0.02,
-                        out_dir=tmp_path_factory.mktemp("profiles"), command="perfgate profile physicsnemo-block --device cpu")
+    cfg = ProfileConfig(
+        model="physicsnemo-block",
+        size="tiny",
+        device="cpu",
+        iterations=5,
+        warmup=1,
+        layer_rounds=5,
+        trace_steps=2,
+        precisions=("fp32", "bf16"),
+        telemetry_interval_s=0.02,
+        out_dir=tmp_path_factory.mktemp("profiles"),
+        command="perfgate profile physicsnemo-block --device cpu",
+    )
     run_dir, report = run.run_profile(cfg, stream=stream)
     return run_dir, report, stream.getvalue()
 
@@ -99,8 +110,19 @@ def test_profile_numbers_are_the_runners_record(tmp_path: Path, monkeypatch: pyt
         return seen[-1]
 
     monkeypatch.setattr(runner, "measure_case", spy)
-    cfg = ProfileConfig(model="physicsnemo-block", size="tiny", variant="autocast-bf16", device="cpu", iterations=4, warmup=1,
-                        layer_rounds=2, trace_steps=1, precisions=("fp32", "bf16"), telemetry_interval_s=0.02, out_dir=tmp_path)
+    cfg = ProfileConfig(
+        model="physicsnemo-block",
+        size="tiny",
+        variant="autocast-bf16",
+        device="cpu",
+        iterations=4,
+        warmup=1,
+        layer_rounds=2,
+        trace_steps=1,
+        precisions=("fp32", "bf16"),
+        telemetry_interval_s=0.02,
+        out_dir=tmp_path,
+    )
     _, report = run.run_profile(cfg, stream=io.StringIO())
     (p,) = report["points"]
     main, fp32, bf16 = (r.record for r in seen)
@@ -132,8 +154,11 @@ def test_nvtx_section_says_why_it_is_skipped(tmp_path: Path) -> None:
         raise AssertionError("a skipped NVTX section runs no step")
 
     out = nvtx_section(step, torch.device("cpu"), None, 2, "perfgate profile m", tmp_path)
-    assert out["skipped"] in ("NVTX ranges matter on a CUDA device", "NVTX needs a CUDA build of torch (this one has none)",
-                              "NVTX is turned off (PERFGATE_NVTX=0)")
+    assert out["skipped"] in (
+        "NVTX ranges matter on a CUDA device",
+        "NVTX needs a CUDA build of torch (this one has none)",
+        "NVTX is turned off (PERFGATE_NVTX=0)",
+    )
 
 
 def test_progress_goes_to_the_stream(profiled: tuple[Path, dict[str, Any], str]) -> None:
@@ -164,7 +189,10 @@ class Toy(nn.Module):
     def __init__(self, n_blocks: int = 6) -> None:
         super().__init__()
         self.patch_embed = nn.Conv2d(3, 16, 4, stride=4)
-        self.blocks = nn.ModuleList(nn.ModuleDict({"attn": nn.MultiheadAttention(16, 2, batch_first=True), "mlp": nn.Linear(16, 16)}) for _ in range(n_blocks))
+        self.blocks = nn.ModuleList(
+            nn.ModuleDict({"attn": nn.MultiheadAttention(16, 2, batch_first=True), "mlp": nn.Linear(16, 16)})
+            for _ in range(n_blocks)
+        )
         self.norm = nn.LayerNorm(16)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -177,7 +205,9 @@ class Toy(nn.Module):
 
 def test_layer_plan_is_generic() -> None:
     plan = layer_plan(Toy())
-    assert plan.top["blocks"] == [f"blocks.{i}.{m}" for i in range(6) for m in ("attn", "mlp")]  # a ModuleDict has no forward
+    assert plan.top["blocks"] == [
+        f"blocks.{i}.{m}" for i in range(6) for m in ("attn", "mlp")
+    ]  # a ModuleDict has no forward
     assert plan.top["patch_embed"] == ["patch_embed"] and plan.patch == ["patch_embed"]
     assert plan.blocks == {"blocks": {f"blocks.{i}": [f"blocks.{i}.attn", f"blocks.{i}.mlp"] for i in range(6)}}
     assert plan.attention == [f"blocks.{i}.attn" for i in range(6)]
@@ -204,7 +234,9 @@ def test_nested_module_lists_are_timed_through_their_members() -> None:
         "stages.0": {"stages.0.0": ["stages.0.0"], "stages.0.1": ["stages.0.1"]},
         "stages.1": {"stages.1.0": ["stages.1.0"], "stages.1.1": ["stages.1.1"]},
     }
-    lay = layer_breakdown(Stages(), (torch.randn(4, 8),), torch.device("cpu"), contextlib.nullcontext, rounds=3, warmup=1)
+    lay = layer_breakdown(
+        Stages(), (torch.randn(4, 8),), torch.device("cpu"), contextlib.nullcontext, rounds=3, warmup=1
+    )
     assert lay["components"][0]["mean_ms"] > 0 and all(g["total_ms"] > 0 for g in lay["blocks"])
     assert lay["main_blocks"] == "stages"
 
@@ -212,7 +244,9 @@ def test_nested_module_lists_are_timed_through_their_members() -> None:
 def test_block_statistics_and_slowest_five() -> None:
     import contextlib
 
-    lay = layer_breakdown(Toy(), (torch.randn(2, 3, 32, 32),), torch.device("cpu"), contextlib.nullcontext, rounds=4, warmup=1)
+    lay = layer_breakdown(
+        Toy(), (torch.randn(2, 3, 32, 32),), torch.device("cpu"), contextlib.nullcontext, rounds=4, warmup=1
+    )
     (group,) = lay["blocks"]
     assert group["list"] == "blocks" and group["n"] == 6 and len(group["per_block"]) == 6
     slow = [b["median_ms"] for b in group["slowest"]]
@@ -249,7 +283,21 @@ def test_bad_configurations_are_reported_before_profiling(tmp_path: Path) -> Non
 
 
 def test_cli_quick_benchmark(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = cli.main(["profile", "physicsnemo-block", "--device", "cpu", "--skip-detailed", "--iterations", "3", "--warmup", "1", "--out", str(tmp_path)])
+    code = cli.main(
+        [
+            "profile",
+            "physicsnemo-block",
+            "--device",
+            "cpu",
+            "--skip-detailed",
+            "--iterations",
+            "3",
+            "--warmup",
+            "1",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 0
     assert "Mean" in out and "Median" in out and "GFLOP/step" in out and "report:" in out
@@ -260,13 +308,33 @@ def test_cli_quick_benchmark(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert report["command"].startswith("perfgate profile physicsnemo-block --device cpu --iterations 3 --warmup 1")
 
 
-@pytest.mark.parametrize(("argv", "code", "message"), [
-    (["profile", "nope"], 2, "unknown model 'nope'"),
-    (["profile", "physicsnemo-block", "--device", "cpu", "--skip-detailed", "--iterations", "1", "--option", "img_size=64"], 2, "takes no option 'img_size'"),
-    (["profile", "physicsnemo-block", "--option", "oops"], 2, "write it as KEY=VALUE"),
-    (["profile", "physicsnemo-block", "--sweep", "img_size"], 2, "write it as KEY=V1,V2"),
-], ids=["unknown-model", "unknown-option", "bad-option", "bad-sweep"])
-def test_cli_bad_input_is_one_line(argv: list[str], code: int, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("argv", "code", "message"),
+    [
+        (["profile", "nope"], cli.EXIT_BAD_INPUT, "unknown model 'nope'"),
+        (
+            [
+                "profile",
+                "physicsnemo-block",
+                "--device",
+                "cpu",
+                "--skip-detailed",
+                "--iterations",
+                "1",
+                "--option",
+                "img_size=64",
+            ],
+            cli.EXIT_BAD_INPUT,
+            "takes no option 'img_size'",
+        ),
+        (["profile", "physicsnemo-block", "--option", "oops"], cli.EXIT_BAD_INPUT, "write it as KEY=VALUE"),
+        (["profile", "physicsnemo-block", "--sweep", "img_size"], cli.EXIT_BAD_INPUT, "write it as KEY=V1,V2"),
+    ],
+    ids=["unknown-model", "unknown-option", "bad-option", "bad-sweep"],
+)
+def test_cli_bad_input_is_one_line(
+    argv: list[str], code: int, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert cli.main([*argv, "--out", str(tmp_path)]) == code
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) >= 1 and message in err[-1] and err[-1].startswith("perfgate profile:")
@@ -275,7 +343,9 @@ def test_cli_bad_input_is_one_line(argv: list[str], code: int, message: str, tmp
 def test_cli_cuda_on_a_cpu_machine_cannot_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    assert cli.main(["profile", "physicsnemo-block", "--device", "cuda", "--out", str(tmp_path)]) == cli.EXIT_UNAVAILABLE
+    assert (
+        cli.main(["profile", "physicsnemo-block", "--device", "cuda", "--out", str(tmp_path)]) == cli.EXIT_UNAVAILABLE
+    )
     assert "no CUDA device" in capsys.readouterr().err
 
 
@@ -284,11 +354,32 @@ def _args(argv: list[str]) -> argparse.Namespace:
 
 
 def test_command_line_round_trips() -> None:
-    args = _args(["profile", "vjepa2-encoder", "--size", "tiny", "--num-frames", "8", "--option", "img_size=(64)", "--sweep", "batch=1,2", "--skip-detailed", "--iterations", "7"])
+    args = _args(
+        [
+            "profile",
+            "vjepa2-encoder",
+            "--size",
+            "tiny",
+            "--num-frames",
+            "8",
+            "--option",
+            "img_size=(64)",
+            "--sweep",
+            "batch=1,2",
+            "--skip-detailed",
+            "--iterations",
+            "7",
+        ]
+    )
     line = profile_cmd.command_line(args)
     again = _args(shlex.split(line)[1:])
     assert vars(again) == vars(args) | {"_run": again._run}
-    assert profile_cmd.parse_options(["a=1", "b=(2, 3)", "c=name", "d=None"]) == {"a": 1, "b": (2, 3), "c": "name", "d": None}
+    assert profile_cmd.parse_options(["a=1", "b=(2, 3)", "c=name", "d=None"]) == {
+        "a": 1,
+        "b": (2, 3),
+        "c": "name",
+        "d": None,
+    }
     assert profile_cmd.parse_sweep("img-size=256,384") == ("img_size", (256, 384))
 
 
@@ -317,9 +408,18 @@ def test_evidence_for_a_regressed_case(tmp_path: Path) -> None:
     assert json.loads(Path(ev["trace"]).read_text())["traceEvents"]
     assert "memory_snapshot" not in ev  # CUDA only
     ev["reproduce"] = evidence.reproduce_commands(case)
-    assert ev["reproduce"]["pytest"].startswith("python -m pytest 'benchmarks/test_models.py::test_step[physicsnemo-block-tiny-baseline]'")
-    assert ev["reproduce"]["profile"] == "perfgate profile physicsnemo-block --size tiny --variant baseline --device cpu"
-    v = Verdict(case="benchmarks/test_models.py::test_step[x]", metric="latency", verdict="regression", message="median 2 ms vs 1 ms")
+    assert ev["reproduce"]["pytest"].startswith(
+        "python -m pytest 'benchmarks/test_models.py::test_step[physicsnemo-block-tiny-baseline]'"
+    )
+    assert (
+        ev["reproduce"]["profile"] == "perfgate profile physicsnemo-block --size tiny --variant baseline --device cpu"
+    )
+    v = Verdict(
+        case="benchmarks/test_models.py::test_step[x]",
+        metric="latency",
+        verdict="regression",
+        message="median 2 ms vs 1 ms",
+    )
     named = evidence.with_evidence(v, ev)
     assert named.message.startswith("median 2 ms vs 1 ms [trace: ") and ev["trace"] in named.message
     assert "reproduce: python -m pytest" in named.message and named.verdict == "regression"
@@ -327,7 +427,9 @@ def test_evidence_for_a_regressed_case(tmp_path: Path) -> None:
 
 def test_reproduce_commands_carry_options() -> None:
     case = Case(model="owl-world-model", size="tiny", variant="compile", device="cuda", options=(("cache_frames", 0),))
-    cmds = evidence.reproduce_commands(case, nodeid="benchmarks/test_models.py::test_step[owl-world-model-tiny-cacheframes0-compile]")
+    cmds = evidence.reproduce_commands(
+        case, nodeid="benchmarks/test_models.py::test_step[owl-world-model-tiny-cacheframes0-compile]"
+    )
     assert "test_step[owl-world-model-tiny-cacheframes0-compile]" in cmds["pytest"]
     assert cmds["profile"].endswith("--device cuda --option cache_frames=0")
 
@@ -340,9 +442,17 @@ def test_suite_integration_telemetry_flops_and_evidence(tmp_path: Path, monkeypa
     from perfgate.session import Session
     from perfgate.stats import StopRule
 
-    opts = RunOptions(stop=StopRule(min_rounds=3, max_rounds=3, budget_s=1.0), warm_compile=False, telemetry_interval_s=0.02)
-    session = Session(device="cpu", baselines_root=tmp_path / "baselines", run_options=opts, gate_enabled=False,
-                      trace="regressed", evidence_dir=tmp_path / "evidence")
+    opts = RunOptions(
+        stop=StopRule(min_rounds=3, max_rounds=3, budget_s=1.0), warm_compile=False, telemetry_interval_s=0.02
+    )
+    session = Session(
+        device="cpu",
+        baselines_root=tmp_path / "baselines",
+        run_options=opts,
+        gate_enabled=False,
+        trace="regressed",
+        evidence_dir=tmp_path / "evidence",
+    )
     case = Case(model="physicsnemo-block", size="tiny", variant="baseline", device="cpu")
     fullname = f"benchmarks/test_models.py::test_step[{case.id}]"
     regression = Verdict(case=fullname, metric="latency", verdict=gate.REGRESSION, message="median 9 ms vs 1 ms")

@@ -1,11 +1,14 @@
-"""The leave-in API (perfgate.profile.api, .profiler): annotate, profile, Profiler. Disabled, it starts nothing and adds no work."""
+"""The leave-in API (perfgate.profile.api, .profiler): annotate, profile, Profiler.
+
+Disabled, it starts nothing and adds no work."""
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import torch
@@ -113,7 +116,9 @@ def test_nothing_enabled_initialises_nothing(clean_profiler: Profiler) -> None:
     assert p.outputs == {}
 
 
-def test_tools_by_name_configuration_and_environment(clean_profiler: Profiler, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_tools_by_name_configuration_and_environment(
+    clean_profiler: Profiler, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     p = clean_profiler
     with pytest.raises(KeyError, match="known: torch, line_profiler, nvtx, cuda_memory"):
         p.enable("perf")
@@ -171,8 +176,14 @@ def test_line_profiler_times_functions_decorated_before_it_started(clean_profile
     assert sys.gettrace() is None
 
 
-def test_unavailable_tools_are_skipped_with_their_reason(clean_profiler: Profiler, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(profiler.LineProfilerTool, "unavailable", lambda self: "line_profiler is not installed (pip install line_profiler)")
+def test_unavailable_tools_are_skipped_with_their_reason(
+    clean_profiler: Profiler, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        profiler.LineProfilerTool,
+        "unavailable",
+        lambda self: "line_profiler is not installed (pip install line_profiler)",
+    )
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the same on a GPU machine
     p = clean_profiler.enable("line_profiler").enable("cuda_memory")
     p.initialize()
@@ -186,7 +197,9 @@ def test_unavailable_tools_are_skipped_with_their_reason(clean_profiler: Profile
     assert profile(f) is f  # still a pass-through
 
 
-def test_registered_tools_follow_the_lifetime(clean_profiler: Profiler, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_registered_tools_follow_the_lifetime(
+    clean_profiler: Profiler, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     calls: list[str] = []
 
     class Recorder:

@@ -17,12 +17,12 @@ pytest_plugins = ("pytester",)
 ROOT = Path(__file__).resolve().parents[1]
 
 # A family that only needs to be listed and collected, not run.
-TINY_MODEL = '''
+TINY_MODEL = """
 from perfgate import ModelSpec, register_model
 
 CONFIGS = {"tiny": None}
 register_model(ModelSpec(name="tiny-model", module=__name__, model_class="M", default_sizes={"cpu": "tiny"}))
-'''
+"""
 # The same name with another spec.
 TWIN_MODEL = TINY_MODEL.replace('model_class="M"', 'model_class="Other"')
 
@@ -32,13 +32,16 @@ def _run(pytester: pytest.Pytester, pyproject: str, files: dict[str, str], *args
     pytester.path.joinpath("pyproject.toml").write_text(textwrap.dedent(pyproject))
     for name, text in files.items():
         pytester.path.joinpath(name).write_text(text)
-    return pytester.runpytest_subprocess("-p", "perfgate.plugin", "--perfgate-device", "cpu", "--collect-only", "-q", *args)
+    return pytester.runpytest_subprocess(
+        "-p", "perfgate.plugin", "--perfgate-device", "cpu", "--collect-only", "-q", *args
+    )
 
 
 def test_perfgate_does_not_import_models_and_knows_every_step_kind(tmp_path: Path) -> None:
     code = textwrap.dedent("""
         import sys
-        import perfgate.cli, perfgate.dist_plugin, perfgate.distributed, perfgate.plugin, perfgate.session, perfgate.workload as w
+        import perfgate.cli, perfgate.dist_plugin, perfgate.distributed, perfgate.plugin, perfgate.session
+        import perfgate.workload as w
         from perfgate.distributed import DATA_PARALLEL_STEPS
         assert "models" not in sys.modules, "perfgate imported the models package"
         assert not w.MODELS, sorted(w.MODELS)
@@ -52,32 +55,63 @@ def test_perfgate_does_not_import_models_and_knows_every_step_kind(tmp_path: Pat
     p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "unknown model 'physicsnemo-block': no models are registered" in p.stdout
-    assert "registries = [\"models\"]" in p.stdout and "--perfgate-registry" in p.stdout
+    assert 'registries = ["models"]' in p.stdout and "--perfgate-registry" in p.stdout
 
 
 def test_a_registry_module_from_the_option_and_a_model_file_are_loaded(pytester: pytest.Pytester) -> None:
-    r = _run(pytester, '[tool.perfgate]\nmodel_files = ["extra.py"]\n',
-             {"local_registry.py": TINY_MODEL, "extra.py": TINY_MODEL.replace("tiny-model", "extra-model")},
-             "--perfgate-registry", "local_registry", "--perfgate-variants", "baseline")
+    r = _run(
+        pytester,
+        '[tool.perfgate]\nmodel_files = ["extra.py"]\n',
+        {"local_registry.py": TINY_MODEL, "extra.py": TINY_MODEL.replace("tiny-model", "extra-model")},
+        "--perfgate-registry",
+        "local_registry",
+        "--perfgate-variants",
+        "baseline",
+    )
     assert r.ret == 0, r.stderr.str()
     r.stdout.fnmatch_lines(["*test_step[[]tiny-model-tiny-baseline[]]", "*test_step[[]extra-model-tiny-baseline[]]"])
 
 
-@pytest.mark.parametrize(("pyproject", "files", "message"), [
-    ('[tool.perfgate]\nregistries = ["nosuch_registry"]\n', {},
-     "registry 'nosuch_registry' cannot be imported: ModuleNotFoundError: No module named 'nosuch_registry'; fix the module*"),
-    ('[tool.perfgate]\nregistries = ["broken_registry"]\n', {"broken_registry.py": "import os\nraise RuntimeError('boom')\n"},
-     "registry 'broken_registry' cannot be imported: RuntimeError: boom (*broken_registry.py:2); fix the module*"),
-    ('[tool.perfgate]\nregistries = "models"\n', {},
-     "*pyproject.toml [[]tool.perfgate[]] registries: must be a list of strings, e.g. registries = [[]\"models\"[]], got 'models'"),
-    ('[tool.perfgate]\nmodel_files = ["bad_model.py"]\n', {"bad_model.py": "def broken(:\n"},
-     "model file */bad_model.py: SyntaxError: *line 1*; fix the file, or remove it from [[]tool.perfgate[]] model_files*"),
-    ('[tool.perfgate]\nmodel_files = ["first.py", "twin.py"]\n', {"first.py": TINY_MODEL, "twin.py": TWIN_MODEL},
-     "model file */twin.py: model 'tiny-model' is already registered (from perfgate_user_first); give the new one another name"),
-    ('[tool.perfgate]\n', {}, "no models are registered: name the modules that register them in pyproject.toml*"),
-], ids=["missing-registry", "raising-registry", "not-a-list", "syntax-error", "duplicate-name", "nothing-registered"])
-def test_a_broken_registry_is_a_one_line_usage_error(pytester: pytest.Pytester, pyproject: str, files: dict[str, str],
-                                                      message: str) -> None:
+@pytest.mark.parametrize(
+    ("pyproject", "files", "message"),
+    [
+        (
+            '[tool.perfgate]\nregistries = ["nosuch_registry"]\n',
+            {},
+            "registry 'nosuch_registry' cannot be imported: ModuleNotFoundError: No module named 'nosuch_registry'; "
+            "fix the module*",
+        ),
+        (
+            '[tool.perfgate]\nregistries = ["broken_registry"]\n',
+            {"broken_registry.py": "import os\nraise RuntimeError('boom')\n"},
+            "registry 'broken_registry' cannot be imported: RuntimeError: boom (*broken_registry.py:2); fix the "
+            "module*",
+        ),
+        (
+            '[tool.perfgate]\nregistries = "models"\n',
+            {},
+            "*pyproject.toml [[]tool.perfgate[]] registries: must be a list of strings, e.g. registries = "
+            "[[]\"models\"[]], got 'models'",
+        ),
+        (
+            '[tool.perfgate]\nmodel_files = ["bad_model.py"]\n',
+            {"bad_model.py": "def broken(:\n"},
+            "model file */bad_model.py: SyntaxError: *line 1*; fix the file, or remove it from [[]tool.perfgate[]] "
+            "model_files*",
+        ),
+        (
+            '[tool.perfgate]\nmodel_files = ["first.py", "twin.py"]\n',
+            {"first.py": TINY_MODEL, "twin.py": TWIN_MODEL},
+            "model file */twin.py: model 'tiny-model' is already registered (from perfgate_user_first); give the "
+            "new one another name",
+        ),
+        ("[tool.perfgate]\n", {}, "no models are registered: name the modules that register them in pyproject.toml*"),
+    ],
+    ids=["missing-registry", "raising-registry", "not-a-list", "syntax-error", "duplicate-name", "nothing-registered"],
+)
+def test_a_broken_registry_is_a_one_line_usage_error(
+    pytester: pytest.Pytester, pyproject: str, files: dict[str, str], message: str
+) -> None:
     r = _run(pytester, pyproject, files)
     assert r.ret == pytest.ExitCode.USAGE_ERROR, r.stdout.str() + r.stderr.str()
     r.stderr.fnmatch_lines([f"ERROR: perfgate: {message}"])
@@ -85,15 +119,23 @@ def test_a_broken_registry_is_a_one_line_usage_error(pytester: pytest.Pytester, 
 
 
 def _perfgate(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "perfgate", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "perfgate", *args], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_perfgate_models_lists_the_families_this_repositorys_pyproject_registers() -> None:
     p = _perfgate(ROOT, "models", "--no-flops", "--sizes", "tiny", "--models", "physicsnemo-*,vjepa2-*")
     assert p.returncode == 0, p.stderr
     listed = {line.split()[0] for line in p.stdout.splitlines()[2:]}
-    assert listed == {"physicsnemo-block", "physicsnemo-train", "physicsnemo-train-host-data", "physicsnemo-ddp-train",
-                      "vjepa2-encoder", "vjepa2-dp-inference"}
+    assert listed == {
+        "physicsnemo-block",
+        "physicsnemo-train",
+        "physicsnemo-train-host-data",
+        "physicsnemo-ddp-train",
+        "vjepa2-encoder",
+        "vjepa2-dp-inference",
+    }
 
 
 def test_cli_commands_load_the_registries_of_the_current_directory(tmp_path: Path) -> None:
@@ -106,7 +148,10 @@ def test_cli_commands_load_the_registries_of_the_current_directory(tmp_path: Pat
     tmp_path.joinpath("pyproject.toml").write_text('[tool.perfgate]\nmodel_files = ["mine.py"]\n')
     tmp_path.joinpath("mine.py").write_text(TINY_MODEL)
     p = _perfgate(tmp_path, "profile", "physicsnemo-block")
-    assert p.returncode == EXIT_BAD_INPUT and p.stderr.strip() == "perfgate profile: unknown model 'physicsnemo-block'; known: tiny-model"
+    assert (
+        p.returncode == EXIT_BAD_INPUT
+        and p.stderr.strip() == "perfgate profile: unknown model 'physicsnemo-block'; known: tiny-model"
+    )
 
 
 def test_one_exit_code_table_for_pytest_runs_and_the_cli():
@@ -114,7 +159,11 @@ def test_one_exit_code_table_for_pytest_runs_and_the_cli():
     from perfgate import exitcodes
     from perfgate.cli import EXIT_UNAVAILABLE, main
 
-    assert (EXIT_BAD_INPUT, EXIT_UNAVAILABLE) == (exitcodes.BAD_INPUT, exitcodes.UNAVAILABLE) == (pytest.ExitCode.USAGE_ERROR, 5)
+    assert (
+        (EXIT_BAD_INPUT, EXIT_UNAVAILABLE)
+        == (exitcodes.BAD_INPUT, exitcodes.UNAVAILABLE)
+        == (pytest.ExitCode.USAGE_ERROR, 5)
+    )
     with pytest.raises(SystemExit) as exc:
         main(["compare", "--no-such-option"])  # argparse's own error: 4 here too, not argparse's 2
     assert exc.value.code == EXIT_BAD_INPUT

@@ -36,8 +36,9 @@ def day(d: int) -> str:
     return f"2026-11-{d:02d}T00:00:00+00:00"
 
 
-def at_commit(data: dict[str, Any], commit: str, when: str, *, scale: float = 1.0, dirty: bool = False,
-              drop: tuple[str, ...] = ()) -> dict[str, Any]:
+def at_commit(
+    data: dict[str, Any], commit: str, when: str, *, scale: float = 1.0, dirty: bool = False, drop: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """The real run as if made at another commit and time, its medians times `scale`, the
     variants in `drop` left out."""
     out = copy.deepcopy(data)
@@ -83,21 +84,56 @@ def saved(tmp_path, real) -> Path:
 def verdicts(real_run) -> VerdictSet:
     """Verdicts of each kind on the real cases, with the real run's skipped case."""
     real = load_verdicts(real_run.verdicts)
-    return VerdictSet([
-        gate.Verdict(case=CASE.format("physicsnemo-block-tiny-baseline"), metric="latency", verdict=gate.UNCHANGED,
-                     baseline=10.0, current=10.0, change_pct=0.0, p_value=0.5),
-        gate.Verdict(case=CASE.format("physicsnemo-block-tiny-int8-dynamic"), metric="latency", verdict=gate.IMPROVEMENT,
-                     baseline=14.0, current=12.0, change_pct=-14.3, p_value=0.001, message="faster | much"),
-        gate.Verdict(case=CASE.format("physicsnemo-block-tiny-bf16"), metric="latency", verdict=gate.REGRESSION, baseline=5.0,
-                     current=6.5, change_pct=30.0, p_value=1e-4, message="median 6.500 ms vs 5.000 ms (+30.0% > 5%, p=0.0001)"),
-        gate.Verdict(case=CASE.format("physicsnemo-train-tiny-baseline"), metric="budget:median_ms", verdict=gate.BUDGET,
-                     baseline=0.5, current=1.0, message="median 1 ms, budget at most 0.5"),
-    ], real.skipped, real.fingerprint_id)
+    return VerdictSet(
+        [
+            gate.Verdict(
+                case=CASE.format("physicsnemo-block-tiny-baseline"),
+                metric="latency",
+                verdict=gate.UNCHANGED,
+                baseline=10.0,
+                current=10.0,
+                change_pct=0.0,
+                p_value=0.5,
+            ),
+            gate.Verdict(
+                case=CASE.format("physicsnemo-block-tiny-int8-dynamic"),
+                metric="latency",
+                verdict=gate.IMPROVEMENT,
+                baseline=14.0,
+                current=12.0,
+                change_pct=-14.3,
+                p_value=0.001,
+                message="faster | much",
+            ),
+            gate.Verdict(
+                case=CASE.format("physicsnemo-block-tiny-bf16"),
+                metric="latency",
+                verdict=gate.REGRESSION,
+                baseline=5.0,
+                current=6.5,
+                change_pct=30.0,
+                p_value=1e-4,
+                message="median 6.500 ms vs 5.000 ms (+30.0% > 5%, p=0.0001)",
+            ),
+            gate.Verdict(
+                case=CASE.format("physicsnemo-train-tiny-baseline"),
+                metric="budget:median_ms",
+                verdict=gate.BUDGET,
+                baseline=0.5,
+                current=1.0,
+                message="median 1 ms, budget at most 0.5",
+            ),
+        ],
+        real.skipped,
+        real.fingerprint_id,
+    )
 
 
 def render(saved: Path, tonight: dict[str, Any], verdicts: VerdictSet | None, with_history: bool = True) -> str:
     runs = [load_run(write(saved / "tonight.json", tonight))]
-    hist, skipped = history_for(runs, baselines_root=saved / "baselines", storage_dirs=[]) if with_history else (None, [])
+    hist, skipped = (
+        history_for(runs, baselines_root=saved / "baselines", storage_dirs=[]) if with_history else (None, [])
+    )
     return html.benchmark_report(runs, verdicts, hist, unreadable=skipped)
 
 
@@ -113,8 +149,18 @@ def test_html_is_self_contained_and_has_every_section(saved, tonight, verdicts):
     assert "<script" not in page and "<link" not in page and "@import" not in page and "<?xml" not in page
     assert re.findall(r"(?:src|href)=\"(?:https?:)?//", page) == []
     # Only the SVG namespaces: nothing to fetch.
-    assert set(re.findall(r"https?://[^\"' )]+", page)) == {"http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"}
-    for ident in ("verdicts", "m-physicsnemo-block-tiny-on-cpu", "m-physicsnemo-train-tiny-on-cpu", "telemetry", "fingerprint", "sources"):
+    assert set(re.findall(r"https?://[^\"' )]+", page)) == {
+        "http://www.w3.org/2000/svg",
+        "http://www.w3.org/1999/xlink",
+    }
+    for ident in (
+        "verdicts",
+        "m-physicsnemo-block-tiny-on-cpu",
+        "m-physicsnemo-train-tiny-on-cpu",
+        "telemetry",
+        "fingerprint",
+        "sources",
+    ):
         assert f'id="{ident}"' in page
     for header in html.OPT_HEADERS:
         assert f">{header}</th>" in page
@@ -201,14 +247,22 @@ def test_plain_pytest_benchmark_file_is_reported_from_stats(real):
 
 
 def test_markdown_regressions_first_short_with_links(tonight, verdicts):
-    md = markdown.job_summary([Run("tonight.json", tonight)], verdicts,
-                              {"HTML report": "https://ci.example/report.html", "run JSON": "tonight.json"})
+    md = markdown.job_summary(
+        [Run("tonight.json", tonight)],
+        verdicts,
+        {"HTML report": "https://ci.example/report.html", "run JSON": "tonight.json"},
+    )
     lines = md.splitlines()
     assert lines[0] == "### perfgate: :x: 2 regression(s)"
     table = [line for line in lines if line.startswith("| physicsnemo")]
     assert table[0].startswith("| physicsnemo-block [tiny] bf16 | latency | 5.000 | 6.500 | +30.0% |")
     assert table[1].startswith("| physicsnemo-train [tiny] baseline | budget:median_ms |")
-    assert "1 unchanged" in md and "1 improvement" in md and f"{len(verdicts.skipped)} skipped" in md and "`ccccccc (dirty)`" in md
+    assert (
+        "1 unchanged" in md
+        and "1 improvement" in md
+        and f"{len(verdicts.skipped)} skipped" in md
+        and "`ccccccc (dirty)`" in md
+    )
     assert "faster \\| much" not in md.split("<details>")[0]  # the improvement is folded away, below the failures
     assert "| physicsnemo-block [tiny] int8-dynamic | latency | 12.00 | -14.3% | improvement |" in md
     assert lines[-1] == "Artifacts: [HTML report](https://ci.example/report.html) · [run JSON](tonight.json)"
@@ -221,7 +275,10 @@ def test_markdown_without_regression_or_verdicts(real):
     block = [b["extra_info"] for b in real["benchmarks"] if b["extra_info"]["model"] == "physicsnemo-block"]
     fastest = min(block, key=lambda i: i["median_ms"])
     speedup = "-" if fastest.get("speedup") is None else f"{fastest['speedup']:.2f}×"
-    assert f"| physicsnemo-block [tiny] on cpu | {fastest['variant']} | {fmt_num(fastest['median_ms'])} | {speedup} |" in ok
+    assert (
+        f"| physicsnemo-block [tiny] on cpu | {fastest['variant']} | {fmt_num(fastest['median_ms'])} | {speedup} |"
+        in ok
+    )
     measured = markdown.job_summary([real], None, None)
     assert measured.startswith("### perfgate: no verdicts") and "Artifacts" not in measured
 
@@ -229,10 +286,22 @@ def test_markdown_without_regression_or_verdicts(real):
 def test_markdown_gate_off_and_ratchet(real):
     off = VerdictSet([], gate_enabled=False)
     assert markdown.job_summary([real], off).startswith("### perfgate: measured only (gate off)")
-    better = [gate.Verdict(case=CASE.format("physicsnemo-block-tiny-baseline"), metric="latency", verdict=gate.IMPROVEMENT, change_pct=-20.0)]
+    better = [
+        gate.Verdict(
+            case=CASE.format("physicsnemo-block-tiny-baseline"),
+            metric="latency",
+            verdict=gate.IMPROVEMENT,
+            change_pct=-20.0,
+        )
+    ]
     assert markdown.job_summary([real], VerdictSet(better)).startswith("### perfgate: :white_check_mark:")
-    ratchet = markdown.job_summary([real], VerdictSet(better, fail_on_improvement=True))  # --perfgate-ratchet fails on it
-    assert ratchet.startswith("### perfgate: :x: 1 regression(s)") and "| physicsnemo-block [tiny] baseline | latency |" in ratchet
+    ratchet = markdown.job_summary(
+        [real], VerdictSet(better, fail_on_improvement=True)
+    )  # --perfgate-ratchet fails on it
+    assert (
+        ratchet.startswith("### perfgate: :x: 1 regression(s)")
+        and "| physicsnemo-block [tiny] baseline | latency |" in ratchet
+    )
 
 
 def test_markdown_many_regressions_are_capped(real):
@@ -245,7 +314,10 @@ def test_the_plugin_and_perfgate_report_write_the_same_summary(real_run):
     """One Markdown builder: what pytest appended to $GITHUB_STEP_SUMMARY is what `perfgate report
     --markdown` makes of the files the same run wrote (links aside)."""
     step = real_run.step_summary.read_text()
-    assert step.startswith("### perfgate: :white_check_mark: no regression") and "no baseline recorded for this machine" in step
+    assert (
+        step.startswith("### perfgate: :white_check_mark: no regression")
+        and "no baseline recorded for this machine" in step
+    )
     from_files = markdown.job_summary([load_run(real_run.results)], load_verdicts(real_run.verdicts), {})
     assert step == from_files + "\n"
 
@@ -266,14 +338,31 @@ def test_cli_report_writes_html_and_markdown(saved, tonight, verdicts, monkeypat
     write(saved / "tonight.json", tonight)
     write(saved / "verdicts.json", verdicts_json(verdicts))
     write(saved / "baselines" / tonight["perfgate"]["fingerprint_id"] / "0009_broken.json", "{")
-    assert main(["report", "tonight.json", "--verdicts", "verdicts.json", "-o", "out/report.html", "--markdown", "summary.md",
-                 "--link", "HTML report=https://ci.example/r.html"]) == 0
+    assert (
+        main(
+            [
+                "report",
+                "tonight.json",
+                "--verdicts",
+                "verdicts.json",
+                "-o",
+                "out/report.html",
+                "--markdown",
+                "summary.md",
+                "--link",
+                "HTML report=https://ci.example/r.html",
+            ]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
     assert "history skipped baselines" in err and "0009_broken.json: truncated JSON" in err
     assert "wrote out/report.html" in err
     assert "Gate verdicts" in (saved / "out" / "report.html").read_text()
     md = (saved / "summary.md").read_text()
-    assert md.startswith("### perfgate: :x: 2 regression(s)") and md.rstrip().endswith("[HTML report](https://ci.example/r.html)")
+    assert md.startswith("### perfgate: :x: 2 regression(s)") and md.rstrip().endswith(
+        "[HTML report](https://ci.example/r.html)"
+    )
     assert [p.name for p in (saved / "out").iterdir()] == ["report.html"]  # no temporary left behind
     umask = os.umask(0)
     os.umask(umask)
@@ -296,10 +385,22 @@ def test_cli_markdown_is_written_even_when_the_html_fails(tmp_path, real, monkey
 @pytest.mark.parametrize(
     "files, argv, message",
     [
-        ({"run.json": "{"}, ["run.json"], "run.json: truncated JSON at line 1 column 2; pass the file pytest wrote with --benchmark-json"),
+        (
+            {"run.json": "{"},
+            ["run.json"],
+            "run.json: truncated JSON at line 1 column 2; pass the file pytest wrote with --benchmark-json",
+        ),
         ({}, ["missing.json"], "missing.json: cannot read"),
-        ({"run.json": None, "v.json": '{"x": 1}'}, ["run.json", "--verdicts", "v.json"], "v.json: not a perfgate verdicts file"),
-        ({"run.json": None, "v.json": '{"verdicts": ['}, ["run.json", "--verdicts", "v.json"], "v.json: truncated JSON at line 1"),
+        (
+            {"run.json": None, "v.json": '{"x": 1}'},
+            ["run.json", "--verdicts", "v.json"],
+            "v.json: not a perfgate verdicts file",
+        ),
+        (
+            {"run.json": None, "v.json": '{"verdicts": ['},
+            ["run.json", "--verdicts", "v.json"],
+            "v.json: truncated JSON at line 1",
+        ),
         ({"run.json": None}, ["run.json", "--link", "oops"], "--link 'oops': write NAME=URL"),
     ],
     ids=["truncated-run", "missing-run", "bad-verdicts", "truncated-verdicts", "bad-link"],
@@ -327,12 +428,14 @@ def png_pixels(path: Path) -> np.ndarray:
     assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
     pos, idat = 8, b""
     while pos < len(data):
-        n, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        n, kind = struct.unpack(">I4s", data[pos : pos + 8])
         if kind == b"IHDR":
-            w, h, depth, color, _, _, interlace = struct.unpack(">IIBBBBB", data[pos + 8:pos + 21])
-            assert depth == 8 and color in (2, 6) and not interlace, f"unexpected PNG format {depth=} {color=} {interlace=}"
+            w, h, depth, color, _, _, interlace = struct.unpack(">IIBBBBB", data[pos + 8 : pos + 21])
+            assert depth == 8 and color in (2, 6) and not interlace, (
+                f"unexpected PNG format {depth=} {color=} {interlace=}"
+            )
         elif kind == b"IDAT":
-            idat += data[pos + 8:pos + 8 + n]
+            idat += data[pos + 8 : pos + 8 + n]
         pos += 12 + n
     bpp = 3 if color == 2 else 4
     raw = np.frombuffer(zlib.decompress(idat), np.uint8).reshape(h, 1 + w * bpp)
@@ -374,7 +477,7 @@ def test_png_reader_round_trip(tmp_path):
     img = [bytes((x * 40 + y * 3 + k * 7) & 255 for x in range(w) for k in range(bpp)) for y in range(h)]
     rows = []
     prev = bytes(w * bpp)
-    for y, (f, line) in enumerate(zip((0, 1, 2, 4, 3), img)):
+    for f, line in zip((0, 1, 2, 4, 3), img):
         if f == 0:
             out = line
         elif f == 1:
@@ -384,19 +487,29 @@ def test_png_reader_round_trip(tmp_path):
         elif f == 3:
             out = bytes((line[i] - ((line[i - bpp] if i >= bpp else 0) + prev[i]) // 2) & 255 for i in range(len(line)))
         else:
+
             def paeth(a, b, c):
                 p = a + b - c
-                return a if abs(p - a) <= abs(p - b) and abs(p - a) <= abs(p - c) else b if abs(p - b) <= abs(p - c) else c
-            out = bytes((line[i] - paeth(line[i - bpp] if i >= bpp else 0, prev[i], prev[i - bpp] if i >= bpp else 0)) & 255
-                        for i in range(len(line)))
+                return (
+                    a if abs(p - a) <= abs(p - b) and abs(p - a) <= abs(p - c) else b if abs(p - b) <= abs(p - c) else c
+                )
+
+            out = bytes(
+                (line[i] - paeth(line[i - bpp] if i >= bpp else 0, prev[i], prev[i - bpp] if i >= bpp else 0)) & 255
+                for i in range(len(line))
+            )
         rows.append(bytes([f]) + out)
         prev = line
 
     def chunk(kind: bytes, body: bytes) -> bytes:
         return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
 
-    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)) + \
-        chunk(b"IDAT", zlib.compress(b"".join(rows))) + chunk(b"IEND", b"")
+    png = (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(b"".join(rows)))
+        + chunk(b"IEND", b"")
+    )
     (tmp_path / "t.png").write_bytes(png)
     decoded = png_pixels(tmp_path / "t.png")
     assert decoded.shape == (h, w, bpp) and [row.tobytes() for row in decoded.reshape(h, -1)] == img
@@ -409,9 +522,22 @@ def test_report_renders_in_headless_chromium(saved, tonight, verdicts, tmp_path)
     html_path = tmp_path / "report.html"
     html_path.write_text(render(saved, tonight, verdicts))
     shot = tmp_path / "shot.png"
-    cmd = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-           "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}",
-           "--dump-dom", "--window-size=1400,2000", html_path.as_uri()]
+    cmd = [
+        exe,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        f"--screenshot={shot}",
+        "--dump-dom",
+        "--window-size=1400,2000",
+        html_path.as_uri(),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]
     dom = proc.stdout

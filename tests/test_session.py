@@ -14,10 +14,24 @@ from perfgate.runner import Case, CaseResult
 
 
 def _result(case: Case, median_ms: float, normalised: float | None) -> CaseResult:
-    m = Measurement(samples_ms=[median_ms] * 10, first_call_s=0.0, warmup_rounds=0, stop="precise",
-                    memory=PeakMemory(peak_mem_mib=1.0, reserved_mem_mib=None, method="vmhwm"), device="cpu", timer="CpuTimer")
-    rec = CaseRecord(model=case.model, variant=case.variant, device="cpu", samples_ms=m.samples_ms, median_ms=median_ms,
-                     normalised_median=normalised, contention_cores=0.0)
+    m = Measurement(
+        samples_ms=[median_ms] * 10,
+        first_call_s=0.0,
+        warmup_rounds=0,
+        stop="precise",
+        memory=PeakMemory(peak_mem_mib=1.0, reserved_mem_mib=None, method="vmhwm"),
+        device="cpu",
+        timer="CpuTimer",
+    )
+    rec = CaseRecord(
+        model=case.model,
+        variant=case.variant,
+        device="cpu",
+        samples_ms=m.samples_ms,
+        median_ms=median_ms,
+        normalised_median=normalised,
+        contention_cores=0.0,
+    )
     return CaseResult(case=case, measurement=m, record=rec)
 
 
@@ -41,12 +55,15 @@ def _timed(case: Case, samples_ms: list[float]) -> CaseResult:
     return r
 
 
-@pytest.mark.parametrize("pooled,slow_runs,verdict,runs", [
-    (True, 1, "unchanged", 3),    # one slow run of three: the pooled median is the normal one
-    (True, 2, "regression", 3),   # two of three: still slow when pooled
-    (False, 1, "unchanged", 2),   # each: the first re-measurement clears it
-    (False, 2, "unchanged", 3),   # each: the last re-measurement clears it
-])
+@pytest.mark.parametrize(
+    "pooled,slow_runs,verdict,runs",
+    [
+        (True, 1, "unchanged", 3),  # one slow run of three: the pooled median is the normal one
+        (True, 2, "regression", 3),  # two of three: still slow when pooled
+        (False, 1, "unchanged", 2),  # each: the first re-measurement clears it
+        (False, 2, "unchanged", 3),  # each: the last re-measurement clears it
+    ],
+)
 def test_a_suspected_regression_is_re_measured_pooled_or_each(tmp_path, monkeypatch, pooled, slow_runs, verdict, runs):
     from perfgate.gate.policy import GateSettings, Policy
 
@@ -59,7 +76,9 @@ def test_a_suspected_regression_is_re_measured_pooled_or_each(tmp_path, monkeypa
         return _timed(case, [x * (1.5 if len(calls) <= slow_runs else 1.0) for x in normal()])
 
     monkeypatch.setattr(sess, "run_case", run_case)
-    s = sess.Session(device="cpu", baselines_root=tmp_path, policy=Policy(defaults=GateSettings(remeasure_pooled=pooled)))
+    s = sess.Session(
+        device="cpu", baselines_root=tmp_path, policy=Policy(defaults=GateSettings(remeasure_pooled=pooled))
+    )
     base = _timed(Case(model="m", size="tiny", variant="bf16", device="cpu"), normal())
     monkeypatch.setattr(s, "baseline_record", lambda name: (base.record, Path("baselines/x/0001_b.json")))
     result, verdicts = s.measure_and_judge(Case(model="m", size="tiny", variant="bf16", device="cpu"), "case")
@@ -67,4 +86,6 @@ def test_a_suspected_regression_is_re_measured_pooled_or_each(tmp_path, monkeypa
     assert (lat.verdict, len(calls)) == (verdict, runs)
     assert ("3 runs pooled" in lat.message) == pooled
     assert result.extra_info["remeasured"] == runs - 1
-    assert ("pooled" in result.extra_info) == pooled and (not pooled or len(result.extra_info["pooled"]["samples_ms"]) == 120)
+    assert ("pooled" in result.extra_info) == pooled and (
+        not pooled or len(result.extra_info["pooled"]["samples_ms"]) == 120
+    )

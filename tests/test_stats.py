@@ -40,7 +40,9 @@ def test_stop_rule_respects_bounds_and_precision():
     assert stop_reason(noisy * 3, 0.0, rule) == "max_rounds"
 
 
-@pytest.mark.parametrize("kw", [dict(precision=0), dict(confidence=1.0), dict(min_rounds=10, max_rounds=5), dict(budget_s=0)])
+@pytest.mark.parametrize(
+    "kw", [dict(precision=0), dict(confidence=1.0), dict(min_rounds=10, max_rounds=5), dict(budget_s=0)]
+)
 def test_stop_rule_rejects_bad_values(kw):
     with pytest.raises(ValueError):
         StopRule(**kw)

@@ -33,10 +33,17 @@ def test_patch_embedding_share_fires_above_ten_percent() -> None:
     assert s and "20%" in s.finding and any("channels_last" in f for f in s.fixes)
 
 
-@pytest.mark.parametrize(("speedup", "band"), [
-    (1.0, "CPU-bound or memory-bound"), (1.49, "CPU-bound or memory-bound"), (1.5, "good GPU utilisation"),
-    (2.0, "good GPU utilisation"), (2.01, "excellent tensor core usage"), (3.2, "excellent tensor core usage"),
-])
+@pytest.mark.parametrize(
+    ("speedup", "band"),
+    [
+        (1.0, "CPU-bound or memory-bound"),
+        (1.49, "CPU-bound or memory-bound"),
+        (1.5, "good GPU utilisation"),
+        (2.0, "good GPU utilisation"),
+        (2.01, "excellent tensor core usage"),
+        (3.2, "excellent tensor core usage"),
+    ],
+)
 def test_speedup_bands_of_the_vjepa_guide(speedup: float, band: str) -> None:
     assert suggest.speedup_band(speedup) == band
 
@@ -71,9 +78,18 @@ def test_gpu_utilisation_and_unreliable() -> None:
 
 
 def test_suggest_runs_every_rule_warnings_first_and_thresholds_are_configurable() -> None:
-    out = suggest.suggest(device_type="cuda", blocks_share_=0.95, n_blocks=24, block_std_ms=0.1, attention_share_=0.8,
-                          patch_embedding_share_=0.02, speedups={"bf16": 1.7, "fp16": 1.1}, peak_mem_mib=1000.0,
-                          headroom=0.9, gpu_util_mean_pct=95.0)
+    out = suggest.suggest(
+        device_type="cuda",
+        blocks_share_=0.95,
+        n_blocks=24,
+        block_std_ms=0.1,
+        attention_share_=0.8,
+        patch_embedding_share_=0.02,
+        speedups={"bf16": 1.7, "fp16": 1.1},
+        peak_mem_mib=1000.0,
+        headroom=0.9,
+        gpu_util_mean_pct=95.0,
+    )
     rules = [s.rule for s in out]
     assert set(rules) == {"attention_share", "blocks_share", "precision_speedup", "memory_headroom"}
     severities = [s.severity for s in out]
@@ -82,7 +98,12 @@ def test_suggest_runs_every_rule_warnings_first_and_thresholds_are_configurable(
 
 
 def test_timing_rules_are_marked_when_the_measurement_was_unreliable() -> None:
-    out = {s.rule: s for s in suggest.suggest(device_type="cpu", block_std_ms=2.0, n_blocks=4, headroom=0.9, unreliable="busy neighbours")}
+    out = {
+        s.rule: s
+        for s in suggest.suggest(
+            device_type="cpu", block_std_ms=2.0, n_blocks=4, headroom=0.9, unreliable="busy neighbours"
+        )
+    }
     assert out["block_variance"].finding.endswith("(timings unreliable)")
     assert not out["memory_headroom"].finding.endswith("(timings unreliable)")
     assert out["unreliable"].severity == "warning"

@@ -36,8 +36,16 @@ class FakeNvml:
     class NVMLError_NotSupported(NVMLError):  # noqa: N801
         pass
 
-    def __init__(self, *, util: list[int] | None = None, masks: list[int] | None = None, clocks: list[int] | None = None,
-                 init_error: Exception | None = None, no_temperature_v: bool = False, no_power: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        util: list[int] | None = None,
+        masks: list[int] | None = None,
+        clocks: list[int] | None = None,
+        init_error: Exception | None = None,
+        no_temperature_v: bool = False,
+        no_power: bool = False,
+    ) -> None:
         self.util = util or [50]
         self.masks = masks or [0]
         self.clocks = clocks or [1500]
@@ -212,7 +220,12 @@ def test_thinning_the_timeline_keeps_summaries_exact() -> None:
 def test_clock_event_masks_decode() -> None:
     assert decode_clock_events(0) == []
     assert decode_clock_events(0x1 | 0x20) == ["gpu_idle", "sw_thermal_slowdown"]
-    assert decode_clock_events(0x4 | 0x8 | 0x40 | 0x80) == ["sw_power_cap", "hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"]
+    assert decode_clock_events(0x4 | 0x8 | 0x40 | 0x80) == [
+        "sw_power_cap",
+        "hw_slowdown",
+        "hw_thermal_slowdown",
+        "hw_power_brake_slowdown",
+    ]
 
 
 def _summary(**kw: Any) -> dict[str, Any]:

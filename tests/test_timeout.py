@@ -28,9 +28,17 @@ def test_no_limit_and_other_threads_run_unlimited():
     assert seen == [False]
 
 
-@pytest.mark.parametrize(("value", "device", "expected"), [
-    (None, "cpu", 300.0), (None, "cuda", 900.0), (60, "cpu", 60.0), ({"cuda": 1200}, "cuda", 1200.0), ({"cuda": 1200}, "cpu", 300.0), (0, "cpu", 0.0),
-])
+@pytest.mark.parametrize(
+    ("value", "device", "expected"),
+    [
+        (None, "cpu", 300.0),
+        (None, "cuda", 900.0),
+        (60, "cpu", 60.0),
+        ({"cuda": 1200}, "cuda", 1200.0),
+        ({"cuda": 1200}, "cpu", 300.0),
+        (0, "cpu", 0.0),
+    ],
+)
 def test_configured_limits(value, device, expected):
     assert timeout.configured_limit(value, device) == expected
 

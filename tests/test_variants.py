@@ -8,14 +8,26 @@ from torch import nn
 from perfgate import accuracy
 from perfgate.gate.decide import accuracy_violations
 from perfgate.gate.policy import Tolerance, tolerance_for
-from perfgate.variants import (
-    VARIANTS, Autocast, Cast, Compile, CudaGraphs, Env, Quantize, TensorRT, Variant, VariantError, count_quantized_linears,
-    export_program, get_variant, probe_import, unsupported_fp8_shape,
+from perfgate.variant_steps import (
+    Autocast,
+    Cast,
+    Compile,
+    CudaGraphs,
+    Env,
+    Quantize,
+    TensorRT,
+    VariantError,
+    export_program,
+    probe_import,
+    unsupported_fp8_shape,
 )
+from perfgate.variants import VARIANTS, Variant, get_variant
 
 
 def env(device="cuda", cc=None, **imports):
-    return Env(device_type=device, compute_capability=cc, import_errors={"torchao": None, "torch_tensorrt": None, **imports})
+    return Env(
+        device_type=device, compute_capability=cc, import_errors={"torchao": None, "torch_tensorrt": None, **imports}
+    )
 
 
 @pytest.mark.parametrize("cc, ok", [((8, 0), False), ((8, 9), True), ((9, 0), True)], ids=["sm80", "sm89", "sm90"])
@@ -37,7 +49,9 @@ def test_cpu_reasons_for_gpu_only_variants():
 
 
 def test_missing_packages_give_install_hints():
-    assert "pip install torchao" in get_variant("int8-dynamic").unavailable(env("cpu", torchao="torchao is not installed"))
+    assert "pip install torchao" in get_variant("int8-dynamic").unavailable(
+        env("cpu", torchao="torchao is not installed")
+    )
     reason = get_variant("tensorrt").unavailable(env(cc=(9, 0), torch_tensorrt="torch_tensorrt is not installed"))
     assert "torch-tensorrt" in reason and "pip install" in reason
 
@@ -45,7 +59,9 @@ def test_missing_packages_give_install_hints():
 def test_torch_tensorrt_raising_a_plain_exception_is_unavailable(monkeypatch, tmp_path):
     # Without libnvinfer, `import torch_tensorrt` raises Exception, not ImportError.
     (tmp_path / "torch_tensorrt").mkdir()
-    (tmp_path / "torch_tensorrt" / "__init__.py").write_text("raise Exception('libnvinfer.so.10: cannot open shared object file')\n")
+    (tmp_path / "torch_tensorrt" / "__init__.py").write_text(
+        "raise Exception('libnvinfer.so.10: cannot open shared object file')\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "torch_tensorrt", raising=False)
     err = probe_import("torch_tensorrt")
@@ -54,15 +70,27 @@ def test_torch_tensorrt_raising_a_plain_exception_is_unavailable(monkeypatch, tm
     assert "libnvinfer" in reason
 
 
-@pytest.mark.parametrize("steps, match", [
-    ((Compile(), Quantize(scheme="int8-dynamic")), "out of order"),
-    ((Compile(), Compile()), "at most one compile"),
-    ((Quantize(scheme="int8-dynamic"), TensorRT()), "TensorRT"),
-    ((Compile(), CudaGraphs()), "at most one compile"),
-    ((Quantize(scheme="int8-dynamic"), Quantize(scheme="int8-weight-only")), "at most one quantisation"),
-    ((Quantize(scheme="fp8-rowwise"), Compile()), "needs the bf16 model"),
-    ((Cast(dtype=torch.float16), Quantize(scheme="fp8-tensorwise")), "needs the bf16 model"),
-], ids=["compile-then-quantise", "double-compile", "quantise-tensorrt", "compile-cudagraphs", "double-quantise", "fp8-fp32", "fp8-fp16"])
+@pytest.mark.parametrize(
+    "steps, match",
+    [
+        ((Compile(), Quantize(scheme="int8-dynamic")), "out of order"),
+        ((Compile(), Compile()), "at most one compile"),
+        ((Quantize(scheme="int8-dynamic"), TensorRT()), "TensorRT"),
+        ((Compile(), CudaGraphs()), "at most one compile"),
+        ((Quantize(scheme="int8-dynamic"), Quantize(scheme="int8-weight-only")), "at most one quantisation"),
+        ((Quantize(scheme="fp8-rowwise"), Compile()), "needs the bf16 model"),
+        ((Cast(dtype=torch.float16), Quantize(scheme="fp8-tensorwise")), "needs the bf16 model"),
+    ],
+    ids=[
+        "compile-then-quantise",
+        "double-compile",
+        "quantise-tensorrt",
+        "compile-cudagraphs",
+        "double-quantise",
+        "fp8-fp32",
+        "fp8-fp16",
+    ],
+)
 def test_composites_are_validated(steps, match):
     with pytest.raises(ValueError, match=match):
         Variant(name="bad", steps=steps)
@@ -98,10 +126,15 @@ def test_a_gemm_cublas_refuses_skips_the_case_naming_the_layer():
     c = get_variant("int8-dynamic").convert(TwoLinear(), (torch.randn(4, 32),))
 
     def refuse(x):
-        raise RuntimeError("CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling `cublasLtMatmulAlgoGetHeuristic( ltHandle, ...)`")
+        raise RuntimeError(
+            "CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling `cublasLtMatmulAlgoGetHeuristic( ltHandle, ...)`"
+        )
 
     c.module.b.forward = refuse
-    with pytest.raises(VariantError, match=r"cuBLAS has no FP8 kernel for b \(Linear 64->3, 4 rows\) on this GPU: CUDA error: CUBLAS_STATUS_NOT"):
+    with pytest.raises(
+        VariantError,
+        match=r"cuBLAS has no FP8 kernel for b \(Linear 64->3, 4 rows\) on this GPU: CUDA error: CUBLAS_STATUS_NOT",
+    ):
         unsupported_fp8_shape(c.module, c.inputs)
     c.module.b.forward = lambda x: (_ for _ in ()).throw(RuntimeError("mat1 and mat2 shapes cannot be multiplied"))
     with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):  # any other error is a real failure
@@ -156,7 +189,9 @@ def test_training_steps_skip_inference_only_variants(variant):
     case = Case(model="physicsnemo-train", size="tiny", variant=variant, device="cuda")
     reason = case.skip_reason(env(cc=(9, 0)))
     assert "inference-only optimisation" in reason and "training step" in reason
-    assert Case(model="physicsnemo-block", size="tiny", variant=variant, device="cuda").skip_reason(env(cc=(9, 0))) is None
+    assert (
+        Case(model="physicsnemo-block", size="tiny", variant=variant, device="cuda").skip_reason(env(cc=(9, 0))) is None
+    )
 
 
 def test_device_errors_are_one_line():

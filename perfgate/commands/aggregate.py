@@ -11,19 +11,37 @@ HELP = "aggregate the per-rank results (rank<R>.json) of a torchrun run into one
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from perfgate.distributed import DEFAULT_STRAGGLER_PCT
 
-    p.add_argument("folder", type=Path, metavar="DIR", help="folder holding rank0.json, rank1.json, ... (--perfgate-dist-dir of the run)")
-    p.add_argument("-o", "--output", type=Path, default=None, help="aggregated result to write (default DIR/aggregated.json)")
-    p.add_argument("--straggler-pct", type=float, default=DEFAULT_STRAGGLER_PCT, metavar="PCT",
-                   help=f"a rank whose median is more than PCT %% above the median of rank medians is a straggler (default {DEFAULT_STRAGGLER_PCT:g})")
-    p.add_argument("--world-size", type=int, default=None, metavar="N",
-                   help="ranks the run had, so missing ones are named (default: from the files)")
+    p.add_argument(
+        "folder",
+        type=Path,
+        metavar="DIR",
+        help="folder holding rank0.json, rank1.json, ... (--perfgate-dist-dir of the run)",
+    )
+    p.add_argument(
+        "-o", "--output", type=Path, default=None, help="aggregated result to write (default DIR/aggregated.json)"
+    )
+    p.add_argument(
+        "--straggler-pct",
+        type=float,
+        default=DEFAULT_STRAGGLER_PCT,
+        metavar="PCT",
+        help="a rank whose median is more than PCT %% above the median of rank medians is a straggler (default "
+        f"{DEFAULT_STRAGGLER_PCT:g})",
+    )
+    p.add_argument(
+        "--world-size",
+        type=int,
+        default=None,
+        metavar="N",
+        help="ranks the run had, so missing ones are named (default: from the files)",
+    )
     p.add_argument("--fail-on-straggler", action="store_true", help="exit 1 when any case has a straggler")
 
 
 def run(args: argparse.Namespace) -> int:
     from perfgate import distributed as pd
-    from perfgate.output.files import write_json
     from perfgate.cli import EXIT_REGRESSION, CommandError
+    from perfgate.output.files import write_json
 
     if not args.folder.is_dir():
         raise CommandError(f"{args.folder}: no such folder; pass the --perfgate-dist-dir of the torchrun run")

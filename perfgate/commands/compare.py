@@ -6,13 +6,13 @@ import argparse
 from pathlib import Path
 
 from perfgate import gate
-from perfgate.gate import policy as policy_mod
-from perfgate.gate import store
 from perfgate.cli import EXIT_REGRESSION, CommandError
 from perfgate.fingerprint import differences
-from perfgate.record import CaseRecord
+from perfgate.gate import policy as policy_mod
+from perfgate.gate import store
 from perfgate.output import files
 from perfgate.output.terminal import verdict_table
+from perfgate.record import CaseRecord
 
 HELP = "apply the regression gate to two pytest-benchmark JSON files (baseline first)"
 
@@ -20,13 +20,24 @@ HELP = "apply the regression gate to two pytest-benchmark JSON files (baseline f
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("baseline", type=Path, help="baseline JSON (a recorded baseline or --benchmark-json output)")
     p.add_argument("current", type=Path, help="current JSON")
-    p.add_argument("--pyproject", type=Path, default=Path("pyproject.toml"), help="where [tool.perfgate] is read (default ./pyproject.toml)")
-    p.add_argument("--allow-other-fingerprint", action="store_true", help="compare runs from different machines (speedups stay meaningful, milliseconds do not)")
+    p.add_argument(
+        "--pyproject",
+        type=Path,
+        default=Path("pyproject.toml"),
+        help="where [tool.perfgate] is read (default ./pyproject.toml)",
+    )
+    p.add_argument(
+        "--allow-other-fingerprint",
+        action="store_true",
+        help="compare runs from different machines (speedups stay meaningful, milliseconds do not)",
+    )
     p.add_argument("--ratchet", action="store_true", help="fail on an unexpected improvement too")
     p.add_argument("--json", type=Path, default=None, help="also write the verdicts as JSON here")
 
 
-def compare_files(base_path: Path, cur_path: Path, policy: policy_mod.Policy, *, allow_other: bool = False) -> list[gate.Verdict]:
+def compare_files(
+    base_path: Path, cur_path: Path, policy: policy_mod.Policy, *, allow_other: bool = False
+) -> list[gate.Verdict]:
     try:
         base, cur = store.load(base_path), store.load(cur_path)
     except store.BaselineError as exc:
@@ -34,7 +45,10 @@ def compare_files(base_path: Path, cur_path: Path, policy: policy_mod.Policy, *,
     diff = differences(base["perfgate"]["fingerprint"], cur["perfgate"]["fingerprint"])
     if diff and not allow_other:
         what = ", ".join(f"{k}: {a!r} vs {b!r}" for k, (a, b) in diff.items())
-        raise CommandError(f"{cur_path}: other fingerprint than {base_path} ({what}); compare runs of one machine or pass --allow-other-fingerprint")
+        raise CommandError(
+            f"{cur_path}: other fingerprint than {base_path} ({what}); compare runs of one machine or pass "
+            "--allow-other-fingerprint"
+        )
     base_by = store.by_name(base)
     fp = cur["perfgate"]["fingerprint"]
     hardware = fp.get("gpu_name") or fp.get("cpu_model") or ""

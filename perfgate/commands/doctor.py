@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 
-from perfgate.fingerprint import fingerprint, fingerprint_id
 from perfgate.cli import CommandError
 from perfgate.device import default_device, device_error, resolve
+from perfgate.fingerprint import fingerprint, fingerprint_id
 from perfgate.output.text import text_table
-from perfgate.variants import VARIANTS, Env
+from perfgate.variant_steps import Env
+from perfgate.variants import VARIANTS
 
 HELP = "show which optimisation variants run here and what is missing for the others"
 
@@ -26,7 +27,10 @@ def report(device: str) -> dict:
         "device": device,
         "fingerprint_id": fingerprint_id(fp),
         "fingerprint": fp,
-        "variants": {name: {"available": (r := v.unavailable(env)) is None, "reason": r, "description": v.description} for name, v in VARIANTS.items()},
+        "variants": {
+            name: {"available": (r := v.unavailable(env)) is None, "reason": r, "description": v.description}
+            for name, v in VARIANTS.items()
+        },
     }
 
 
@@ -40,8 +44,13 @@ def run(args: argparse.Namespace) -> int:
         return 0
     fp = data["fingerprint"]
     print(f"device {data['device']}  fingerprint {data['fingerprint_id']}")
-    print(f"torch {fp['torch']}  torchao {fp['torchao']}  torch-tensorrt {fp['torch_tensorrt']}  cuda {fp['cuda']}  "
-          f"gpu {fp['gpu_name']} (cc {fp['compute_capability']})  cpu {fp['cpu_model']} {' '.join(fp['cpu_flags'])}  threads {fp['threads']}")
-    rows = [[n, "yes" if v["available"] else "no", v["reason"] or v["description"]] for n, v in data["variants"].items()]
+    print(
+        f"torch {fp['torch']}  torchao {fp['torchao']}  torch-tensorrt {fp['torch_tensorrt']}  cuda {fp['cuda']}  "
+        f"gpu {fp['gpu_name']} (cc {fp['compute_capability']})  cpu {fp['cpu_model']} {' '.join(fp['cpu_flags'])}  "
+        f"threads {fp['threads']}"
+    )
+    rows = [
+        [n, "yes" if v["available"] else "no", v["reason"] or v["description"]] for n, v in data["variants"].items()
+    ]
     print("\n".join(text_table(("variant", "runs here", "why not / what it is"), rows)))
     return 0

@@ -14,30 +14,82 @@ HELP = "measure the gate's false-alarm rate on unchanged code and its detection 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from perfgate.gate.quality import DEFAULT_SLOWDOWNS_PCT
 
-    p.add_argument("--comparisons", type=int, default=50, metavar="N", help="judged comparisons per slowdown (default 50)")
-    p.add_argument("--slowdowns", default=",".join(f"{s:g}" for s in DEFAULT_SLOWDOWNS_PCT), metavar="PCT,...",
-                   help="injected slowdowns in %% of work; 0 is unchanged code (default %(default)s)")
-    p.add_argument("--depth", type=int, default=100, help="layers of the unchanged chain; slowdowns must give whole layers (default 100)")
+    p.add_argument(
+        "--comparisons", type=int, default=50, metavar="N", help="judged comparisons per slowdown (default 50)"
+    )
+    p.add_argument(
+        "--slowdowns",
+        default=",".join(f"{s:g}" for s in DEFAULT_SLOWDOWNS_PCT),
+        metavar="PCT,...",
+        help="injected slowdowns in %% of work; 0 is unchanged code (default %(default)s)",
+    )
+    p.add_argument(
+        "--depth",
+        type=int,
+        default=100,
+        help="layers of the unchanged chain; slowdowns must give whole layers (default 100)",
+    )
     p.add_argument("--width", type=int, default=128, help="features of each Linear layer (default 128)")
     p.add_argument("--batch", type=int, default=32, help="rows of the input (default 32)")
-    p.add_argument("--threads", type=int, default=None, metavar="N", help="torch threads (default: torch's default, as the suite runs)")
-    p.add_argument("--isolation", choices=("process", "inprocess"), default="process",
-                   help="measure each run in a fresh process (default, as separate CI runs are) or all in this one")
-    p.add_argument("--no-reference", action="store_true",
-                   help="do not time the reference workload (then every rule judges raw ms; by default runs carry it, as the "
-                        "suite's CPU runs do, and `--also normalise=false` judges the same runs raw)")
-    p.add_argument("--precision", type=float, default=None, metavar="REL",
-                   help="stop rule precision (relative CI half-width of the median) of every run (default: the suite's, 0.02)")
-    p.add_argument("--wait-quiet-s", type=float, default=600.0, metavar="S",
-                   help="after a contended run, wait up to S seconds for the neighbours to quieten before the next (0: never wait; default 600)")
-    p.add_argument("--pyproject", type=Path, default=Path("pyproject.toml"), help="policy to test: its [tool.perfgate] latency settings (default ./pyproject.toml)")
-    p.add_argument("--also", action="append", default=[], metavar="KEY=V,...",
-                   help="also judge the same runs with the policy changed, e.g. latency_tolerance=0.03,remeasure=3; "
-                        "normalise=false judges raw ms, remeasure_pooled=false makes every re-measurement regress on its own, "
-                        "baseline_runs=K pools K baseline runs (repeatable)")
-    p.add_argument("--from-json", type=Path, default=None, metavar="PATH",
-                   help="measure nothing: judge the runs stored in an earlier --json report again (with --also rules)")
-    p.add_argument("--json", type=Path, default=None, metavar="PATH", help="write the rates, settings and raw runs here")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        metavar="N",
+        help="torch threads (default: torch's default, as the suite runs)",
+    )
+    p.add_argument(
+        "--isolation",
+        choices=("process", "inprocess"),
+        default="process",
+        help="measure each run in a fresh process (default, as separate CI runs are) or all in this one",
+    )
+    p.add_argument(
+        "--no-reference",
+        action="store_true",
+        help="do not time the reference workload (then every rule judges raw ms; by default runs carry it, as the "
+        "suite's CPU runs do, and `--also normalise=false` judges the same runs raw)",
+    )
+    p.add_argument(
+        "--precision",
+        type=float,
+        default=None,
+        metavar="REL",
+        help="stop rule precision (relative CI half-width of the median) of every run (default: the suite's, 0.02)",
+    )
+    p.add_argument(
+        "--wait-quiet-s",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="after a contended run, wait up to S seconds for the neighbours to quieten before the next (0: never "
+        "wait; default 600)",
+    )
+    p.add_argument(
+        "--pyproject",
+        type=Path,
+        default=Path("pyproject.toml"),
+        help="policy to test: its [tool.perfgate] latency settings (default ./pyproject.toml)",
+    )
+    p.add_argument(
+        "--also",
+        action="append",
+        default=[],
+        metavar="KEY=V,...",
+        help="also judge the same runs with the policy changed, e.g. latency_tolerance=0.03,remeasure=3; "
+        "normalise=false judges raw ms, remeasure_pooled=false makes every re-measurement regress on its own, "
+        "baseline_runs=K pools K baseline runs (repeatable)",
+    )
+    p.add_argument(
+        "--from-json",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="measure nothing: judge the runs stored in an earlier --json report again (with --also rules)",
+    )
+    p.add_argument(
+        "--json", type=Path, default=None, metavar="PATH", help="write the rates, settings and raw runs here"
+    )
     p.add_argument("--no-samples", action="store_true", help="leave the raw samples out of --json")
 
 
@@ -80,10 +132,11 @@ def _rule(spec: str, base: Any) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    from perfgate.cli import CommandError
     from perfgate.gate import policy as policy_mod
     from perfgate.gate import quality as q
+    from perfgate.gate import quality_rates as qr
     from perfgate.output.files import write_json
-    from perfgate.cli import CommandError
 
     slowdowns = _slowdowns(args.slowdowns)
     if args.comparisons < 1:
@@ -112,26 +165,49 @@ def run(args: argparse.Namespace) -> int:
     def progress(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    load_before = q.machine_load()
-    progress(f"gate-quality: {args.comparisons} comparisons x slowdowns {', '.join(f'{s:g}%' for s in slowdowns)}; "
-             f"load average {load_before['loadavg_1m']:.2f} on {load_before['cpu_count']} cores")
+    load_before = qr.machine_load()
+    progress(
+        f"gate-quality: {args.comparisons} comparisons x slowdowns {', '.join(f'{s:g}%' for s in slowdowns)}; "
+        f"load average {load_before['loadavg_1m']:.2f} on {load_before['cpu_count']} cores"
+    )
     measure_fn = q.make_measurer(workload, args.isolation, stop, reference=not args.no_reference)
     if args.wait_quiet_s > 0:
-        measure_fn = q.quiet_measurer(measure_fn, settings.contention_max, timeout_s=args.wait_quiet_s, progress=progress)
-    config = {"workload": asdict(workload) | {"kind": "Linear+GELU chain"}, "slowdowns_pct": slowdowns,
-              "comparisons": args.comparisons, "isolation": args.isolation,
-              "reference": None if args.no_reference else _reference_shape(), "wait_quiet_s": args.wait_quiet_s, "stop_rule": asdict(stop), "load_before": load_before,
-              "threads": _threads(args.threads)}
+        measure_fn = q.quiet_measurer(
+            measure_fn, settings.contention_max, timeout_s=args.wait_quiet_s, progress=progress
+        )
+    config = {
+        "workload": asdict(workload) | {"kind": "Linear+GELU chain"},
+        "slowdowns_pct": slowdowns,
+        "comparisons": args.comparisons,
+        "isolation": args.isolation,
+        "reference": None if args.no_reference else _reference_shape(),
+        "wait_quiet_s": args.wait_quiet_s,
+        "stop_rule": asdict(stop),
+        "load_before": load_before,
+        "threads": _threads(args.threads),
+    }
 
     def save(comparisons: list[q.Comparison], *, partial: bool) -> dict[str, Any]:
-        data = q.report(comparisons, rules, depth=args.depth, config=config | {"load_after": q.machine_load(), "partial": partial},
-                        samples=not args.no_samples)
+        data = qr.report(
+            comparisons,
+            rules,
+            depth=args.depth,
+            config=config | {"load_after": qr.machine_load(), "partial": partial},
+            samples=not args.no_samples,
+        )
         if args.json:
             write_json(args.json, data)
         return data
 
-    comparisons = q.run_experiment(measure_fn, depth=args.depth, slowdowns_pct=slowdowns, comparisons=args.comparisons,
-                                   rules=rules, progress=progress, checkpoint=lambda done: save(done, partial=True))
+    comparisons = q.run_experiment(
+        measure_fn,
+        depth=args.depth,
+        slowdowns_pct=slowdowns,
+        comparisons=args.comparisons,
+        rules=rules,
+        progress=progress,
+        checkpoint=lambda done: save(done, partial=True),
+    )
     data = save(comparisons, partial=False)
 
     _print(data, rules, precision=stop.precision, depth=args.depth)
@@ -157,9 +233,10 @@ def _threads(requested: int | None) -> int:
 def _rejudge(args: argparse.Namespace, rules: list[Any]) -> int:
     import json
 
-    from perfgate.gate import quality as q
-    from perfgate.output.files import write_json
     from perfgate.cli import CommandError
+    from perfgate.gate import quality as q
+    from perfgate.gate import quality_rates as qr
+    from perfgate.output.files import write_json
 
     try:
         old = json.loads(args.from_json.read_text())
@@ -168,7 +245,13 @@ def _rejudge(args: argparse.Namespace, rules: list[Any]) -> int:
         raise CommandError(f"--from-json {args.from_json}: {exc}") from None
     cfg = old.get("config", {})
     depth = cfg.get("workload", {}).get("depth", args.depth)
-    data = q.report(comparisons, rules, depth=depth, config=cfg | {"rejudged_from": str(args.from_json)}, samples=not args.no_samples)
+    data = qr.report(
+        comparisons,
+        rules,
+        depth=depth,
+        config=cfg | {"rejudged_from": str(args.from_json)},
+        samples=not args.no_samples,
+    )
     _print(data, rules, precision=cfg.get("stop_rule", {}).get("precision", 0.02), depth=depth)
     if args.json:
         write_json(args.json, data)
@@ -178,30 +261,48 @@ def _rejudge(args: argparse.Namespace, rules: list[Any]) -> int:
 
 def _print(data: dict[str, Any], rules: list[Any], *, precision: float, depth: int) -> None:
     from perfgate.gate import quality as q
+    from perfgate.gate import quality_rates as qr
     from perfgate.output.text import text_table
 
     cfg = data["config"]
     noise = data["noise"]
-    for key, what, unit in (("raw_ms", "raw", "ms"), ("normalised", "normalised", "x the reference"), ("reference_ms", "reference workload", "ms")):
+    for key, what, unit in (
+        ("raw_ms", "raw", "ms"),
+        ("normalised", "normalised", "x the reference"),
+        ("reference_ms", "reference workload", "ms"),
+    ):
         if key in noise:
             n = noise[key]
             lo, hi = n["between_run_p5_p95_rel"]
-            print(f"unchanged chain, {what}: median {n['median']:.3f} {unit} over {noise['runs']} runs, "
-                  f"between-run CV {n['between_run_cv']:.1%} (5-95% {lo:+.1%}..{hi:+.1%})")
+            print(
+                f"unchanged chain, {what}: median {n['median']:.3f} {unit} over {noise['runs']} runs, "
+                f"between-run CV {n['between_run_cv']:.1%} (5-95% {lo:+.1%}..{hi:+.1%})"
+            )
     if "samples_per_run" in noise:
-        print(f"within-run CI half-width {noise['within_run_ci_halfwidth_rel']:.1%}, {noise['samples_per_run']:g} samples per run")
+        print(
+            f"within-run CI half-width {noise['within_run_ci_halfwidth_rel']:.1%}, {noise['samples_per_run']:g} "
+            "samples per run"
+        )
     if "load_before" in cfg:
-        print(f"load average {cfg['load_before']['loadavg_1m']:.2f} before, {cfg['load_after']['loadavg_1m']:.2f} after; "
-              f"{cfg.get('threads')} torch thread(s); isolation {cfg.get('isolation')}; stop precision {precision:g}")
+        print(
+            f"load average {cfg['load_before']['loadavg_1m']:.2f} before, {cfg['load_after']['loadavg_1m']:.2f} after; "
+            f"{cfg.get('threads')} torch thread(s); isolation {cfg.get('isolation')}; stop precision {precision:g}"
+        )
     for rule in rules:
         res = data["rules"][rule.name]
         s = rule.settings
-        print(f"\npolicy {rule.name}: latency_tolerance {s.latency_tolerance:g}, alpha {s.alpha:g}, remeasure {s.remeasure}, "
-              f"contention_max {s.contention_max:g}, normalise {str(s.normalise).lower()}, remeasure_pooled {str(s.remeasure_pooled).lower()}, baseline_runs {rule.baseline_runs}")
-        rs = [q.Rate(**r) for r in res["rates"]]
-        print("\n".join(text_table(q.RATE_HEADERS, q.rate_rows(rs, depth))))
+        print(
+            f"\npolicy {rule.name}: latency_tolerance {s.latency_tolerance:g}, alpha {s.alpha:g}, remeasure "
+            f"{s.remeasure}, "
+            f"contention_max {s.contention_max:g}, normalise {str(s.normalise).lower()}, remeasure_pooled "
+            f"{str(s.remeasure_pooled).lower()}, baseline_runs {rule.baseline_runs}"
+        )
+        rs = [qr.Rate(**r) for r in res["rates"]]
+        print("\n".join(text_table(qr.RATE_HEADERS, qr.rate_rows(rs, depth))))
         if skipped := sum(r.not_judged for r in rs):
             print(f"({skipped} comparison(s) not judged: this rule needs runs the recorded experiment did not take)")
         best = res["smallest_detected_pct"]
-        print(f"smallest slowdown detected >= {q.DETECTION_TARGET:.0%} with <= 1/50 false alarms: "
-              + (f"{best:g}%" if best is not None else "none of those measured"))
+        print(
+            f"smallest slowdown detected >= {q.DETECTION_TARGET:.0%} with <= 1/50 false alarms: "
+            + (f"{best:g}%" if best is not None else "none of those measured")
+        )

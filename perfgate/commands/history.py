@@ -10,26 +10,54 @@ HELP = "show a metric per case over the saved runs and baselines (sparklines, ch
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from perfgate.history import METRICS
+    from perfgate.history import HISTORY_METRICS
 
-    p.add_argument("paths", nargs="*", help="extra result files or folders to include (always, whatever their fingerprint)")
-    p.add_argument("--metric", default="median_ms",
-                   help=f"metric to follow: {', '.join(METRICS)}, or a dotted extra_info path such as "
-                        f"throughput.frames (default median_ms)")
-    p.add_argument("--model", action="append", default=[], metavar="GLOB", help="only these models (repeatable, comma-separated)")
-    p.add_argument("--variant", action="append", default=[], metavar="GLOB", help="only these variants (repeatable, comma-separated)")
-    p.add_argument("--case", action="append", default=[], metavar="GLOB", help="only cases whose test name or label matches")
+    p.add_argument(
+        "paths", nargs="*", help="extra result files or folders to include (always, whatever their fingerprint)"
+    )
+    p.add_argument(
+        "--metric",
+        default="median_ms",
+        help=f"metric to follow: {', '.join(HISTORY_METRICS)}, or a dotted extra_info path such as "
+        f"throughput.frames (default median_ms)",
+    )
+    p.add_argument(
+        "--model", action="append", default=[], metavar="GLOB", help="only these models (repeatable, comma-separated)"
+    )
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="only these variants (repeatable, comma-separated)",
+    )
+    p.add_argument(
+        "--case", action="append", default=[], metavar="GLOB", help="only cases whose test name or label matches"
+    )
     p.add_argument("--since", metavar="DATE", help="only runs at or after this date or ISO time (UTC)")
     p.add_argument("--until", metavar="DATE", help="only runs at or before this date or ISO time (UTC)")
-    p.add_argument("--last", type=int, default=20, metavar="N", help="show the last N entries per case (0: all; default 20)")
+    p.add_argument(
+        "--last", type=int, default=20, metavar="N", help="show the last N entries per case (0: all; default 20)"
+    )
     p.add_argument("--brief", action="store_true", help="one line per case: sparkline, last value and change")
     p.add_argument("--json", action="store_true", help="print the history as JSON")
     p.add_argument("--baselines", default="baselines", metavar="DIR", help="baseline folder (default baselines)")
-    p.add_argument("--storage", action="append", default=None, metavar="DIR",
-                   help="pytest-benchmark storage folders, filtered by fingerprint (default .benchmarks)")
+    p.add_argument(
+        "--storage",
+        action="append",
+        default=None,
+        metavar="DIR",
+        help="pytest-benchmark storage folders, filtered by fingerprint (default .benchmarks)",
+    )
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--device", default=None, help="fingerprint of this machine for this device (default cuda if available, else cpu)")
-    g.add_argument("--fingerprint", default=None, metavar="ID", help="a fingerprint id (a folder name under the baselines)")
+    g.add_argument(
+        "--device",
+        default=None,
+        help="fingerprint of this machine for this device (default cuda if available, else cpu)",
+    )
+    g.add_argument(
+        "--fingerprint", default=None, metavar="ID", help="a fingerprint id (a folder name under the baselines)"
+    )
     g.add_argument("--all-fingerprints", action="store_true", help="every fingerprint, each case per fingerprint")
 
 
@@ -39,8 +67,8 @@ def _globs(values: list[str]) -> tuple[str, ...]:
 
 def current_fingerprint_id(device: str | None) -> str:
     """This machine's fingerprint id; imports torch, so only when no id was given."""
-    from perfgate.fingerprint import fingerprint, fingerprint_id
     from perfgate.device import default_device
+    from perfgate.fingerprint import fingerprint, fingerprint_id
 
     return fingerprint_id(fingerprint(device or default_device()))
 
@@ -63,15 +91,25 @@ def run(args: argparse.Namespace) -> int:
         if not Path(p).exists():
             raise CommandError(f"{p}: no such file or folder")
     fp_id = None if args.all_fingerprints else (args.fingerprint or current_fingerprint_id(args.device))
-    filters = h.Filters(models=_globs(args.model), variants=_globs(args.variant), cases=_globs(args.case), since=since, until=until)
-    hist = h.collect(metric=args.metric, filters=filters, baselines_root=args.baselines, fingerprint_id=fp_id,
-                     storage_dirs=args.storage if args.storage is not None else [".benchmarks"], paths=args.paths)
+    filters = h.Filters(
+        models=_globs(args.model), variants=_globs(args.variant), cases=_globs(args.case), since=since, until=until
+    )
+    hist = h.collect(
+        metric=args.metric,
+        filters=filters,
+        baselines_root=args.baselines,
+        fingerprint_id=fp_id,
+        storage_dirs=args.storage if args.storage is not None else [".benchmarks"],
+        paths=args.paths,
+    )
     for line in hist.unreadable:
         print(f"perfgate history: skipped {line}", file=sys.stderr)
     if hist.files == 0:
         where = f"{Path(args.baselines) / fp_id}" if fp_id else args.baselines
-        raise CommandError(f"no readable saved runs in {where} or {', '.join(map(str, args.storage or ['.benchmarks']))}; "
-                           "record one with: pytest benchmarks --perfgate-record, or pass result files or --all-fingerprints")
+        raise CommandError(
+            f"no readable saved runs in {where} or {', '.join(map(str, args.storage or ['.benchmarks']))}; "
+            "record one with: pytest benchmarks --perfgate-record, or pass result files or --all-fingerprints"
+        )
     if not hist.series:
         raise CommandError(_nothing_matched(hist, args))
     if args.json:
@@ -85,8 +123,12 @@ def run(args: argparse.Namespace) -> int:
 
 def _nothing_matched(hist, args: argparse.Namespace) -> str:
     """Name what to change when the files were read but no entry survived the filters."""
-    filters = [f"--{k} {','.join(v)}" for k, v in (("model", args.model), ("variant", args.variant), ("case", args.case)) if v]
+    filters = [
+        f"--{k} {','.join(v)}" for k, v in (("model", args.model), ("variant", args.variant), ("case", args.case)) if v
+    ]
     filters += [f"--{k} {v}" for k, v in (("since", args.since), ("until", args.until)) if v]
     what = f" matching {' '.join(filters)}" if filters else ""
-    return (f"no entry has metric {args.metric!r}{what} in {hist.files} file(s); "
-            "check the names with `perfgate history --brief` and the metric list with `perfgate history --help`")
+    return (
+        f"no entry has metric {args.metric!r}{what} in {hist.files} file(s); "
+        "check the names with `perfgate history --brief` and the metric list with `perfgate history --help`"
+    )

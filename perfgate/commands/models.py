@@ -7,8 +7,8 @@ import json
 from typing import Any
 
 from perfgate.cli import CommandError, load_models
-from perfgate.session import select
 from perfgate.output.text import text_table
+from perfgate.session import select
 from perfgate.workload import MODELS, NO_MODELS, build_module, count_parameters, family, get_model
 
 HELP = "list model families: sizes, parameter counts, input shapes and GFLOP per step"
@@ -17,9 +17,15 @@ HELP = "list model families: sizes, parameter counts, input shapes and GFLOP per
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--models", default="", help="comma-separated names or globs (default: all)")
     p.add_argument("--sizes", default="", help="comma-separated size presets (default: all)")
-    p.add_argument("--no-flops", action="store_true", help="skip counting GFLOP (it runs one forward on the meta device)")
-    p.add_argument("--model-file", action="append", default=[],
-                   help="python file registering extra models, after pyproject.toml [tool.perfgate] registries and model_files")
+    p.add_argument(
+        "--no-flops", action="store_true", help="skip counting GFLOP (it runs one forward on the meta device)"
+    )
+    p.add_argument(
+        "--model-file",
+        action="append",
+        default=[],
+        help="python file registering extra models, after pyproject.toml [tool.perfgate] registries and model_files",
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
@@ -68,7 +74,16 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    table = [[r["model"], r["size"], f"{r['params']:,}", _shapes(r["inputs"]),
-              ", ".join(f"{v:g} {k}" for k, v in r["throughput"].items()), f"{r['gflop']:.3f}" if "gflop" in r else "-"] for r in rows]
+    table = [
+        [
+            r["model"],
+            r["size"],
+            f"{r['params']:,}",
+            _shapes(r["inputs"]),
+            ", ".join(f"{v:g} {k}" for k, v in r["throughput"].items()),
+            f"{r['gflop']:.3f}" if "gflop" in r else "-",
+        ]
+        for r in rows
+    ]
     print("\n".join(text_table(("model", "size", "params", "inputs", "per step", "GFLOP/step"), table)))
     return 0

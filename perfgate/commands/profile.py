@@ -21,27 +21,62 @@ SHAPE_FLAGS = {"img_size": "--img-size", "num_frames": "--num-frames", "cache_fr
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="registered model name (see `perfgate models`)")
     p.add_argument("--size", default=None, help="size preset (default: the device's default size)")
-    p.add_argument("--variant", default="baseline", help="optimisation variant to profile (default baseline: eager fp32)")
+    p.add_argument(
+        "--variant", default="baseline", help="optimisation variant to profile (default baseline: eager fp32)"
+    )
     p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda if available, else cpu)")
     p.add_argument("--iterations", type=int, default=50, help="timed iterations of the benchmark (default 50)")
     p.add_argument("--warmup", type=int, default=5, help="warm-up iterations after the first call (default 5)")
     p.add_argument("--batch", type=int, default=1, help="batch multiplier passed to the model (default 1)")
     p.add_argument("--img-size", type=int, default=None, help="model option img_size (V-JEPA 2)")
     p.add_argument("--num-frames", type=int, default=None, help="model option num_frames (V-JEPA 2)")
-    p.add_argument("--cache-frames", type=int, default=None, help="model option cache_frames: KV-cache length in frames (Owl world model)")
-    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="any model option, repeatable (values parsed as Python literals)")
-    p.add_argument("--sweep", default=None, metavar="KEY=V1,V2", help="profile each value of one option (or size, batch, variant) in one run folder")
-    p.add_argument("--skip-detailed", action="store_true", help="quick benchmark only: benchmark and memory, no breakdown, precisions or trace")
-    p.add_argument("--precisions", default="fp32,bf16,fp16", help="precisions to compare with autocast (default fp32,bf16,fp16)")
+    p.add_argument(
+        "--cache-frames",
+        type=int,
+        default=None,
+        help="model option cache_frames: KV-cache length in frames (Owl world model)",
+    )
+    p.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any model option, repeatable (values parsed as Python literals)",
+    )
+    p.add_argument(
+        "--sweep",
+        default=None,
+        metavar="KEY=V1,V2",
+        help="profile each value of one option (or size, batch, variant) in one run folder",
+    )
+    p.add_argument(
+        "--skip-detailed",
+        action="store_true",
+        help="quick benchmark only: benchmark and memory, no breakdown, precisions or trace",
+    )
+    p.add_argument(
+        "--precisions", default="fp32,bf16,fp16", help="precisions to compare with autocast (default fp32,bf16,fp16)"
+    )
     p.add_argument("--layer-rounds", type=int, default=10, help="rounds of the layer breakdown (default 10)")
     p.add_argument("--trace-steps", type=int, default=3, help="steps in the torch profiler trace (default 3)")
     p.add_argument("--top-ops", type=int, default=15, help="operators listed by self time (default 15)")
-    p.add_argument("--telemetry-interval-ms", type=float, default=100.0, help="telemetry sampling interval (default 100 ms)")
-    p.add_argument("--torch-trace", default=None, metavar="DIR", help="also write TORCH_TRACE compile logs to DIR for tlparse (re-runs the command with TORCH_TRACE set)")
-    p.add_argument("--nvtx", action="store_true", help="emit NVTX ranges per step, module and op for Nsight Systems (CUDA)")
+    p.add_argument(
+        "--telemetry-interval-ms", type=float, default=100.0, help="telemetry sampling interval (default 100 ms)"
+    )
+    p.add_argument(
+        "--torch-trace",
+        default=None,
+        metavar="DIR",
+        help="also write TORCH_TRACE compile logs to DIR for tlparse (re-runs the command with TORCH_TRACE set)",
+    )
+    p.add_argument(
+        "--nvtx", action="store_true", help="emit NVTX ranges per step, module and op for Nsight Systems (CUDA)"
+    )
     p.add_argument("--checkpoint", default=None, help="checkpoint to load strictly into the model")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=".perfgate/profiles", help="parent folder of the run folder (default .perfgate/profiles)")
+    p.add_argument(
+        "--out", default=".perfgate/profiles", help="parent folder of the run folder (default .perfgate/profiles)"
+    )
 
 
 def parse_value(text: str) -> Any:
@@ -79,9 +114,26 @@ def parse_sweep(text: str | None) -> tuple[str, tuple[Any, ...]] | None:
 def command_line(args: argparse.Namespace) -> str:
     """The `perfgate profile ...` line that reproduces this run (without --torch-trace)."""
     parts = ["perfgate", "profile", args.model]
-    defaults = {"size": None, "variant": "baseline", "device": None, "iterations": 50, "warmup": 5, "batch": 1, "img_size": None,
-                "num_frames": None, "cache_frames": None, "sweep": None, "precisions": "fp32,bf16,fp16", "layer_rounds": 10,
-                "trace_steps": 3, "top_ops": 15, "telemetry_interval_ms": 100.0, "checkpoint": None, "seed": 0, "out": ".perfgate/profiles"}
+    defaults = {
+        "size": None,
+        "variant": "baseline",
+        "device": None,
+        "iterations": 50,
+        "warmup": 5,
+        "batch": 1,
+        "img_size": None,
+        "num_frames": None,
+        "cache_frames": None,
+        "sweep": None,
+        "precisions": "fp32,bf16,fp16",
+        "layer_rounds": 10,
+        "trace_steps": 3,
+        "top_ops": 15,
+        "telemetry_interval_ms": 100.0,
+        "checkpoint": None,
+        "seed": 0,
+        "out": ".perfgate/profiles",
+    }
     for key, default in defaults.items():
         value = getattr(args, key)
         if value != default:
@@ -110,9 +162,9 @@ def run(args: argparse.Namespace) -> int:
     if args.torch_trace and os.environ.get("TORCH_TRACE") != str(Path(args.torch_trace).resolve()):
         return rerun_with_torch_trace(args)
 
-    from perfgate.profile.config import ProfileConfig, ProfileError, ProfileUnavailable
     from perfgate.cli import load_models
     from perfgate.device import default_device
+    from perfgate.profile.config import ProfileConfig, ProfileError, ProfileUnavailable
     from perfgate.profile.run import run_profile
 
     load_models()  # pyproject.toml [tool.perfgate] registries and model_files of this directory
@@ -160,12 +212,21 @@ def summary_lines(report: dict[str, Any], run_dir: Path) -> list[str]:
         b = p["benchmark"]
         head = f"{p['size']} {p['variant']}" + (f" [{p['label']}]" if p["label"] else "")
         fps = f"FPS {b['fps']:.2f}" if "fps" in b else f"steps/s {b['steps_per_s']:.2f}"
-        lines += [f"", f"{head}: {p['params']:,} parameters",
-                  f"  Mean {b['mean_ms']:.3f} ms  Median {b['median_ms']:.3f} ms  Std {b['std_ms']:.3f} ms  Min {b['min_ms']:.3f} ms  Max {b['max_ms']:.3f} ms  {fps}"]
+        lines += [
+            "",
+            f"{head}: {p['params']:,} parameters",
+            f"  Mean {b['mean_ms']:.3f} ms  Median {b['median_ms']:.3f} ms  Std {b['std_ms']:.3f} ms  Min "
+            f"{b['min_ms']:.3f} ms  Max {b['max_ms']:.3f} ms  {fps}",
+        ]
         f = p.get("flops")
         if f:
-            share = (f" ({f['peak_share']:.1%} of a measured {f['peak_tflops']:.3g} TFLOP/s {f['peak_dtype']} peak)" if f.get("peak_share") is not None
-                     else f" (no share of peak: {f['peak_note']})" if f.get("peak_note") else "")
+            share = (
+                f" ({f['peak_share']:.1%} of a measured {f['peak_tflops']:.3g} TFLOP/s {f['peak_dtype']} peak)"
+                if f.get("peak_share") is not None
+                else f" (no share of peak: {f['peak_note']})"
+                if f.get("peak_note")
+                else ""
+            )
             lines.append(f"  {f['gflop_per_step']:.4g} GFLOP/step, {f['achieved_tflops']:.4g} TFLOP/s{share}")
         lines.append(f"  peak memory {p['memory']['peak_mem_mib']:.1f} MiB ({p['memory']['method']})")
         if p.get("unreliable"):

@@ -11,18 +11,38 @@ HELP = "write a self-contained HTML report (tables, plots, history, telemetry) o
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("runs", nargs="+", metavar="RUN.json", help="pytest-benchmark JSON files (--benchmark-json, baselines)")
+    p.add_argument(
+        "runs", nargs="+", metavar="RUN.json", help="pytest-benchmark JSON files (--benchmark-json, baselines)"
+    )
     p.add_argument("-o", "--output", default="report.html", help="HTML file to write (default report.html)")
     p.add_argument("--verdicts", metavar="FILE", help="the gate's verdicts (pytest writes .perfgate/verdicts.json)")
-    p.add_argument("--baselines", default="baselines", metavar="DIR", help="baseline folder for the history trends (default baselines)")
-    p.add_argument("--storage", action="append", default=None, metavar="DIR",
-                   help="pytest-benchmark storage folders for the history (default .benchmarks)")
+    p.add_argument(
+        "--baselines",
+        default="baselines",
+        metavar="DIR",
+        help="baseline folder for the history trends (default baselines)",
+    )
+    p.add_argument(
+        "--storage",
+        action="append",
+        default=None,
+        metavar="DIR",
+        help="pytest-benchmark storage folders for the history (default .benchmarks)",
+    )
     p.add_argument("--no-history", action="store_true", help="leave the history trends out")
     p.add_argument("--title", default="perfgate report", help="the page title")
-    p.add_argument("--markdown", metavar="FILE", help="also write the short Markdown summary here ('-': stdout; "
-                   "in GitHub Actions pass $GITHUB_STEP_SUMMARY)")
-    p.add_argument("--link", action="append", default=[], metavar="NAME=URL",
-                   help="artifact link for the Markdown summary (repeatable; default: the HTML report and the run files)")
+    p.add_argument(
+        "--markdown",
+        metavar="FILE",
+        help="also write the short Markdown summary here ('-': stdout; in GitHub Actions pass $GITHUB_STEP_SUMMARY)",
+    )
+    p.add_argument(
+        "--link",
+        action="append",
+        default=[],
+        metavar="NAME=URL",
+        help="artifact link for the Markdown summary (repeatable; default: the HTML report and the run files)",
+    )
 
 
 def _links(args: argparse.Namespace) -> dict[str, str]:
@@ -72,11 +92,19 @@ def run(args: argparse.Namespace) -> int:
         _write_markdown(args.markdown, markdown.job_summary(runs, verdicts, links))
     history, unreadable = (None, [])
     if not args.no_history:
-        history, unreadable = history_for(runs, baselines_root=args.baselines,
-                                          storage_dirs=args.storage if args.storage is not None else [".benchmarks"])
+        history, unreadable = history_for(
+            runs,
+            baselines_root=args.baselines,
+            storage_dirs=args.storage if args.storage is not None else [".benchmarks"],
+        )
         for line in unreadable:
             print(f"perfgate report: history skipped {line}", file=sys.stderr)
-    out = files.write_text(args.output, html.benchmark_report(runs, verdicts, history, title=args.title, unreadable=unreadable))
-    print(f"perfgate report: wrote {out} ({out.stat().st_size / 1024:.0f} KiB, {sum(len(r.benchmarks) for r in runs)} case(s))",
-          file=sys.stderr)
+    out = files.write_text(
+        args.output, html.benchmark_report(runs, verdicts, history, title=args.title, unreadable=unreadable)
+    )
+    print(
+        f"perfgate report: wrote {out} ({out.stat().st_size / 1024:.0f} KiB, {sum(len(r.benchmarks) for r in runs)} "
+        "case(s))",
+        file=sys.stderr,
+    )
     return 0

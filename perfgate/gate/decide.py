@@ -12,8 +12,9 @@ every re-measurement had to regress on its own (docs/gate-quality.md).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from perfgate.gate.metrics import GATED
 from perfgate.gate.policy import GateSettings, Policy
@@ -53,8 +54,10 @@ def telemetry_reason(summary: Mapping[str, Any], rule: TelemetryRule = Telemetry
     gpu = summary.get("gpu") or {}
     busy_clock, max_clock = (summary.get("busy_sm_clock_mhz") or {}).get("mean"), gpu.get("max_sm_clock_mhz")
     if busy_clock and max_clock and busy_clock < rule.clock_ratio_min * max_clock:
-        reasons.append(f"mean SM clock while busy {busy_clock:.0f} MHz is {busy_clock / max_clock:.0%} of the maximum "
-                       f"{max_clock:.0f} MHz (< {rule.clock_ratio_min:.0%})")
+        reasons.append(
+            f"mean SM clock while busy {busy_clock:.0f} MHz is {busy_clock / max_clock:.0%} of the maximum "
+            f"{max_clock:.0f} MHz (< {rule.clock_ratio_min:.0%})"
+        )
     others = summary.get("gpu_other_processes_max")
     if others is not None and others > rule.other_gpu_processes_max:
         reasons.append(f"{others} other process(es) computed on the GPU")
@@ -67,8 +70,10 @@ def unreliable_reason(record: CaseRecord, settings: GateSettings) -> str | None:
     on a GPU, throttled clocks or other processes on it."""
     problems = []
     if record.device.startswith("cpu") and (record.contention_cores or 0.0) > settings.contention_max:
-        problems.append(f"other processes used {record.contention_cores:.2f} cores during the measurement "
-                        f"(> {settings.contention_max:g}): timings are not trustworthy")
+        problems.append(
+            f"other processes used {record.contention_cores:.2f} cores during the measurement "
+            f"(> {settings.contention_max:g}): timings are not trustworthy"
+        )
     if record.telemetry:
         problems.append(telemetry_reason(record.telemetry))
     return "; ".join(p for p in problems if p) or None
@@ -83,14 +88,21 @@ def pool(records: Sequence[CaseRecord]) -> CaseRecord:
     last = records[-1]
     reference = [x for r in records for x in r.reference_ms] if all(r.reference_ms for r in records) else None
     unreliable = "; ".join(r.unreliable for r in records if r.unreliable) or None
-    return replace(last, samples_ms=[x for r in records for x in r.samples_ms], reference_ms=reference, unreliable=unreliable)
+    return replace(
+        last, samples_ms=[x for r in records for x in r.samples_ms], reference_ms=reference, unreliable=unreliable
+    )
 
 
 def pooled_block(records: Sequence[CaseRecord]) -> dict[str, Any]:
     """What a re-measured case keeps in its record (`pooled`), so `perfgate compare` on the JSON
     judges what the session judged."""
     p = pool(records)
-    return {"runs": len(records), "samples_ms": p.samples_ms, "reference_ms": p.reference_ms, "unreliable": p.unreliable}
+    return {
+        "runs": len(records),
+        "samples_ms": p.samples_ms,
+        "reference_ms": p.reference_ms,
+        "unreliable": p.unreliable,
+    }
 
 
 def timing_record(record: CaseRecord) -> CaseRecord:
@@ -98,15 +110,23 @@ def timing_record(record: CaseRecord) -> CaseRecord:
     block = record.pooled
     if not isinstance(block, Mapping):
         return record
-    return replace(record, samples_ms=list(block["samples_ms"]), reference_ms=block.get("reference_ms"),
-                   unreliable=record.unreliable or block.get("unreliable"))
+    return replace(
+        record,
+        samples_ms=list(block["samples_ms"]),
+        reference_ms=block.get("reference_ms"),
+        unreliable=record.unreliable or block.get("unreliable"),
+    )
 
 
 def compare(case: str, current: CaseRecord, baseline: CaseRecord | None, policy: Policy) -> list[Verdict]:
     """Verdicts for one case against its baseline record: every gated metric's judge, the timing
     ones only on a reliable run."""
     cur = timing_record(current)
-    out = [Verdict(case=case, metric="latency", verdict=UNRELIABLE, current=cur.median_ms, message=cur.unreliable)] if cur.unreliable else []
+    out = (
+        [Verdict(case=case, metric="latency", verdict=UNRELIABLE, current=cur.median_ms, message=cur.unreliable)]
+        if cur.unreliable
+        else []
+    )
     if baseline is None:
         return out or [Verdict(case=case, metric="latency", verdict=NO_BASELINE, current=cur.median_ms)]
     for metric in GATED:
@@ -136,14 +156,25 @@ def accuracy_violations(acc: Mapping[str, float], tol: Mapping[str, Any]) -> lis
     return out
 
 
-def absolute_checks(case: str, record: CaseRecord, policy: Policy, hardware: str, *, fail_on_graph_break: bool = False) -> list[Verdict]:
+def absolute_checks(
+    case: str, record: CaseRecord, policy: Policy, hardware: str, *, fail_on_graph_break: bool = False
+) -> list[Verdict]:
     """Verdicts that need no baseline: the variant's accuracy tolerance, the policy's real-time
     budgets (asserted whatever the baseline says) and, when asked, graph breaks."""
-    out = [Verdict(case=case, metric="accuracy", verdict=REGRESSION, current=record.accuracy.get("rel_l2"), message=msg)
-           for msg in accuracy_violations(record.accuracy, record.tolerance)]
+    out = [
+        Verdict(case=case, metric="accuracy", verdict=REGRESSION, current=record.accuracy.get("rel_l2"), message=msg)
+        for msg in accuracy_violations(record.accuracy, record.tolerance)
+    ]
     if fail_on_graph_break and record.graph_breaks:
-        out.append(Verdict(case=case, metric="graph_breaks", verdict=REGRESSION, current=float(record.graph_breaks),
-                           message=f"{record.graph_breaks} graph break(s) (--perfgate-fail-on-graph-break)"))
+        out.append(
+            Verdict(
+                case=case,
+                metric="graph_breaks",
+                verdict=REGRESSION,
+                current=float(record.graph_breaks),
+                message=f"{record.graph_breaks} graph break(s) (--perfgate-fail-on-graph-break)",
+            )
+        )
     for b in policy.budgets_for(record.model, record.size, record.variant, hardware):
         checks = (
             ("fps", b.min_fps, record.fps, lambda v, t: v >= t, "at least"),
@@ -155,8 +186,16 @@ def absolute_checks(case: str, record: CaseRecord, policy: Policy, hardware: str
             if target is None or value is None:
                 continue
             verdict = UNCHANGED if ok(value, target) else BUDGET
-            out.append(Verdict(case=case, metric=f"budget:{name}", verdict=verdict, baseline=target, current=value,
-                               message="" if verdict == UNCHANGED else f"{name} {value:.3g}, budget {word} {target:g}"))
+            out.append(
+                Verdict(
+                    case=case,
+                    metric=f"budget:{name}",
+                    verdict=verdict,
+                    baseline=target,
+                    current=value,
+                    message="" if verdict == UNCHANGED else f"{name} {value:.3g}, budget {word} {target:g}",
+                )
+            )
     return out
 
 
@@ -191,8 +230,10 @@ def decide(case: str, runs: Sequence[CaseRecord], baseline: CaseRecord | None, p
             return Decision(verdicts=[], remeasure=True, record=last)
         record = replace(last, pooled=pooled_block(runs))
         note = f"{len(runs)} runs pooled after a suspected regression"
-        verdicts = [v if v.metric != "latency" else replace(v, message=f"{v.message}; {note}" if v.message else note)
-                    for v in compare(case, record, baseline, policy)]
+        verdicts = [
+            v if v.metric != "latency" else replace(v, message=f"{v.message}; {note}" if v.message else note)
+            for v in compare(case, record, baseline, policy)
+        ]
         return Decision(verdicts=verdicts, remeasure=False, record=record)
     verdicts = compare(case, last, baseline, policy)
     again = _suspected(verdicts) and len(runs) <= s.remeasure

@@ -17,8 +17,9 @@ A new gated metric is one `GatedMetric` row in `GATED` plus its judge.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -75,19 +76,32 @@ def judge_latency_samples(
 
         ratio, p_slower, p_faster = latency_test(ratios(current, reference[0]), ratios(baseline, reference[1]))
         ref_change = float(np.median(reference[0]) / np.median(reference[1]) - 1) * 100
-        what = (f"median {cur_med:.3f} ms vs {base_med:.3f} ms ({(cur_med / base_med - 1) * 100:+.1f}% raw, "
-                f"reference workload {ref_change:+.1f}%), normalised")
+        what = (
+            f"median {cur_med:.3f} ms vs {base_med:.3f} ms ({(cur_med / base_med - 1) * 100:+.1f}% raw, "
+            f"reference workload {ref_change:+.1f}%), normalised"
+        )
     kw = dict(case=case, metric="latency", baseline=base_med, current=cur_med, change_pct=(ratio - 1) * 100)
     big_slow, big_fast = ratio > 1 + s.latency_tolerance, ratio < 1 / (1 + s.latency_tolerance)
     if big_slow and p_slower < s.alpha:
-        return Verdict(**kw, verdict=REGRESSION, p_value=p_slower,
-                       message=f"{what}: +{(ratio - 1) * 100:.1f}% > {s.latency_tolerance:.0%}, p={p_slower:.2g}")
+        return Verdict(
+            **kw,
+            verdict=REGRESSION,
+            p_value=p_slower,
+            message=f"{what}: +{(ratio - 1) * 100:.1f}% > {s.latency_tolerance:.0%}, p={p_slower:.2g}",
+        )
     if big_fast and p_faster < s.alpha:
-        return Verdict(**kw, verdict=IMPROVEMENT, p_value=p_faster, message=f"{what}: {(ratio - 1) * 100:.1f}%, p={p_faster:.2g}")
+        return Verdict(
+            **kw, verdict=IMPROVEMENT, p_value=p_faster, message=f"{what}: {(ratio - 1) * 100:.1f}%, p={p_faster:.2g}"
+        )
     if big_slow or big_fast:
         p = p_slower if big_slow else p_faster
-        return Verdict(**kw, verdict=INCONCLUSIVE, p_value=p,
-                       message=f"{what}: moved {(ratio - 1) * 100:+.1f}% but not significantly (p={p:.2g} >= {s.alpha:g}): too noisy to tell")
+        return Verdict(
+            **kw,
+            verdict=INCONCLUSIVE,
+            p_value=p,
+            message=f"{what}: moved {(ratio - 1) * 100:+.1f}% but not significantly (p={p:.2g} >= {s.alpha:g}): too "
+            "noisy to tell",
+        )
     return Verdict(**kw, verdict=UNCHANGED, p_value=min(p_slower, p_faster), message=what if reference else "")
 
 
@@ -95,10 +109,17 @@ def judge_latency(case: str, cur: CaseRecord, base: CaseRecord, s: GateSettings)
     """Normalised when the policy asks and both sides carry reference samples, else raw (saying why
     when normalisation was asked for). A baseline measured unreliably is not judged against."""
     if base.unreliable:
-        return Verdict(case=case, metric="latency", verdict=INCONCLUSIVE, current=cur.median_ms,
-                       message="the baseline of this case was measured unreliably; re-record it")
+        return Verdict(
+            case=case,
+            metric="latency",
+            verdict=INCONCLUSIVE,
+            current=cur.median_ms,
+            message="the baseline of this case was measured unreliably; re-record it",
+        )
     if s.normalise and cur.reference_ms and base.reference_ms:
-        normalised = judge_latency_samples(case, cur.samples_ms, base.samples_ms, s, reference=(cur.reference_ms, base.reference_ms))
+        normalised = judge_latency_samples(
+            case, cur.samples_ms, base.samples_ms, s, reference=(cur.reference_ms, base.reference_ms)
+        )
         return _guard_reference(normalised, cur, base, s)
     v = judge_latency_samples(case, cur.samples_ms, base.samples_ms, s)
     if not s.normalise or not (cur.reference_ms or base.reference_ms):
@@ -120,17 +141,25 @@ def _guard_reference(normalised: Verdict, cur: CaseRecord, base: CaseRecord, s: 
     beyond the tolerance, significantly, raw milliseconds are judged too: a normalised regression
     stands (the step slowed more than the machine), a raw regression the ratio hides becomes
     inconclusive, saying that the machine or a shared op changed (from one run the two cannot be
-    told apart; `perfgate ab` runs both revisions in one job)."""
+    told apart)."""
     ref_ratio, p_slower, p_faster = latency_test(cur.reference_ms or [], base.reference_ms or [])
-    moved = (ref_ratio > 1 + s.latency_tolerance and p_slower < s.alpha) or (ref_ratio < 1 / (1 + s.latency_tolerance) and p_faster < s.alpha)
+    moved = (ref_ratio > 1 + s.latency_tolerance and p_slower < s.alpha) or (
+        ref_ratio < 1 / (1 + s.latency_tolerance) and p_faster < s.alpha
+    )
     if not moved:
         return normalised
     raw = judge_latency_samples(normalised.case, cur.samples_ms, base.samples_ms, s)
-    note = (f"the reference workload itself moved {(ref_ratio - 1) * 100:+.1f}% (the machine, or an op it shares with the step "
-            f"such as F.linear, changed); raw ms {raw.change_pct:+.1f}% (p={raw.p_value:.2g})")
+    note = (
+        f"the reference workload itself moved {(ref_ratio - 1) * 100:+.1f}% (the machine, or an op it shares with "
+        "the step "
+        f"such as F.linear, changed); raw ms {raw.change_pct:+.1f}% (p={raw.p_value:.2g})"
+    )
     if raw.verdict == REGRESSION and normalised.verdict != REGRESSION:
-        return replace(normalised, verdict=INCONCLUSIVE,
-                       message=f"{normalised.message}: {normalised.verdict} relative to the machine, but {note} is a regression")
+        return replace(
+            normalised,
+            verdict=INCONCLUSIVE,
+            message=f"{normalised.message}: {normalised.verdict} relative to the machine, but {note} is a regression",
+        )
     return replace(normalised, message=f"{normalised.message}; {note}")
 
 
@@ -140,7 +169,12 @@ def judge_memory(case: str, cur: CaseRecord, base: CaseRecord, s: GateSettings) 
         return None
     kw = dict(case=case, metric="memory", baseline=baseline, current=current, change_pct=_pct(current, baseline))
     if current > baseline * (1 + s.memory_tolerance) + s.memory_slack_mib:
-        return Verdict(**kw, verdict=REGRESSION, message=f"peak {current:.1f} MiB vs {baseline:.1f} MiB (> {s.memory_tolerance:.0%} + {s.memory_slack_mib:g} MiB)")
+        return Verdict(
+            **kw,
+            verdict=REGRESSION,
+            message=f"peak {current:.1f} MiB vs {baseline:.1f} MiB (> {s.memory_tolerance:.0%} + "
+            f"{s.memory_slack_mib:g} MiB)",
+        )
     if current < baseline * (1 - s.memory_tolerance) - s.memory_slack_mib:
         return Verdict(**kw, verdict=IMPROVEMENT, message=f"peak {current:.1f} MiB vs {baseline:.1f} MiB")
     return Verdict(**kw, verdict=UNCHANGED)
@@ -150,9 +184,17 @@ def judge_accuracy(case: str, cur: CaseRecord, base: CaseRecord, s: GateSettings
     current, baseline = cur.accuracy.get("rel_l2"), base.accuracy.get("rel_l2")
     if current is None or baseline is None:
         return None
-    kw = dict(case=case, metric="accuracy", baseline=baseline, current=current, change_pct=_pct(current, baseline) if baseline else None)
+    kw = dict(
+        case=case,
+        metric="accuracy",
+        baseline=baseline,
+        current=current,
+        change_pct=_pct(current, baseline) if baseline else None,
+    )
     if not math.isfinite(current) or current > baseline * s.accuracy_factor + s.accuracy_slack:
-        return Verdict(**kw, verdict=REGRESSION, message=f"relative L2 error {current:.3g} vs {baseline:.3g} in the baseline")
+        return Verdict(
+            **kw, verdict=REGRESSION, message=f"relative L2 error {current:.3g} vs {baseline:.3g} in the baseline"
+        )
     return Verdict(**kw, verdict=UNCHANGED)
 
 
@@ -163,19 +205,50 @@ def judge_speedup(case: str, cur: CaseRecord, base: CaseRecord, s: GateSettings)
     kw = dict(case=case, metric="speedup", baseline=baseline, current=current, change_pct=_pct(current, baseline))
     bases = (cur.speedup_basis or "median_ms", base.speedup_basis or "median_ms")
     if bases[0] != bases[1]:
-        return Verdict(**kw, verdict=INCONCLUSIVE,
-                       message=f"speedup from {bases[0]} here but {bases[1]} in the baseline: not comparable; re-record the baseline")
+        return Verdict(
+            **kw,
+            verdict=INCONCLUSIVE,
+            message=f"speedup from {bases[0]} here but {bases[1]} in the baseline: not comparable; re-record the "
+            "baseline",
+        )
     if current < baseline * (1 - s.speedup_tolerance):
-        return Verdict(**kw, verdict=REGRESSION, message=f"speedup over baseline {current:.2f}x vs {baseline:.2f}x recorded")
+        return Verdict(
+            **kw, verdict=REGRESSION, message=f"speedup over baseline {current:.2f}x vs {baseline:.2f}x recorded"
+        )
     if current > baseline * (1 + s.speedup_tolerance):
-        return Verdict(**kw, verdict=IMPROVEMENT, message=f"speedup over baseline {current:.2f}x vs {baseline:.2f}x recorded")
+        return Verdict(
+            **kw, verdict=IMPROVEMENT, message=f"speedup over baseline {current:.2f}x vs {baseline:.2f}x recorded"
+        )
     return Verdict(**kw, verdict=UNCHANGED)
 
 
 GATED: tuple[GatedMetric, ...] = (
-    GatedMetric(name="latency", reads="samples_ms", setting="latency_tolerance", better="lower", timing=True, judge=judge_latency),
-    GatedMetric(name="memory", reads="peak_mem_mib", setting="memory_tolerance", better="lower", timing=False, judge=judge_memory),
-    GatedMetric(name="accuracy", reads="accuracy.rel_l2", setting="accuracy_factor", better="lower", timing=False, judge=judge_accuracy),
-    GatedMetric(name="speedup", reads="speedup", setting="speedup_tolerance", better="higher", timing=True, judge=judge_speedup),
+    GatedMetric(
+        name="latency",
+        reads="samples_ms",
+        setting="latency_tolerance",
+        better="lower",
+        timing=True,
+        judge=judge_latency,
+    ),
+    GatedMetric(
+        name="memory",
+        reads="peak_mem_mib",
+        setting="memory_tolerance",
+        better="lower",
+        timing=False,
+        judge=judge_memory,
+    ),
+    GatedMetric(
+        name="accuracy",
+        reads="accuracy.rel_l2",
+        setting="accuracy_factor",
+        better="lower",
+        timing=False,
+        judge=judge_accuracy,
+    ),
+    GatedMetric(
+        name="speedup", reads="speedup", setting="speedup_tolerance", better="higher", timing=True, judge=judge_speedup
+    ),
 )
 METRIC_NAMES = tuple(m.name for m in GATED)

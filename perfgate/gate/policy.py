@@ -27,11 +27,12 @@ from __future__ import annotations
 import fnmatch
 import math
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
-from perfgate.gate.metrics import METRIC_NAMES as METRICS
+from perfgate.gate.metrics import METRIC_NAMES
 
 
 class PolicyError(ValueError):
@@ -199,18 +200,30 @@ def parse_tolerances(raw: Any, source: str = "[tool.perfgate]") -> dict[str, Tol
     """`[tool.perfgate.tolerance."GLOB"]` tables: rel_l2 at most (>= 0), cosine at least (in [-1, 1]),
     psnr_db at least (optional)."""
     if not isinstance(raw, Mapping):
-        raise PolicyError(f"{source} tolerance: must be a table of tables ([tool.perfgate.tolerance.\"GLOB\"])")
+        raise PolicyError(f'{source} tolerance: must be a table of tables ([tool.perfgate.tolerance."GLOB"])')
     out = {}
     for pattern, values in raw.items():
         where = f"{source} tolerance.{pattern!r}"
-        if not isinstance(values, Mapping) or set(values) - {"rel_l2", "cosine", "psnr_db"} or not {"rel_l2", "cosine"} <= set(values):
+        if (
+            not isinstance(values, Mapping)
+            or set(values) - {"rel_l2", "cosine", "psnr_db"}
+            or not {"rel_l2", "cosine"} <= set(values)
+        ):
             raise PolicyError(f"{where}: keys are rel_l2 and cosine (and psnr_db), got {values!r}")
         for k, v in values.items():
             bounds = {"rel_l2": (0.0, math.inf), "cosine": (-1.0, 1.0), "psnr_db": (-math.inf, math.inf)}[k]
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not bounds[0] <= v <= bounds[1]:
+            if (
+                isinstance(v, bool)
+                or not isinstance(v, (int, float))
+                or not math.isfinite(v)
+                or not bounds[0] <= v <= bounds[1]
+            ):
                 raise PolicyError(f"{where}: {k} must be a finite number in [{bounds[0]:g}, {bounds[1]:g}], got {v!r}")
-        out[pattern] = Tolerance(rel_l2=float(values["rel_l2"]), cosine=float(values["cosine"]),
-                                 psnr_db=None if values.get("psnr_db") is None else float(values["psnr_db"]))
+        out[pattern] = Tolerance(
+            rel_l2=float(values["rel_l2"]),
+            cosine=float(values["cosine"]),
+            psnr_db=None if values.get("psnr_db") is None else float(values["psnr_db"]),
+        )
     return out
 
 
@@ -225,14 +238,28 @@ def parse(table: Mapping[str, Any], source: str = "[tool.perfgate]") -> Policy:
         for k, v in sel.items():
             if not isinstance(v, str):
                 raise PolicyError(f"{where}: {k} must be a name or glob, got {v!r}")
-        if sel.get("metric", "*") not in (*METRICS, "*") and not any(c in sel["metric"] for c in "*?["):
-            raise PolicyError(f"{where}: metric {sel['metric']!r} is none of {', '.join(METRICS)}")
+        if sel.get("metric", "*") not in (*METRIC_NAMES, "*") and not any(c in sel["metric"] for c in "*?["):
+            raise PolicyError(f"{where}: metric {sel['metric']!r} is none of {', '.join(METRIC_NAMES)}")
         overrides.append(Override(**sel, settings=_settings(raw, where)))
-    budgets = [_budget(raw, f"{source} budget #{i + 1}") for i, raw in enumerate(_tables(table.get("budget", []), "budget", source))]
+    budgets = [
+        _budget(raw, f"{source} budget #{i + 1}")
+        for i, raw in enumerate(_tables(table.get("budget", []), "budget", source))
+    ]
     return Policy(defaults=defaults, overrides=tuple(overrides), budgets=tuple(budgets))
 
 
-TABLE_KEYS = ("gate", "override", "budget", "tolerance", "variants", "registries", "model_files", "tier", "tiers", "case_timeout_s")
+TABLE_KEYS = (
+    "gate",
+    "override",
+    "budget",
+    "tolerance",
+    "variants",
+    "registries",
+    "model_files",
+    "tier",
+    "tiers",
+    "case_timeout_s",
+)
 
 
 def load_table(pyproject: str | Path) -> dict[str, Any]:
@@ -251,7 +278,9 @@ def load_table(pyproject: str | Path) -> dict[str, Any]:
     for key, example in (("registries", "models"), ("model_files", "my_model.py")):
         value = table.get(key, [])
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise PolicyError(f'{path} [tool.perfgate] {key}: must be a list of strings, e.g. {key} = ["{example}"], got {value!r}')
+            raise PolicyError(
+                f'{path} [tool.perfgate] {key}: must be a list of strings, e.g. {key} = ["{example}"], got {value!r}'
+            )
     return table
 
 

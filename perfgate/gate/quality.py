@@ -6,8 +6,9 @@ with depth * (1 + s/100) layers, i.e. proportionally more real work, not a sleep
 what a developer gets from the gate: an independent baseline measurement and an independent current
 measurement with the real `perfgate.measure.measure` (default StopRule and WarmupRule), judged by
 the gate's own `gate.decide` as the session calls it: a contended measurement unreliable, a
-suspected regression re-measured with fresh current measurements before it stands. By default every measurement runs in a fresh process, as a recorded
-baseline and today's run do, so whatever differs between runs is part of the noise the gate meets.
+suspected regression re-measured with fresh current measurements before it stands. By default
+every measurement runs in a fresh process, as a recorded baseline and today's run do, so whatever
+differs between runs is part of the noise the gate meets.
 
 Slowdowns are measured round-robin and the order inside a comparison alternates (baseline first,
 then current first), so a slow drift of the machine lands on every slowdown alike and does not
@@ -22,11 +23,11 @@ Pure logic here (the measure function is a parameter); `perfgate gate-quality` w
 from __future__ import annotations
 
 import math
-import os
 import statistics
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from perfgate import gate
 from perfgate.gate.policy import GateSettings, Policy
@@ -83,7 +84,7 @@ def build_chain_step(workload: ChainWorkload, layers: int) -> Callable[[], Any]:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Run:
+class ChainRun:
     """One measurement of one chain: raw samples, the reference workload's samples of the same
     rounds, and the neighbours' CPU use while it ran."""
 
@@ -103,9 +104,12 @@ class Run:
         return float(statistics.median(self.samples_ms))
 
 
-MeasureFn = Callable[[int], Run]  # layers -> Run
+MeasureFn = Callable[[int], ChainRun]  # layers -> ChainRun
 
-def measure_chain(workload: ChainWorkload, layers: int, stop: StopRule | None = None, *, reference: bool = True) -> Run:
+
+def measure_chain(
+    workload: ChainWorkload, layers: int, stop: StopRule | None = None, *, reference: bool = True
+) -> ChainRun:
     """Measure the chain in this process with the suite's `measure` (warm-up rule, by default its
     stop rule, and the reference workload the suite times on a CPU)."""
     import torch
@@ -117,11 +121,22 @@ def measure_chain(workload: ChainWorkload, layers: int, stop: StopRule | None = 
     if workload.threads is not None:
         torch.set_num_threads(workload.threads)
     try:
-        m = measure(build_chain_step(workload, layers), "cpu", stop=stop or StopRule(), reference=reference_step() if reference else None)
+        m = measure(
+            build_chain_step(workload, layers),
+            "cpu",
+            stop=stop or StopRule(),
+            reference=reference_step() if reference else None,
+        )
     finally:
         torch.set_num_threads(threads)  # in-process runs must not change the caller's thread count
-    return Run(layers=layers, samples_ms=m.samples_ms, contention_cores=m.contention_cores, stop=m.stop, warmup_rounds=m.warmup_rounds,
-               reference_ms=m.reference_ms)
+    return ChainRun(
+        layers=layers,
+        samples_ms=m.samples_ms,
+        contention_cores=m.contention_cores,
+        stop=m.stop,
+        warmup_rounds=m.warmup_rounds,
+        reference_ms=m.reference_ms,
+    )
 
 
 def _measure_chain_dict(workload: ChainWorkload, layers: int, stop: StopRule | None, reference: bool) -> dict[str, Any]:
@@ -141,13 +156,16 @@ class FreshProcessMeasurer:
         self._ctx = multiprocessing.get_context("forkserver")
         self._ctx.set_forkserver_preload(["torch", "perfgate.measure", "perfgate.gate.quality"])
 
-    def __call__(self, layers: int) -> Run:
+    def __call__(self, layers: int) -> ChainRun:
         with ProcessPoolExecutor(max_workers=1, mp_context=self._ctx) as pool:
-            return Run(**pool.submit(_measure_chain_dict, self.workload, layers, self.stop, self.reference).result())
+            return ChainRun(
+                **pool.submit(_measure_chain_dict, self.workload, layers, self.stop, self.reference).result()
+            )
 
 
-def make_measurer(workload: ChainWorkload, isolation: str = "process", stop: StopRule | None = None, *,
-                  reference: bool = True) -> MeasureFn:
+def make_measurer(
+    workload: ChainWorkload, isolation: str = "process", stop: StopRule | None = None, *, reference: bool = True
+) -> MeasureFn:
     if isolation == "process":
         return FreshProcessMeasurer(workload, stop, reference=reference)
     if isolation == "inprocess":
@@ -166,8 +184,13 @@ def other_cores_busy(probe_s: float = 1.0) -> float:
     return contention(before, _busy_cpu_s(), time.perf_counter() - t0)
 
 
-def wait_for_quiet(max_other_cores: float, *, timeout_s: float = 600.0, probe: Callable[[], float] = other_cores_busy,
-                   progress: Callable[[str], None] | None = None) -> float:
+def wait_for_quiet(
+    max_other_cores: float,
+    *,
+    timeout_s: float = 600.0,
+    probe: Callable[[], float] = other_cores_busy,
+    progress: Callable[[str], None] | None = None,
+) -> float:
     """Wait (up to `timeout_s`) until neighbours use at most `max_other_cores`; returns the seconds waited."""
     import time
 
@@ -180,13 +203,19 @@ def wait_for_quiet(max_other_cores: float, *, timeout_s: float = 600.0, probe: C
     return time.perf_counter() - t0
 
 
-def quiet_measurer(measure_fn: MeasureFn, max_other_cores: float, *, timeout_s: float = 600.0,
-                   probe: Callable[[], float] = other_cores_busy, progress: Callable[[str], None] | None = None) -> MeasureFn:
+def quiet_measurer(
+    measure_fn: MeasureFn,
+    max_other_cores: float,
+    *,
+    timeout_s: float = 600.0,
+    probe: Callable[[], float] = other_cores_busy,
+    progress: Callable[[str], None] | None = None,
+) -> MeasureFn:
     """`measure_fn` that, after a contended run (and before the first), waits for the neighbours to
     quieten instead of spending the retries of the experiment on runs that will be unreliable too."""
     contended = True
 
-    def fn(layers: int) -> Run:
+    def fn(layers: int) -> ChainRun:
         nonlocal contended
         if contended:
             wait_for_quiet(max_other_cores, timeout_s=timeout_s, probe=probe, progress=progress)
@@ -200,10 +229,17 @@ def quiet_measurer(measure_fn: MeasureFn, max_other_cores: float, *, timeout_s: 
 # --- judging: the session's rules for one case ---------------------------------------------------------
 
 
-def as_record(run: Run, s: GateSettings) -> CaseRecord:
+def as_record(run: ChainRun, s: GateSettings) -> CaseRecord:
     """A chain run as the case record the gate decides on, its reliability judged by the gate."""
-    rec = CaseRecord(model="chain", variant="chain", device="cpu", samples_ms=run.samples_ms, reference_ms=run.reference_ms,
-                     median_ms=run.median_ms, contention_cores=run.contention_cores)
+    rec = CaseRecord(
+        model="chain",
+        variant="chain",
+        device="cpu",
+        samples_ms=run.samples_ms,
+        reference_ms=run.reference_ms,
+        median_ms=run.median_ms,
+        contention_cores=run.contention_cores,
+    )
     rec.unreliable = gate.unreliable_reason(rec, s)
     return rec
 
@@ -230,7 +266,9 @@ class GateRule:
         return {"name": self.name, "settings": asdict(self.settings), "baseline_runs": self.baseline_runs}
 
 
-def sequential_verdict(baselines: Sequence[Run], currents: Sequence[Run], rule: GateRule) -> tuple[str | None, int]:
+def sequential_verdict(
+    baselines: Sequence[ChainRun], currents: Sequence[ChainRun], rule: GateRule
+) -> tuple[str | None, int]:
     """What `Session.measure_and_judge` would say under `rule` with these runs: `gate.decide` on the
     current runs one by one, as the session re-measures. Returns (latency verdict, current runs
     used), or (None, n) when another current run (or baseline run) is needed to decide. A contended
@@ -256,8 +294,8 @@ class Comparison:
     """One gate decision per rule on the baseline run(s) and current run(s) of one comparison."""
 
     slowdown_pct: float
-    baselines: list[Run]
-    currents: list[Run]
+    baselines: list[ChainRun]
+    currents: list[ChainRun]
     verdicts: dict[str, str]
     current_first: bool = False
 
@@ -273,24 +311,41 @@ class Comparison:
             return self.change_pct
         from perfgate.stats import ratios
 
-        return (statistics.median(ratios(cur.samples_ms, cur.reference_ms)) / statistics.median(ratios(base.samples_ms, base.reference_ms)) - 1) * 100
+        return (
+            statistics.median(ratios(cur.samples_ms, cur.reference_ms))
+            / statistics.median(ratios(base.samples_ms, base.reference_ms))
+            - 1
+        ) * 100
 
     @property
-    def runs(self) -> list[Run]:
+    def runs(self) -> list[ChainRun]:
         return [*self.baselines, *self.currents]
 
     def as_dict(self, *, samples: bool = True) -> dict[str, Any]:
-        def run(r: Run) -> dict[str, Any]:
-            d = {"layers": r.layers, "median_ms": r.median_ms, "n": len(r.samples_ms), "contention_cores": r.contention_cores,
-                 "stop": r.stop, "warmup_rounds": r.warmup_rounds, "reference_median_ms": r.reference_median_ms}
+        def run(r: ChainRun) -> dict[str, Any]:
+            d = {
+                "layers": r.layers,
+                "median_ms": r.median_ms,
+                "n": len(r.samples_ms),
+                "contention_cores": r.contention_cores,
+                "stop": r.stop,
+                "warmup_rounds": r.warmup_rounds,
+                "reference_median_ms": r.reference_median_ms,
+            }
             if samples:
                 d["samples_ms"] = [round(x, 5) for x in r.samples_ms]
                 if r.reference_ms:
                     d["reference_ms"] = [round(x, 5) for x in r.reference_ms]
             return d
 
-        return {"slowdown_pct": self.slowdown_pct, "verdicts": self.verdicts, "current_first": self.current_first,
-                "change_pct": self.change_pct, "baselines": [run(r) for r in self.baselines], "currents": [run(r) for r in self.currents]}
+        return {
+            "slowdown_pct": self.slowdown_pct,
+            "verdicts": self.verdicts,
+            "current_first": self.current_first,
+            "change_pct": self.change_pct,
+            "baselines": [run(r) for r in self.baselines],
+            "currents": [run(r) for r in self.currents],
+        }
 
 
 NOT_JUDGED = "not judged"  # re-judging stored runs: the rule needs runs the experiment did not take
@@ -298,16 +353,30 @@ NOT_JUDGED = "not judged"  # re-judging stored runs: the rule needs runs the exp
 
 def load_comparisons(data: dict[str, Any]) -> list[Comparison]:
     """The comparisons of a `--json` report, with their raw samples (ValueError when they were left out)."""
-    def run(d: dict[str, Any]) -> Run:
+
+    def run(d: dict[str, Any]) -> ChainRun:
         if "samples_ms" not in d:
             raise ValueError("the report has no raw samples (written with --no-samples); re-run without it")
-        return Run(layers=d["layers"], samples_ms=d["samples_ms"], contention_cores=d["contention_cores"], stop=d.get("stop", ""),
-                   warmup_rounds=d.get("warmup_rounds", 0), reference_ms=d.get("reference_ms"))
+        return ChainRun(
+            layers=d["layers"],
+            samples_ms=d["samples_ms"],
+            contention_cores=d["contention_cores"],
+            stop=d.get("stop", ""),
+            warmup_rounds=d.get("warmup_rounds", 0),
+            reference_ms=d.get("reference_ms"),
+        )
 
     try:
-        return [Comparison(slowdown_pct=c["slowdown_pct"], baselines=[run(r) for r in c["baselines"]],
-                           currents=[run(r) for r in c["currents"]], verdicts=dict(c["verdicts"]),
-                           current_first=c.get("current_first", False)) for c in data["comparisons"]]
+        return [
+            Comparison(
+                slowdown_pct=c["slowdown_pct"],
+                baselines=[run(r) for r in c["baselines"]],
+                currents=[run(r) for r in c["currents"]],
+                verdicts=dict(c["verdicts"]),
+                current_first=c.get("current_first", False),
+            )
+            for c in data["comparisons"]
+        ]
     except (KeyError, TypeError) as exc:
         raise ValueError(f"not a gate-quality report (missing {exc})") from None
 
@@ -321,13 +390,27 @@ def rejudge(comparisons: Sequence[Comparison], rules: Sequence[GateRule]) -> lis
         for r in rules:
             v, _ = sequential_verdict(c.baselines, c.currents, r)
             verdicts[r.name] = v if v is not None else NOT_JUDGED
-        out.append(Comparison(slowdown_pct=c.slowdown_pct, baselines=c.baselines, currents=c.currents, verdicts=verdicts,
-                              current_first=c.current_first))
+        out.append(
+            Comparison(
+                slowdown_pct=c.slowdown_pct,
+                baselines=c.baselines,
+                currents=c.currents,
+                verdicts=verdicts,
+                current_first=c.current_first,
+            )
+        )
     return out
 
 
-def compare(measure_fn: MeasureFn, base_layers: int, cur_layers: int, rules: Sequence[GateRule], *,
-            slowdown_pct: float, current_first: bool = False) -> Comparison:
+def compare(
+    measure_fn: MeasureFn,
+    base_layers: int,
+    cur_layers: int,
+    rules: Sequence[GateRule],
+    *,
+    slowdown_pct: float,
+    current_first: bool = False,
+) -> Comparison:
     """Measure a baseline run and a current run (in the given order), the further baseline runs
     some rule pools, then more current runs while any rule still has a regression to confirm.
     Every rule judges the same runs."""
@@ -341,7 +424,13 @@ def compare(measure_fn: MeasureFn, base_layers: int, cur_layers: int, rules: Seq
     while any(sequential_verdict(baselines, currents, r)[0] is None for r in rules):
         currents.append(measure_fn(cur_layers))
     verdicts = {r.name: sequential_verdict(baselines, currents, r)[0] for r in rules}
-    return Comparison(slowdown_pct=slowdown_pct, baselines=baselines, currents=currents, verdicts=verdicts, current_first=current_first)
+    return Comparison(
+        slowdown_pct=slowdown_pct,
+        baselines=baselines,
+        currents=currents,
+        verdicts=verdicts,
+        current_first=current_first,
+    )
 
 
 def run_experiment(
@@ -370,154 +459,17 @@ def run_experiment(
     total = comparisons * len(slowdowns_pct)
     while todo := [s for s in slowdowns_pct if judged[s] < comparisons and attempts[s] < max_attempts]:
         for s in todo:
-            c = compare(measure_fn, depth, layers[s], rules,
-                        slowdown_pct=s, current_first=attempts[s] % 2 == 1)
+            c = compare(measure_fn, depth, layers[s], rules, slowdown_pct=s, current_first=attempts[s] % 2 == 1)
             attempts[s] += 1
             judged[s] += c.verdicts[rules[0].name] != gate.UNRELIABLE
             done.append(c)
             if progress:
                 extra = "".join(f" {r.name}={c.verdicts[r.name]}" for r in rules[1:])
-                progress(f"[{sum(judged.values())}/{total}] +{s:g}%: {c.verdicts[rules[0].name]} "
-                         f"(median {c.change_pct_as(rules[0].settings):+.1f}%, {len(c.currents)} current run(s), "
-                         f"contention {max(r.contention_cores for r in c.runs):.2f}){extra}")
+                progress(
+                    f"[{sum(judged.values())}/{total}] +{s:g}%: {c.verdicts[rules[0].name]} "
+                    f"(median {c.change_pct_as(rules[0].settings):+.1f}%, {len(c.currents)} current run(s), "
+                    f"contention {max(r.contention_cores for r in c.runs):.2f}){extra}"
+                )
         if checkpoint:
             checkpoint(done)
     return done
-
-
-# --- summaries --------------------------------------------------------------------------------------------
-
-
-def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
-    """Wilson score interval of a binomial proportion (scipy); (0, 1) when n is 0."""
-    if n == 0:
-        return 0.0, 1.0
-    from scipy import stats as sps
-
-    ci = sps.binomtest(successes, n).proportion_ci(confidence_level=confidence, method="wilson")
-    return float(ci.low), float(ci.high)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Rate:
-    """Alarm rate of one rule at one slowdown (false alarms at 0%, detections above)."""
-
-    slowdown_pct: float
-    n: int  # judged comparisons (reliable)
-    alarms: int  # regression verdicts
-    rate: float
-    ci_lo: float
-    ci_hi: float
-    unreliable: int
-    inconclusive: int
-    improvements: int
-    median_change_pct: float | None  # median over judged comparisons of the first current's median change
-    current_runs: int  # measurements of the current code, re-measurements included
-    not_judged: int = 0  # re-judged stored runs: comparisons this rule would have needed more runs for
-
-
-def rates(comparisons: Sequence[Comparison], rule: str, settings: GateSettings = GateSettings()) -> list[Rate]:
-    """Per slowdown, how often rule `rule` (judging with `settings`) alarmed."""
-    out = []
-    for s in sorted({c.slowdown_pct for c in comparisons}):
-        cs = [c for c in comparisons if c.slowdown_pct == s]
-        judged = [c for c in cs if c.verdicts[rule] not in (gate.UNRELIABLE, NOT_JUDGED)]
-        alarms = sum(c.verdicts[rule] == gate.REGRESSION for c in judged)
-        lo, hi = wilson_interval(alarms, len(judged))
-        out.append(Rate(
-            slowdown_pct=s, n=len(judged), alarms=alarms, rate=alarms / len(judged) if judged else math.nan,
-            ci_lo=lo, ci_hi=hi, unreliable=sum(c.verdicts[rule] == gate.UNRELIABLE for c in cs),
-            not_judged=sum(c.verdicts[rule] == NOT_JUDGED for c in cs),
-            inconclusive=sum(c.verdicts[rule] == gate.INCONCLUSIVE for c in judged),
-            improvements=sum(c.verdicts[rule] == gate.IMPROVEMENT for c in judged),
-            median_change_pct=float(statistics.median(c.change_pct_as(settings) for c in judged)) if judged else None,
-            current_runs=sum(len(c.currents) for c in cs),
-        ))
-    return out
-
-
-def smallest_detected(rs: Sequence[Rate], *, detection: float = DETECTION_TARGET, false_alarm_max: float = FALSE_ALARM_MAX) -> float | None:
-    """The smallest injected slowdown caught at least `detection` of the time (it and every larger
-    one measured), provided unchanged code (0%) alarmed at most `false_alarm_max` of the time.
-    None when unchanged code was not measured, alarmed too often, or no slowdown qualifies."""
-    by = {r.slowdown_pct: r for r in rs if r.n > 0}
-    if 0 not in by or by[0].rate > false_alarm_max + 1e-12:
-        return None
-    positive = sorted(s for s in by if s > 0)
-    best = None
-    for s in reversed(positive):
-        if by[s].rate < detection:
-            break
-        best = s
-    return best
-
-
-def run_noise(comparisons: Sequence[Comparison], s: GateSettings = GateSettings()) -> dict[str, Any]:
-    """Spread of the unchanged chain's median between runs (processes), raw and normalised by the
-    reference workload, and the typical within-run confidence-interval half-width: the between-run
-    spread bounds what any gate on one baseline run can see."""
-    from perfgate.stats import ratios, relative_ci_halfwidth
-
-    depth_layers = {r.layers for c in comparisons for r in c.baselines}
-    runs = [r for c in comparisons for r in c.runs if r.layers in depth_layers and not as_record(r, s).unreliable]
-    if len(runs) < 2:
-        return {"runs": len(runs)}
-
-    def spread(medians: list[float]) -> dict[str, Any]:
-        mid = statistics.median(medians)
-        q = statistics.quantiles(medians, n=20)  # 5% steps
-        return {"median": mid, "between_run_cv": statistics.stdev(medians) / statistics.mean(medians),
-                "between_run_p5_p95_rel": [q[0] / mid - 1, q[-1] / mid - 1]}
-
-    out: dict[str, Any] = {
-        "runs": len(runs),
-        "raw_ms": spread([r.median_ms for r in runs]),
-        "within_run_ci_halfwidth_rel": statistics.median(relative_ci_halfwidth(r.samples_ms) for r in runs),
-        "samples_per_run": statistics.median(len(r.samples_ms) for r in runs),
-    }
-    if all(r.reference_ms for r in runs):
-        out["normalised"] = spread([statistics.median(ratios(r.samples_ms, r.reference_ms or [])) for r in runs])
-        out["reference_ms"] = spread([r.reference_median_ms or 0.0 for r in runs])
-    return out
-
-
-def rate_rows(rs: Sequence[Rate], depth: int) -> list[list[str]]:
-    rows = []
-    for r in rs:
-        rows.append([
-            f"+{r.slowdown_pct:g}%" if r.slowdown_pct else "0% (unchanged)",
-            str(layers_for(depth, r.slowdown_pct)), str(r.n), str(r.alarms),
-            f"{r.rate:.0%}" if r.n else "-", f"{r.ci_lo:.0%}-{r.ci_hi:.0%}" if r.n else "-",
-            str(r.unreliable), str(r.inconclusive), str(r.improvements),
-            f"{r.median_change_pct:+.1f}%" if r.median_change_pct is not None else "-", str(r.current_runs),
-        ])
-    return rows
-
-
-RATE_HEADERS = ("slowdown", "layers", "n", "alarms", "rate", "95% CI (Wilson)", "unreliable", "inconclusive",
-                "improvement", "median change", "current runs")
-
-
-def report(comparisons: Sequence[Comparison], rules: Sequence[GateRule], *, depth: int, config: dict[str, Any],
-           samples: bool = True) -> dict[str, Any]:
-    """The experiment as JSON-ready data: per rule the rate table and the smallest slowdown detected."""
-    per_rule = {}
-    for r in rules:
-        rs = rates(comparisons, r.name, r.settings)
-        per_rule[r.name] = {
-            "rule": r.describe(),
-            "rates": [asdict(x) for x in rs],
-            "smallest_detected_pct": smallest_detected(rs),
-        }
-    return {
-        "config": config,
-        "criterion": {"detection_min": DETECTION_TARGET, "false_alarm_max": FALSE_ALARM_MAX},
-        "noise": run_noise(comparisons, rules[0].settings),
-        "rules": per_rule,
-        "comparisons": [c.as_dict(samples=samples) for c in comparisons],
-    }
-
-
-def machine_load() -> dict[str, Any]:
-    one, five, fifteen = os.getloadavg()
-    return {"loadavg_1m": one, "loadavg_5m": five, "loadavg_15m": fifteen, "cpu_count": os.cpu_count()}

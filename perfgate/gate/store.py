@@ -65,7 +65,9 @@ def validate(data: Any, path: Path, fingerprint: dict[str, Any] | None = None) -
             raise BaselineError(f"{path}: benchmark {bench['fullname']!r} has no extra_info; {fix}")
         samples = bench["extra_info"].get("samples_ms")
         if not isinstance(samples, list) or not samples:
-            raise BaselineError(f"{path}: benchmark {bench['fullname']!r} has no raw samples (extra_info.samples_ms); {fix}")
+            raise BaselineError(
+                f"{path}: benchmark {bench['fullname']!r} has no raw samples (extra_info.samples_ms); {fix}"
+            )
         problems = value_problems(bench["extra_info"])
         if problems:
             raise BaselineError(f"{path}: benchmark {bench['fullname']!r}: {problems[0]}; {fix}")
@@ -84,7 +86,11 @@ def load(path: str | os.PathLike[str], fingerprint: dict[str, Any] | None = None
     try:
         data = results.read_benchmark_json(path)
     except results.ResultFileError as exc:
-        fix = f"check the path or {RECORD_HINT}" if exc.unreadable else f"restore it (git checkout -- {path}) or delete it and {RECORD_HINT}"
+        fix = (
+            f"check the path or {RECORD_HINT}"
+            if exc.unreadable
+            else f"restore it (git checkout -- {path}) or delete it and {RECORD_HINT}"
+        )
         raise BaselineError(f"{exc}; {fix}") from None
     return validate(data, path, fingerprint)
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any
 
 REGRESSION = "regression"
 IMPROVEMENT = "improvement"
@@ -36,7 +37,9 @@ class Verdict:
 
 def sort_verdicts(verdicts: Sequence[Verdict]) -> list[Verdict]:
     """Regressions first, then by case and metric."""
-    return sorted(verdicts, key=lambda v: (VERDICT_ORDER.index(v.verdict) if v.verdict in VERDICT_ORDER else 99, v.case, v.metric))
+    return sorted(
+        verdicts, key=lambda v: (VERDICT_ORDER.index(v.verdict) if v.verdict in VERDICT_ORDER else 99, v.case, v.metric)
+    )
 
 
 def unjudged_latency(verdicts: Sequence[Verdict]) -> dict[str, int] | None:

@@ -15,7 +15,8 @@ import html
 import io
 import math
 import re
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -26,12 +27,27 @@ PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#0
 GOOD, BAD, NEUTRAL = "#0072B2", "#D55E00", "#999999"
 PX_PER_IN = 96  # the browser's CSS pixel; SVG sizes are written in points (72 per inch)
 _RC = {
-    "svg.fonttype": "none", "svg.hashsalt": "perfgate", "font.size": 9, "axes.titlesize": 10, "axes.titleweight": "bold",
-    "axes.titlelocation": "left", "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True,
-    "grid.color": "#e3e3e3", "axes.axisbelow": True, "legend.frameon": False, "legend.fontsize": 8,
+    "svg.fonttype": "none",
+    "svg.hashsalt": "perfgate",
+    "font.size": 9,
+    "axes.titlesize": 10,
+    "axes.titleweight": "bold",
+    "axes.titlelocation": "left",
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.color": "#e3e3e3",
+    "axes.axisbelow": True,
+    "legend.frameon": False,
+    "legend.fontsize": 8,
     "font.family": ["DejaVu Sans", "sans-serif"],
 }
-_METADATA = {"Date": None, "Creator": None, "Format": None, "Type": None}  # no RDF block, no time stamp: the same chart twice is the same text
+_METADATA = {
+    "Date": None,
+    "Creator": None,
+    "Format": None,
+    "Type": None,
+}  # no RDF block, no time stamp: the same chart twice is the same text
 
 
 def _figure(width_px: float, height_px: float) -> Any:
@@ -45,11 +61,13 @@ def _svg(fig: Any, title: str) -> str:
     buf = io.StringIO()
     fig.savefig(buf, format="svg", metadata=_METADATA)
     text = buf.getvalue()
-    text = text[text.index("<svg"):]
+    text = text[text.index("<svg") :]
     prefix = "c" + hashlib.sha1(text.encode()).hexdigest()[:8] + "-"
     text = re.sub(r'\bid="([^"]+)"', lambda m: f'id="{prefix}{m.group(1)}"', text)
     text = re.sub(r'(url\(#|href="#)([^")]+)', lambda m: f"{m.group(1)}{prefix}{m.group(2)}", text)
-    return text.replace("<svg ", '<svg class="chart" role="img" ', 1).replace(">", f"><title>{html.escape(title)}</title>", 1)
+    return text.replace("<svg ", '<svg class="chart" role="img" ', 1).replace(
+        ">", f"><title>{html.escape(title)}</title>", 1
+    )
 
 
 def _draw(width_px: float, height_px: float, title: str, paint: Any) -> str:
@@ -90,9 +108,18 @@ def _row_height(n: int, per_row_px: float = 24, extra_px: float = 90) -> float:
     return extra_px + per_row_px * max(n, 1)
 
 
-def hbar_chart(rows: Sequence[tuple[str, float]], *, title: str, axis_label: str, value_suffix: str = "",
-               ref: float | None = None, ref_label: str = "", colors: Sequence[str] | None = None,
-               legend: Sequence[tuple[str, str]] = (), width: int = 560) -> str:
+def hbar_chart(
+    rows: Sequence[tuple[str, float]],
+    *,
+    title: str,
+    axis_label: str,
+    value_suffix: str = "",
+    ref: float | None = None,
+    ref_label: str = "",
+    colors: Sequence[str] | None = None,
+    legend: Sequence[tuple[str, str]] = (),
+    width: int = 560,
+) -> str:
     """Horizontal bars, one per labelled value (first row on top), the value printed at the bar's
     end; an optional dashed reference line (1x) and legend."""
     names, values = [n for n, _ in rows], [float(v) for _, v in rows]
@@ -120,7 +147,14 @@ def hbar_chart(rows: Sequence[tuple[str, float]], *, title: str, axis_label: str
     return _draw(width, _row_height(len(rows), extra_px=110 if legend or ref_label else 90), title, paint)
 
 
-def box_chart(rows: Sequence[tuple[str, Sequence[float]]], *, title: str, axis_label: str, width: int = 560, log_ratio: float = 20.0) -> str:
+def box_chart(
+    rows: Sequence[tuple[str, Sequence[float]]],
+    *,
+    title: str,
+    axis_label: str,
+    width: int = 560,
+    log_ratio: float = 20.0,
+) -> str:
     """Latency distributions: per row every sample as a dot, the quartile box, the median and
     min-max whiskers; a log axis when the rows are more than `log_ratio` apart."""
     rows = [(n, np.asarray(s, float)) for n, s in rows if len(s)]
@@ -130,9 +164,17 @@ def box_chart(rows: Sequence[tuple[str, Sequence[float]]], *, title: str, axis_l
 
     def paint(ax: Any) -> None:
         y = np.arange(len(rows))
-        box = ax.boxplot([s for _, s in rows], positions=y, orientation="horizontal", whis=(0, 100), widths=0.55,
-                         showfliers=False, patch_artist=True, medianprops={"color": "#111111", "linewidth": 2})
-        for i, (name, s) in enumerate(rows):
+        box = ax.boxplot(
+            [s for _, s in rows],
+            positions=y,
+            orientation="horizontal",
+            whis=(0, 100),
+            widths=0.55,
+            showfliers=False,
+            patch_artist=True,
+            medianprops={"color": "#111111", "linewidth": 2},
+        )
+        for i, (_, s) in enumerate(rows):
             color = PALETTE[i % len(PALETTE)]
             box["boxes"][i].set(facecolor=color, alpha=0.25, edgecolor=color)
             step = max(1, len(s) // 400)  # a few hundred dots per row show the shape
@@ -151,9 +193,19 @@ def box_chart(rows: Sequence[tuple[str, Sequence[float]]], *, title: str, axis_l
     return _draw(width, _row_height(len(rows), 26, 100), title, paint)
 
 
-def line_chart(series: Sequence[tuple[str, Sequence[float], Sequence[float]]], *, title: str, x_label: str, y_label: str,
-               x_tick_labels: Mapping[float, str] | None = None, highlight: Sequence[tuple[float, float]] = (),
-               highlight_label: str = "", width: int = 560, height: int = 240, zero: bool = False) -> str:
+def line_chart(
+    series: Sequence[tuple[str, Sequence[float], Sequence[float]]],
+    *,
+    title: str,
+    x_label: str,
+    y_label: str,
+    x_tick_labels: Mapping[float, str] | None = None,
+    highlight: Sequence[tuple[float, float]] = (),
+    highlight_label: str = "",
+    width: int = 560,
+    height: int = 240,
+    zero: bool = False,
+) -> str:
     """Lines of (name, xs, ys) on shared axes, a legend when there are several; `x_tick_labels`
     replaces numeric x ticks (commits on a history axis; the newest always shown); `highlight`
     rings points (this report's run)."""
@@ -161,11 +213,26 @@ def line_chart(series: Sequence[tuple[str, Sequence[float], Sequence[float]]], *
     def paint(ax: Any) -> None:
         for i, (name, xs, ys) in enumerate(series):
             pts = [(x, y) for x, y in zip(xs, ys) if y is not None and math.isfinite(y)]
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], color=PALETTE[i % len(PALETTE)], linewidth=1.6,
-                    marker="o" if len(pts) <= 60 else None, markersize=3, label=name)
+            ax.plot(
+                [p[0] for p in pts],
+                [p[1] for p in pts],
+                color=PALETTE[i % len(PALETTE)],
+                linewidth=1.6,
+                marker="o" if len(pts) <= 60 else None,
+                markersize=3,
+                label=name,
+            )
         if highlight:
-            ax.scatter([x for x, _ in highlight], [y for _, y in highlight], s=60, facecolors="none", edgecolors=BAD,
-                       linewidths=1.8, zorder=3, label=highlight_label or None)
+            ax.scatter(
+                [x for x, _ in highlight],
+                [y for _, y in highlight],
+                s=60,
+                facecolors="none",
+                edgecolors=BAD,
+                linewidths=1.8,
+                zorder=3,
+                label=highlight_label or None,
+            )
         if x_tick_labels:
             ticks = _spaced(sorted(x_tick_labels), max(2, int(width / 70)))
             ax.set_xticks(ticks, [x_tick_labels[t] for t in ticks])
@@ -189,8 +256,14 @@ def _spaced(xs: Sequence[float], most: int) -> list[float]:
     return sorted({*xs[::-stride]})
 
 
-def range_chart(rows: Sequence[tuple[str, float, float, float]], *, title: str, axis_label: str, colors: Sequence[str] | None = None,
-                width: int = 560) -> str:
+def range_chart(
+    rows: Sequence[tuple[str, float, float, float]],
+    *,
+    title: str,
+    axis_label: str,
+    colors: Sequence[str] | None = None,
+    width: int = 560,
+) -> str:
     """Per labelled (label, min, mean, max) row a min-max line and its mean as a dot (telemetry
     summaries); `colors` per row (default: one palette colour each)."""
 

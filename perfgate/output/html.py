@@ -10,26 +10,51 @@ artifact or a mail attachment, years later. This module turns results into the t
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
 
 from perfgate import gate
 from perfgate.fingerprint import KEY_FIELDS
 from perfgate.history import Run, Series
 from perfgate.output import charts
 from perfgate.output.report_data import (
-    Entry, case_name, group_entries, labels_by_fullname, run_key, telemetry_rows, timeline_series, verdict_counts,
+    Entry,
+    case_name,
+    group_entries,
+    labels_by_fullname,
+    run_key,
+    telemetry_rows,
+    timeline_series,
+    verdict_counts,
 )
 from perfgate.output.terminal import accuracy_parts, skip_summary
 from perfgate.output.text import fmt_num
 from perfgate.results import VerdictSet
 
 VERDICT_CLASS = {
-    gate.REGRESSION: "bad", gate.BUDGET: "bad", gate.UNRELIABLE: "warn", gate.INCONCLUSIVE: "warn",
-    gate.IMPROVEMENT: "good", gate.NO_BASELINE: "muted", gate.UNCHANGED: "muted",
+    gate.REGRESSION: "bad",
+    gate.BUDGET: "bad",
+    gate.UNRELIABLE: "warn",
+    gate.INCONCLUSIVE: "warn",
+    gate.IMPROVEMENT: "good",
+    gate.NO_BASELINE: "muted",
+    gate.UNCHANGED: "muted",
 }
-OPT_HEADERS = ("variant", "mean ms", "min ms", "max ms", "std ms", "median ms", "p90 ms", "peak MiB", "FPS / throughput",
-               "speedup", "accuracy", "notes")
+OPT_HEADERS = (
+    "variant",
+    "mean ms",
+    "min ms",
+    "max ms",
+    "std ms",
+    "median ms",
+    "p90 ms",
+    "peak MiB",
+    "FPS / throughput",
+    "speedup",
+    "accuracy",
+    "notes",
+)
 _ENV: Any = None
 
 
@@ -39,8 +64,14 @@ def environment() -> Any:
     if _ENV is None:
         import jinja2
 
-        _ENV = jinja2.Environment(loader=jinja2.PackageLoader("perfgate.output", "templates"), autoescape=True,
-                                  undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.do"])
+        _ENV = jinja2.Environment(
+            loader=jinja2.PackageLoader("perfgate.output", "templates"),
+            autoescape=True,
+            undefined=jinja2.StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+            extensions=["jinja2.ext.do"],
+        )
         _ENV.filters.update(num=fmt_num, f=_f, pct=_pct, badge=lambda v: VERDICT_CLASS.get(v, "muted"))
     return _ENV
 
@@ -95,7 +126,13 @@ def _notes(e: Entry) -> list[dict[str, str]]:
         if isinstance(value, (int, float)):
             notes.append({"text": f"{name} {value:.1f} s", "title": "", "badge": ""})
     if isinstance(r.quantized_linears, int):
-        notes.append({"text": f"{r.quantized_linears}/{r.linears if r.linears is not None else '?'} linears quantised", "title": "", "badge": ""})
+        notes.append(
+            {
+                "text": f"{r.quantized_linears}/{r.linears if r.linears is not None else '?'} linears quantised",
+                "title": "",
+                "badge": "",
+            }
+        )
     return notes
 
 
@@ -104,11 +141,19 @@ def optimisation_rows(entries: Sequence[Entry]) -> list[dict[str, Any]]:
     rows = []
     for e in entries:
         sp = e.value("speedup")
-        rows.append({
-            "label": e.label, "numbers": [fmt_num(e.value(m)) for m in ("mean_ms", "min_ms", "max_ms", "std_ms", "median_ms", "p90_ms")],
-            "peak_mib": fmt_num(e.value("peak_mem_mib")), "throughput": _throughput_text(e), "speedup": f"{sp:.2f}×" if sp else "-",
-            "accuracy": " · ".join(accuracy_parts(e.record, " dB")) or "-", "notes": _notes(e),
-        })
+        rows.append(
+            {
+                "label": e.label,
+                "numbers": [
+                    fmt_num(e.value(m)) for m in ("mean_ms", "min_ms", "max_ms", "std_ms", "median_ms", "p90_ms")
+                ],
+                "peak_mib": fmt_num(e.value("peak_mem_mib")),
+                "throughput": _throughput_text(e),
+                "speedup": f"{sp:.2f}×" if sp else "-",
+                "accuracy": " · ".join(accuracy_parts(e.record, " dB")) or "-",
+                "notes": _notes(e),
+            }
+        )
     return rows
 
 
@@ -117,10 +162,18 @@ def model_charts(entries: Sequence[Entry]) -> list[Any]:
     out = []
     speed = [(e.label, e.value("speedup")) for e in entries if e.value("speedup")]
     if len(speed) > 1:  # the eager baseline alone is 1x by definition
-        out.append(charts.hbar_chart(speed, title="Speedup over eager baseline (same run)", axis_label="speedup (×, higher is better)",
-                                     value_suffix="×", ref=1.0, ref_label="1× = eager baseline",
-                                     colors=[charts.GOOD if v >= 1 else charts.BAD for _, v in speed],
-                                     legend=(("faster than eager", charts.GOOD), ("slower than eager", charts.BAD))))
+        out.append(
+            charts.hbar_chart(
+                speed,
+                title="Speedup over eager baseline (same run)",
+                axis_label="speedup (×, higher is better)",
+                value_suffix="×",
+                ref=1.0,
+                ref_label="1× = eager baseline",
+                colors=[charts.GOOD if v >= 1 else charts.BAD for _, v in speed],
+                legend=(("faster than eager", charts.GOOD), ("slower than eager", charts.BAD)),
+            )
+        )
     dist = [(e.label, e.samples_ms()) for e in entries if e.samples_ms()]
     if dist:
         out.append(charts.box_chart(dist, title="Latency per step", axis_label="latency (ms, lower is better)"))
@@ -128,8 +181,15 @@ def model_charts(entries: Sequence[Entry]) -> list[Any]:
     if mem:
         methods = sorted({e.record.mem_method for e in entries if e.record.mem_method})
         suffix = f" ({', '.join(methods)})" if methods else ""
-        out.append(charts.hbar_chart(mem, title=f"Peak memory{suffix}", axis_label="peak memory (MiB, lower is better)", value_suffix=" MiB",
-                                     colors=[charts.PALETTE[i % len(charts.PALETTE)] for i in range(len(mem))]))
+        out.append(
+            charts.hbar_chart(
+                mem,
+                title=f"Peak memory{suffix}",
+                axis_label="peak memory (MiB, lower is better)",
+                value_suffix=" MiB",
+                colors=[charts.PALETTE[i % len(charts.PALETTE)] for i in range(len(mem))],
+            )
+        )
     return [_svg(c) for c in out]
 
 
@@ -140,17 +200,33 @@ def trend_chart(series: Series, current: set[tuple[str | None, str | None]], las
     highlight = [(float(i), p.value) for i, p in enumerate(pts) if (p.run_time, p.commit) in current]
     change = f" ({pts[-1].change_pct:+.1f}% vs previous)" if pts[-1].change_pct is not None else ""
     first, final = (pts[0].run_time or "")[:10], (pts[-1].run_time or "")[:10]
-    span = f"{first} … {final[5:]}" if first and final and first[:4] == final[:4] and first != final else \
-        f"{first} … {final}" if first != final else first
-    return _svg(charts.line_chart(
-        [(series.label, [float(i) for i in range(len(pts))], [p.value for p in pts])],
-        title=f"{series.variant or series.label}: {fmt_num(pts[-1].value)} {series.unit}{change}",
-        x_label=f"saved runs by commit, {span}" if span else "saved runs by commit", y_label=f"median ({series.unit})",
-        x_tick_labels=ticks, highlight=highlight, highlight_label="this report's run", width=420, height=220))
+    span = (
+        f"{first} … {final[5:]}"
+        if first and final and first[:4] == final[:4] and first != final
+        else f"{first} … {final}"
+        if first != final
+        else first
+    )
+    return _svg(
+        charts.line_chart(
+            [(series.label, [float(i) for i in range(len(pts))], [p.value for p in pts])],
+            title=f"{series.variant or series.label}: {fmt_num(pts[-1].value)} {series.unit}{change}",
+            x_label=f"saved runs by commit, {span}" if span else "saved runs by commit",
+            y_label=f"median ({series.unit})",
+            x_tick_labels=ticks,
+            highlight=highlight,
+            highlight_label="this report's run",
+            width=420,
+            height=220,
+        )
+    )
 
 
-def history_block(entries: Sequence[Entry], history: Mapping[tuple[str, str], Series] | None,
-                  current: set[tuple[str | None, str | None]]) -> dict[str, Any] | None:
+def history_block(
+    entries: Sequence[Entry],
+    history: Mapping[tuple[str, str], Series] | None,
+    current: set[tuple[str | None, str | None]],
+) -> dict[str, Any] | None:
     """Trend charts of the cases with two or more saved runs, the names of those without."""
     if history is None:
         return None
@@ -180,29 +256,71 @@ def telemetry_block(title: str, entries: Sequence[Entry]) -> dict[str, Any] | No
     for e, rows in cases:
         by = {r.metric: r for r in rows}
         tel = e.record.telemetry or {}
-        cells = [f"{fmt_num(by[m].mean, 3)} ({fmt_num(by[m].min, 3)}–{fmt_num(by[m].max, 3)})" if m in by else "-" for m in metrics]
-        table.append({"label": e.label, "source": str(tel.get("source", "-")), "samples": str(tel.get("n_samples", "-")), "cells": cells,
-                      "note": str(tel.get("gpu_unavailable") or "")})
+        cells = [
+            f"{fmt_num(by[m].mean, 3)} ({fmt_num(by[m].min, 3)}–{fmt_num(by[m].max, 3)})" if m in by else "-"
+            for m in metrics
+        ]
+        table.append(
+            {
+                "label": e.label,
+                "source": str(tel.get("source", "-")),
+                "samples": str(tel.get("n_samples", "-")),
+                "cells": cells,
+                "note": str(tel.get("gpu_unavailable") or ""),
+            }
+        )
     by_unit: dict[str, list[tuple[tuple[str, float, float, float], str]]] = {}
     for i, (e, rows) in enumerate(cases):  # one colour per case
         for r in rows:
-            by_unit.setdefault(r.unit or "value", []).append(((f"{e.label} · {r.metric}", r.min, r.mean, r.max),
-                                                               charts.PALETTE[i % len(charts.PALETTE)]))
+            by_unit.setdefault(r.unit or "value", []).append(
+                ((f"{e.label} · {r.metric}", r.min, r.mean, r.max), charts.PALETTE[i % len(charts.PALETTE)])
+            )
     units = {r.metric: r.unit for _, rows in cases for r in rows}
-    plots = [_svg(charts.range_chart([r for r, _ in rows], colors=[c for _, c in rows], axis_label=unit,
-                                     title=f"{title.split(' [')[0]}: telemetry in {unit}")) for unit, rows in by_unit.items()]
-    return {"title": title, "metrics": [f"{m} ({units[m]})" if units[m] else m for m in metrics], "rows": table, "charts": plots}
+    plots = [
+        _svg(
+            charts.range_chart(
+                [r for r, _ in rows],
+                colors=[c for _, c in rows],
+                axis_label=unit,
+                title=f"{title.split(' [')[0]}: telemetry in {unit}",
+            )
+        )
+        for unit, rows in by_unit.items()
+    ]
+    return {
+        "title": title,
+        "metrics": [f"{m} ({units[m]})" if units[m] else m for m in metrics],
+        "rows": table,
+        "charts": plots,
+    }
 
 
 def verdict_block(vs: VerdictSet | None, runs: Sequence[Run]) -> dict[str, Any] | None:
     if vs is None:
         return None
     labels = labels_by_fullname(runs)
-    rows = [{"case": case_name(v.case, labels), "metric": v.metric, "baseline": fmt_num(v.baseline), "current": fmt_num(v.current),
-             "change": "-" if v.change_pct is None else f"{v.change_pct:+.1f}%", "p": "-" if v.p_value is None else f"{v.p_value:.2g}",
-             "verdict": v.verdict, "message": v.message} for v in gate.sort_verdicts(vs.verdicts)]
-    return {"failing": len(vs.failing), "gate_enabled": vs.gate_enabled, "counts": verdict_counts(vs.verdicts), "rows": rows,
-            "skipped": list(skip_summary(vs.skipped).items()), "n_skipped": len(vs.skipped), "notices": list(vs.notices)}
+    rows = [
+        {
+            "case": case_name(v.case, labels),
+            "metric": v.metric,
+            "baseline": fmt_num(v.baseline),
+            "current": fmt_num(v.current),
+            "change": "-" if v.change_pct is None else f"{v.change_pct:+.1f}%",
+            "p": "-" if v.p_value is None else f"{v.p_value:.2g}",
+            "verdict": v.verdict,
+            "message": v.message,
+        }
+        for v in gate.sort_verdicts(vs.verdicts)
+    ]
+    return {
+        "failing": len(vs.failing),
+        "gate_enabled": vs.gate_enabled,
+        "counts": verdict_counts(vs.verdicts),
+        "rows": rows,
+        "skipped": list(skip_summary(vs.skipped).items()),
+        "n_skipped": len(vs.skipped),
+        "notices": list(vs.notices),
+    }
 
 
 def fingerprint_block(runs: Sequence[Run]) -> dict[str, Any] | None:
@@ -216,13 +334,27 @@ def fingerprint_block(runs: Sequence[Run]) -> dict[str, Any] | None:
     rows = []
     for k in fields:
         vals = [seen[i].get(k) for i in seen]
-        rows.append({"field": k, "key": k in KEY_FIELDS,
-                     "values": [", ".join(map(str, v)) if isinstance(v, list) else ("-" if v is None else str(v)) for v in vals]})
+        rows.append(
+            {
+                "field": k,
+                "key": k in KEY_FIELDS,
+                "values": [
+                    ", ".join(map(str, v)) if isinstance(v, list) else ("-" if v is None else str(v)) for v in vals
+                ],
+            }
+        )
     return {"ids": list(seen), "rows": rows}
 
 
-def benchmark_report(runs: Sequence[Run], verdicts: VerdictSet | None = None, history: Sequence[Series] | None = None, *,
-                     title: str = "perfgate report", unreadable: Sequence[str] = (), generated_at: datetime | None = None) -> str:
+def benchmark_report(
+    runs: Sequence[Run],
+    verdicts: VerdictSet | None = None,
+    history: Sequence[Series] | None = None,
+    *,
+    title: str = "perfgate report",
+    unreadable: Sequence[str] = (),
+    generated_at: datetime | None = None,
+) -> str:
     """The whole report as one HTML string. `history`: series of median_ms per (fingerprint, case)
     from the saved runs (perfgate.history.build_series), or None to leave trends out."""
     groups = group_entries(runs)
@@ -231,19 +363,50 @@ def benchmark_report(runs: Sequence[Run], verdicts: VerdictSet | None = None, hi
     models = []
     for t, entries in groups.items():
         rec = entries[0].record
-        models.append({"title": t, "slug": slug(t), "nav": t.split(" [")[0], "params": rec.params, "step": rec.step, "dtype": rec.dtype,
-                       "timer": rec.timer or "?", "rows": optimisation_rows(entries), "charts": model_charts(entries),
-                       "history": history_block(entries, hist, current)})
-    sources = [{"path": r.path, "commit": (r.commit or "-")[:12] + (" (dirty)" if r.dirty else ""), "branch": r.branch or "-",
-                "time": r.run_time.isoformat(timespec="seconds") if r.run_time else "-", "cases": len(r.benchmarks)} for r in runs]
+        models.append(
+            {
+                "title": t,
+                "slug": slug(t),
+                "nav": t.split(" [")[0],
+                "params": rec.params,
+                "step": rec.step,
+                "dtype": rec.dtype,
+                "timer": rec.timer or "?",
+                "rows": optimisation_rows(entries),
+                "charts": model_charts(entries),
+                "history": history_block(entries, hist, current),
+            }
+        )
+    sources = [
+        {
+            "path": r.path,
+            "commit": (r.commit or "-")[:12] + (" (dirty)" if r.dirty else ""),
+            "branch": r.branch or "-",
+            "time": r.run_time.isoformat(timespec="seconds") if r.run_time else "-",
+            "cases": len(r.benchmarks),
+        }
+        for r in runs
+    ]
     telemetry = [b for t, entries in groups.items() if (b := telemetry_block(t, entries))]
-    return environment().get_template("report.html.j2").render(
-        title=title, generated=(generated_at or datetime.now(timezone.utc)).strftime("%Y-%m-%d %H:%M UTC"),
-        n_runs=len(runs), n_cases=sum(len(r.benchmarks) for r in runs),
-        commits=", ".join(sorted({(r.commit or "-")[:7] + ("*" if r.dirty else "") for r in runs})),
-        fingerprints=", ".join(sorted({r.fingerprint_id or "unknown" for r in runs})),
-        verdicts=verdict_block(verdicts, runs), headers=OPT_HEADERS, models=models, telemetry=telemetry,
-        fingerprint=fingerprint_block(runs), sources=sources, unreadable=list(unreadable))
+    return (
+        environment()
+        .get_template("report.html.j2")
+        .render(
+            title=title,
+            generated=(generated_at or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M UTC"),
+            n_runs=len(runs),
+            n_cases=sum(len(r.benchmarks) for r in runs),
+            commits=", ".join(sorted({(r.commit or "-")[:7] + ("*" if r.dirty else "") for r in runs})),
+            fingerprints=", ".join(sorted({r.fingerprint_id or "unknown" for r in runs})),
+            verdicts=verdict_block(verdicts, runs),
+            headers=OPT_HEADERS,
+            models=models,
+            telemetry=telemetry,
+            fingerprint=fingerprint_block(runs),
+            sources=sources,
+            unreadable=list(unreadable),
+        )
+    )
 
 
 # ----------------------------------------------------------------------------- the profiler's report
@@ -254,19 +417,40 @@ def _timeline_charts(point: Mapping[str, Any]) -> list[Any]:
     out = []
     for unit, series in timeline_series(point.get("telemetry_timeline")).items():
         if any(len(xs) >= 2 for _, xs, _ in series):
-            out.append(_svg(charts.line_chart(series, title=f"telemetry ({unit})", x_label="time since the sampler started (s)", y_label=unit,
-                                              zero=unit == "%", width=420, height=200)))
+            out.append(
+                _svg(
+                    charts.line_chart(
+                        series,
+                        title=f"telemetry ({unit})",
+                        x_label="time since the sampler started (s)",
+                        y_label=unit,
+                        zero=unit == "%",
+                        width=420,
+                        height=200,
+                    )
+                )
+            )
     return out
 
 
 def _peak_basis(flops: Mapping[str, Any] | None) -> str:
     """'linear: 0.0147 GFLOP at 1.2 TFLOP/s (float32, 256x256x256); ...' per kernel family."""
-    return "; ".join(f"{c}: {b['gflop']:.3g} GFLOP at {b['tflops']:.3g} TFLOP/s ({b['dtype']}{' tf32' if b.get('tf32') else ''}, {b['shape']})"
-                     for c, b in ((flops or {}).get("peak_basis") or {}).items())
+    return "; ".join(
+        f"{c}: {b['gflop']:.3g} GFLOP at {b['tflops']:.3g} TFLOP/s ({b['dtype']}{' tf32' if b.get('tf32') else ''}, "
+        f"{b['shape']})"
+        for c, b in ((flops or {}).get("peak_basis") or {}).items()
+    )
 
 
 def profile_report(report: Mapping[str, Any]) -> str:
     """`perfgate profile`'s report.json as one HTML page."""
-    points = [{"p": p, "timeline": _timeline_charts(p), "peak_basis": _peak_basis(p.get("flops")),
-               "throughput": ", ".join(f"{v:.2f} {u}/s" for u, v in p["benchmark"]["throughput"].items())} for p in report["points"]]
+    points = [
+        {
+            "p": p,
+            "timeline": _timeline_charts(p),
+            "peak_basis": _peak_basis(p.get("flops")),
+            "throughput": ", ".join(f"{v:.2f} {u}/s" for u, v in p["benchmark"]["throughput"].items()),
+        }
+        for p in report["points"]
+    ]
     return environment().get_template("profile.html.j2").render(report=report, points=points)

@@ -4,7 +4,8 @@ the other verdicts (their table folded), the fastest variant per model, links to
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from perfgate import gate
 from perfgate.history import Run
@@ -23,7 +24,10 @@ def _change(v: gate.Verdict) -> str:
 
 
 def _as_runs(runs: Sequence[Run | Mapping[str, Any]]) -> list[Run]:
-    return [r if isinstance(r, Run) else Run(str((r.get("perfgate") or {}).get("recorded_at", "run")), dict(r)) for r in runs]
+    return [
+        r if isinstance(r, Run) else Run(str((r.get("perfgate") or {}).get("recorded_at", "run")), dict(r))
+        for r in runs
+    ]
 
 
 def _heading(vs: VerdictSet | None, failing: Sequence[gate.Verdict]) -> str:
@@ -40,8 +44,13 @@ def _more(n: int, shown: int) -> list[str]:
     return [f"\n… and {n - shown} more in the report."] if n > shown else []
 
 
-def job_summary(runs: Sequence[Run | Mapping[str, Any]], verdicts: VerdictSet | Mapping[str, Any] | Sequence[Any] | None,
-                links: Mapping[str, str] | None = None, *, max_rows: int = 15) -> str:
+def job_summary(
+    runs: Sequence[Run | Mapping[str, Any]],
+    verdicts: VerdictSet | Mapping[str, Any] | Sequence[Any] | None,
+    links: Mapping[str, str] | None = None,
+    *,
+    max_rows: int = 15,
+) -> str:
     """`runs`: result files (Run or their JSON); `verdicts`: a VerdictSet, the verdicts file's JSON
     or a list of Verdicts (None: no verdicts file); `links`: artifact name -> URL, in order."""
     runs, vs = _as_runs(runs), as_verdict_set(verdicts)
@@ -51,13 +60,19 @@ def job_summary(runs: Sequence[Run | Mapping[str, Any]], verdicts: VerdictSet | 
     out = [_heading(vs, failing), ""]
     if failing:
         out += ["| case | metric | baseline | current | change | why |", "|---|---|--:|--:|--:|---|"]
-        out += [f"| {_md(case_name(v.case, labels))} | {_md(v.metric)} | {fmt_num(v.baseline)} | {fmt_num(v.current)} | "
-                f"{_change(v)} | {_md(v.message or v.verdict)} |" for v in failing[:max_rows]]
+        out += [
+            f"| {_md(case_name(v.case, labels))} | {_md(v.metric)} | {fmt_num(v.baseline)} | {fmt_num(v.current)} | "
+            f"{_change(v)} | {_md(v.message or v.verdict)} |"
+            for v in failing[:max_rows]
+        ]
         out += [*_more(len(failing), max_rows), ""]
     commits = sorted({(r.commit or "-")[:7] + (" (dirty)" if r.dirty else "") for r in runs})
     fps = sorted({r.fingerprint_id or "unknown" for r in runs})
     n_cases = sum(len(r.benchmarks) for r in runs)
-    facts = [f"{n_cases} case(s) at commit {', '.join(f'`{c}`' for c in commits) or '-'} on {', '.join(f'`{f}`' for f in fps)}"]
+    facts = [
+        f"{n_cases} case(s) at commit {', '.join(f'`{c}`' for c in commits) or '-'} on "
+        f"{', '.join(f'`{f}`' for f in fps)}"
+    ]
     facts += [f"{n} {k}" for k, n in verdict_counts(all_v).items() if k not in gate.FAILING]
     if vs and vs.skipped:
         facts.append(f"{len(vs.skipped)} skipped")
@@ -66,15 +81,25 @@ def job_summary(runs: Sequence[Run | Mapping[str, Any]], verdicts: VerdictSet | 
     failing_ids = {id(v) for v in failing}
     others = [v for v in all_v if id(v) not in failing_ids and v.verdict != gate.UNCHANGED]
     if others:
-        out += [f"<details><summary>Other verdicts ({len(others)})</summary>", "",
-                "| case | metric | current | change | verdict |", "|---|---|--:|--:|---|"]
-        out += [f"| {_md(case_name(v.case, labels))} | {_md(v.metric)} | {fmt_num(v.current)} | {_change(v)} | {_md(v.verdict)} |"
-                for v in others[:max_rows]]
+        out += [
+            f"<details><summary>Other verdicts ({len(others)})</summary>",
+            "",
+            "| case | metric | current | change | verdict |",
+            "|---|---|--:|--:|---|",
+        ]
+        out += [
+            f"| {_md(case_name(v.case, labels))} | {_md(v.metric)} | {fmt_num(v.current)} | {_change(v)} | "
+            f"{_md(v.verdict)} |"
+            for v in others[:max_rows]
+        ]
         out += [*_more(len(others), max_rows), "", "</details>", ""]
     fastest = fastest_per_model(runs)
     if fastest:
         out += ["| model | fastest variant | median ms | speedup |", "|---|---|--:|--:|"]
-        out += [f"| {_md(m)} | {_md(var)} | {fmt_num(med)} | {'-' if sp is None else f'{sp:.2f}×'} |" for m, var, med, sp in fastest]
+        out += [
+            f"| {_md(m)} | {_md(var)} | {fmt_num(med)} | {'-' if sp is None else f'{sp:.2f}×'} |"
+            for m, var, med, sp in fastest
+        ]
         out.append("")
     if links:
         out.append("Artifacts: " + " · ".join(f"[{_md(name)}]({url})" for name, url in links.items()))

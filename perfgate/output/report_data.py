@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from perfgate import gate
 from perfgate.history import Run, Series, build_series, case_label, gather, metric_value, unit_of
@@ -73,8 +74,13 @@ def group_entries(runs: Sequence[Run]) -> dict[str, list[Entry]]:
     return groups
 
 
-def history_for(runs: Sequence[Run], *, baselines_root: str | os.PathLike[str] = "baselines",
-                storage_dirs: Sequence[str | os.PathLike[str]] = (".benchmarks",), metric: str = "median_ms") -> tuple[list[Series], list[str]]:
+def history_for(
+    runs: Sequence[Run],
+    *,
+    baselines_root: str | os.PathLike[str] = "baselines",
+    storage_dirs: Sequence[str | os.PathLike[str]] = (".benchmarks",),
+    metric: str = "median_ms",
+) -> tuple[list[Series], list[str]]:
     """Series of `metric` per case over the saved runs of these runs' fingerprints plus the runs
     themselves; (series, one line per unreadable saved file)."""
     saved: list[Run] = []
@@ -139,7 +145,9 @@ def telemetry_rows(telemetry: Mapping[str, Any] | None) -> list[TelemetryRow]:
     return rows
 
 
-def timeline_series(timeline: Sequence[Mapping[str, Any]] | None) -> dict[str, list[tuple[str, list[float], list[float]]]]:
+def timeline_series(
+    timeline: Sequence[Mapping[str, Any]] | None,
+) -> dict[str, list[tuple[str, list[float], list[float]]]]:
     """The sampler's timeline (TelemetrySampler.timeline(): one dict per sample, `t_s` seconds
     since it started) as (name, times, values) per metric, grouped by unit so that one plot
     holds one unit: utilisations share a % axis, memories a MiB axis. Non-numbers are ignored."""
@@ -168,9 +176,15 @@ def _number(v: Any) -> bool:
 
 def session_run(session: Any, commit_info: Mapping[str, Any] | None = None) -> Run:
     """This pytest session's results shaped as a result file, so every output reads one shape."""
-    benchmarks = [{"name": name.split("::")[-1], "fullname": name, "extra_info": r.extra_info} for name, r in session.results.items()]
-    data = {"benchmarks": benchmarks, "commit_info": dict(commit_info or {}),
-            "perfgate": {"fingerprint_id": session.fingerprint_id, "fingerprint": session.fingerprint}}
+    benchmarks = [
+        {"name": name.split("::")[-1], "fullname": name, "extra_info": r.extra_info}
+        for name, r in session.results.items()
+    ]
+    data = {
+        "benchmarks": benchmarks,
+        "commit_info": dict(commit_info or {}),
+        "perfgate": {"fingerprint_id": session.fingerprint_id, "fingerprint": session.fingerprint},
+    }
     return Run("this run", data)
 
 
@@ -179,5 +193,11 @@ def session_verdicts(session: Any) -> VerdictSet:
     notices = ()
     if session.gate_enabled and session.results and session.load_baseline() is None:
         notices = (session.no_baseline_notice(),)
-    return VerdictSet(gate.sort_verdicts(session.verdicts), dict(session.skips), session.fingerprint_id, gate_enabled=session.gate_enabled,
-                      fail_on_improvement=session.fail_on_improvement, notices=notices)
+    return VerdictSet(
+        gate.sort_verdicts(session.verdicts),
+        dict(session.skips),
+        session.fingerprint_id,
+        gate_enabled=session.gate_enabled,
+        fail_on_improvement=session.fail_on_improvement,
+        notices=notices,
+    )

@@ -4,16 +4,28 @@ then the gate's verdicts), `perfgate compare`'s verdict table and `perfgate hist
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from perfgate import gate
 from perfgate.output.report_data import group_title
 from perfgate.output.text import fmt, sparkline, text_table, value_format
 from perfgate.record import CaseRecord
 
-OPT_HEADERS = ("variant", "mean ms", "min ms", "max ms", "std ms", "p90 ms", "peak MiB", "throughput", "TFLOP/s (of peak)", "speedup",
-               "accuracy")
+OPT_HEADERS = (
+    "variant",
+    "mean ms",
+    "min ms",
+    "max ms",
+    "std ms",
+    "p90 ms",
+    "peak MiB",
+    "throughput",
+    "TFLOP/s (of peak)",
+    "speedup",
+    "accuracy",
+)
 VERDICT_HEADERS = ("case", "metric", "baseline", "current", "change %", "p-value", "verdict")
 
 
@@ -41,16 +53,35 @@ def optimisation_rows(records: Sequence[CaseRecord]) -> list[list[str]]:
     rows = []
     for r in records:
         thr = r.throughput_primary
-        rows.append([
-            r.variant, fmt(r.mean_ms), fmt(r.min_ms), fmt(r.max_ms), fmt(r.std_ms), fmt(r.p90_ms), fmt(r.peak_mem_mib, ".1f"),
-            f"{thr:.1f} {r.unit}/s" if thr else "-", _tflops(r), f"{r.speedup:.2f}x" if r.speedup else "-", " ".join(accuracy_parts(r)),
-        ])
+        rows.append(
+            [
+                r.variant,
+                fmt(r.mean_ms),
+                fmt(r.min_ms),
+                fmt(r.max_ms),
+                fmt(r.std_ms),
+                fmt(r.p90_ms),
+                fmt(r.peak_mem_mib, ".1f"),
+                f"{thr:.1f} {r.unit}/s" if thr else "-",
+                _tflops(r),
+                f"{r.speedup:.2f}x" if r.speedup else "-",
+                " ".join(accuracy_parts(r)),
+            ]
+        )
     return rows
 
 
 def verdict_rows(verdicts: Sequence[gate.Verdict]) -> list[list[str]]:
     return [
-        [v.case.split("::")[-1], v.metric, fmt(v.baseline), fmt(v.current), fmt(v.change_pct, "+.1f"), fmt(v.p_value, ".2g"), v.verdict]
+        [
+            v.case.split("::")[-1],
+            v.metric,
+            fmt(v.baseline),
+            fmt(v.current),
+            fmt(v.change_pct, "+.1f"),
+            fmt(v.p_value, ".2g"),
+            v.verdict,
+        ]
         for v in gate.sort_verdicts(verdicts)
     ]
 
@@ -108,8 +139,10 @@ def history_lines(history: Any, *, last: int = 20, brief: bool = False) -> list[
     m = history.metric
     unit = f" {m.unit}" if m.unit else ""
     direction = f", {m.better} is better" if m.better else ""
-    lines = [f"{m.name} ({m.label}{', ' + m.unit if m.unit else ''}{direction}); "
-             f"{history.files} file(s), {len(history.series)} case(s)" + (f", last {last} entries" if last > 0 else "")]
+    lines = [
+        f"{m.name} ({m.label}{', ' + m.unit if m.unit else ''}{direction}); "
+        f"{history.files} file(s), {len(history.series)} case(s)" + (f", last {last} entries" if last > 0 else "")
+    ]
     by_fp: dict[str, list[Any]] = {}
     for s in history.series:
         by_fp.setdefault(s.fingerprint_id, []).append(s)
@@ -119,8 +152,15 @@ def history_lines(history: Any, *, last: int = 20, brief: bool = False) -> list[
             rows = []
             for s in series:
                 pts = s.points[-last:] if last > 0 else s.points
-                rows.append([s.label, sparkline([p.value for p in pts]), str(len(s.points)),
-                             format(pts[-1].value, value_format([pts[-1].value])) + unit, change_word(pts[-1].change_pct, m.better)])
+                rows.append(
+                    [
+                        s.label,
+                        sparkline([p.value for p in pts]),
+                        str(len(s.points)),
+                        format(pts[-1].value, value_format([pts[-1].value])) + unit,
+                        change_word(pts[-1].change_pct, m.better),
+                    ]
+                )
             lines += ["  " + r for r in text_table(("case", "trend", "entries", "last", "change"), rows)]
             continue
         for s in series:
@@ -128,9 +168,21 @@ def history_lines(history: Any, *, last: int = 20, brief: bool = False) -> list[
             spec = value_format([p.value for p in pts])
             n = len(s.points)
             lines += ["", f"{s.label}  {sparkline([p.value for p in pts])}  ({n} {'entry' if n == 1 else 'entries'})"]
-            rows = [[_when(p), (p.commit or "-")[:8] + ("*" if p.dirty else ""), format(p.value, spec), change_word(p.change_pct, m.better),
-                     Path(p.source).name, "unreliable" if p.unreliable else ""] for p in pts]
-            lines += ["  " + r.rstrip() for r in text_table(("run time (UTC)", "commit", f"{m.name}", "change", "file", "note"), rows)]
+            rows = [
+                [
+                    _when(p),
+                    (p.commit or "-")[:8] + ("*" if p.dirty else ""),
+                    format(p.value, spec),
+                    change_word(p.change_pct, m.better),
+                    Path(p.source).name,
+                    "unreliable" if p.unreliable else "",
+                ]
+                for p in pts
+            ]
+            lines += [
+                "  " + r.rstrip()
+                for r in text_table(("run time (UTC)", "commit", f"{m.name}", "change", "file", "note"), rows)
+            ]
     if any(p.dirty for s in history.series for p in s.points) and not brief:
         lines += ["", "* run from a working tree with uncommitted changes"]
     return lines

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
 
@@ -26,7 +27,7 @@ def fmt_num(v: float | None, digits: int = 4) -> str:
     a = abs(v)
     if a == 0:
         return "0"
-    if a >= 10 ** digits:
+    if a >= 10**digits:
         return f"{v:,.0f}"
     if a < 1e-3:
         return f"{v:.2e}"

@@ -34,7 +34,8 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import torch
 
@@ -120,13 +121,15 @@ class annotate:  # noqa: N801 - lower case like nvtx.annotate, which it stands i
 
     __slots__ = ("message", "color", "domain", "_opened")
 
-    def __init__(self, message: str | None = None, color: str | None = None, domain: str | None = None, category: Any = None) -> None:
+    def __init__(
+        self, message: str | None = None, color: str | None = None, domain: str | None = None, category: Any = None
+    ) -> None:
         self.message = message
         self.color = color
         self.domain = domain
         self._opened: list[tuple[bool, Any]] | None = None  # made only when a range opens
 
-    def __enter__(self) -> "annotate":
+    def __enter__(self) -> annotate:
         if not _STATE.active:
             return self
         name = self.message or self.domain or "annotate"

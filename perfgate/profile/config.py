@@ -55,7 +55,7 @@ class ProfileConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Point:
+class ProfilePoint:
     """One sweep point: what build_workload and the variant get."""
 
     size: str
@@ -76,11 +76,11 @@ def spec_of(model: str) -> ModelSpec:
         raise ProfileError(str(exc.args[0])) from None
 
 
-def points(cfg: ProfileConfig) -> list[Point]:
+def points(cfg: ProfileConfig) -> list[ProfilePoint]:
     """The sweep's points in order (a single point without a sweep)."""
     spec = spec_of(cfg.model)
     size = cfg.size or default_size(spec, torch.device(cfg.device).type)
-    base = Point(size=size, batch=cfg.batch, variant=cfg.variant, options=dict(cfg.options), label="")
+    base = ProfilePoint(size=size, batch=cfg.batch, variant=cfg.variant, options=dict(cfg.options), label="")
     if cfg.sweep is None:
         return [base]
     key, values = cfg.sweep
@@ -109,7 +109,10 @@ def check_config(cfg: ProfileConfig) -> torch.device:
     if device.type not in ("cpu", "cuda"):
         raise ProfileError(f"--device {cfg.device!r}: perfgate profiles 'cpu' and 'cuda'")
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ProfileUnavailable(f"--device {cfg.device}: this machine has no CUDA device (torch.cuda.is_available() is False); use --device cpu")
+        raise ProfileUnavailable(
+            f"--device {cfg.device}: this machine has no CUDA device (torch.cuda.is_available() is False); use "
+            "--device cpu"
+        )
     if cfg.iterations < 1:
         raise ProfileError(f"--iterations must be at least 1, got {cfg.iterations}")
     unknown = [p for p in cfg.precisions if p not in PRECISIONS]
@@ -120,7 +123,7 @@ def check_config(cfg: ProfileConfig) -> torch.device:
     return bind(device)
 
 
-def check_point(cfg: ProfileConfig, pt: Point) -> None:
+def check_point(cfg: ProfileConfig, pt: ProfilePoint) -> None:
     """A size and variant the model has (options are checked when the workload is built)."""
     spec = spec_of(cfg.model)
     if pt.size not in sizes(spec):

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -29,7 +30,11 @@ def capture_evidence(
     device = torch.device(device)
     out_dir.mkdir(parents=True, exist_ok=True)
     trace = trace_steps(step, device, out_dir / "trace.json", steps=steps, top_n=top_n)
-    evidence: dict[str, Any] = {"trace": trace["trace"], "ops_table": trace["ops_table"], "top_ops": trace["top_ops"][:5]}
+    evidence: dict[str, Any] = {
+        "trace": trace["trace"],
+        "ops_table": trace["ops_table"],
+        "top_ops": trace["top_ops"][:5],
+    }
     if memory_snapshot and device.type == "cuda":
         tool = CudaMemoryTool(file="memory_snapshot.pickle")
         tool.start(out_dir)
@@ -51,7 +56,9 @@ def reproduce_commands(case: Any, nodeid: str | None = None) -> dict[str, str]:
         f"python -m pytest {shlex.quote(node)} --perfgate-device {case.device} --perfgate-models {case.model} "
         f"--perfgate-sizes {case.size} --perfgate-variants {shlex.quote(case.variant)} -v"
     )
-    profile_cmd = f"perfgate profile {case.model} --size {case.size} --variant {shlex.quote(case.variant)} --device {case.device}"
+    profile_cmd = (
+        f"perfgate profile {case.model} --size {case.size} --variant {shlex.quote(case.variant)} --device {case.device}"
+    )
     profile_cmd += "".join(f" --option {shlex.quote(f'{k}={v}')}" for k, v in opts.items())
     return {"pytest": pytest_cmd, "profile": profile_cmd}
 

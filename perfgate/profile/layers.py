@@ -13,8 +13,9 @@ sit nearest that bound.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -62,7 +63,12 @@ def layer_plan(module: nn.Module) -> LayerPlan:
     }
     attention: list[str] = []
     for path, m in module.named_modules():
-        if path and _attention_name(path, m) and not _is_container(m) and not any(path.startswith(a + ".") for a in attention):
+        if (
+            path
+            and _attention_name(path, m)
+            and not _is_container(m)
+            and not any(path.startswith(a + ".") for a in attention)
+        ):
             attention.append(path)
     patch = [n for n, c in children.items() if "patch" in n.lower() or "patch" in type(c).__name__.lower()]
     return LayerPlan(top=top, blocks=blocks, attention=attention, patch=patch)
@@ -136,7 +142,12 @@ def layer_breakdown(
     named = dict(module.named_modules())
     root = "<forward>"
     named[root] = module
-    hooked = {root} | {n for ms in plan.top.values() for n in ms} | {n for g in plan.blocks.values() for ms in g.values() for n in ms} | set(plan.attention)
+    hooked = (
+        {root}
+        | {n for ms in plan.top.values() for n in ms}
+        | {n for g in plan.blocks.values() for ms in g.values() for n in ms}
+        | set(plan.attention)
+    )
     timer = _HookTimer(device)
     plain_timer = make_timer(device)
 
@@ -165,10 +176,18 @@ def layer_breakdown(
     components = []
     for comp, members in plan.top.items():
         mean, std = _mean_std(series(members))
-        components.append({"name": comp, "class": type(named[comp]).__name__, "mean_ms": mean, "std_ms": std,
-                           "median_ms": float(np.median(series(members))),
-                           "share": mean / total_mean if total_mean else None, "modules": len(members),
-                           "blocks": len(named[comp]) if isinstance(named[comp], nn.ModuleList) else None})
+        components.append(
+            {
+                "name": comp,
+                "class": type(named[comp]).__name__,
+                "mean_ms": mean,
+                "std_ms": std,
+                "median_ms": float(np.median(series(members))),
+                "share": mean / total_mean if total_mean else None,
+                "modules": len(members),
+                "blocks": len(named[comp]) if isinstance(named[comp], nn.ModuleList) else None,
+            }
+        )
     parts_sum = sum(c["mean_ms"] for c in components)
     # The consistency check uses medians over rounds: on a shared machine one stalled round
     # would otherwise decide it.
@@ -180,17 +199,27 @@ def layer_breakdown(
         per_block = []
         for i, (n, calls) in enumerate(members.items()):
             mean, std = _mean_std(series(calls))
-            per_block.append({"index": i, "name": n, "mean_ms": mean, "std_ms": std, "median_ms": float(np.median(series(calls)))})
+            per_block.append(
+                {"index": i, "name": n, "mean_ms": mean, "std_ms": std, "median_ms": float(np.median(series(calls)))}
+            )
         # Across-block statistics use each block's median over rounds, so one stalled round does
         # not make a block look slow; the total uses means, like the components' shares.
         medians = [b["median_ms"] for b in per_block]
         avg, spread = _mean_std(medians)
         total = sum(b["mean_ms"] for b in per_block)
-        block_groups.append({
-            "list": path, "n": len(members), "class": type(named[next(iter(members))]).__name__,
-            "mean_ms": avg, "std_ms": spread, "total_ms": total, "share": total / total_mean if total_mean else None,
-            "slowest": sorted(per_block, key=lambda b: -b["median_ms"])[:5], "per_block": per_block,
-        })
+        block_groups.append(
+            {
+                "list": path,
+                "n": len(members),
+                "class": type(named[next(iter(members))]).__name__,
+                "mean_ms": avg,
+                "std_ms": spread,
+                "total_ms": total,
+                "share": total / total_mean if total_mean else None,
+                "slowest": sorted(per_block, key=lambda b: -b["median_ms"])[:5],
+                "per_block": per_block,
+            }
+        )
     attn_ms = sum(_mean_std(series([n]))[0] for n in plan.attention)
     patch_ms = sum(c["mean_ms"] for c in components if c["name"] in plan.patch)
     largest = max(block_groups, key=lambda g: g["total_ms"], default=None)
@@ -213,12 +242,25 @@ def layer_breakdown(
         "consistent": bool(plain_median and abs(parts_median / plain_median - 1.0) <= BREAKDOWN_MARGIN),
         "blocks": block_groups,
         "main_blocks": largest["list"] if largest else None,
-        "attention": {"modules": plan.attention, "total_ms": attn_ms, "share": attn_ms / total_mean if total_mean and plan.attention else None},
-        "patch_embedding": {"modules": plan.patch, "total_ms": patch_ms, "share": patch_ms / total_mean if total_mean and plan.patch else None},
+        "attention": {
+            "modules": plan.attention,
+            "total_ms": attn_ms,
+            "share": attn_ms / total_mean if total_mean and plan.attention else None,
+        },
+        "patch_embedding": {
+            "modules": plan.patch,
+            "total_ms": patch_ms,
+            "share": patch_ms / total_mean if total_mean and plan.patch else None,
+        },
     }
 
 
 def range_names(module: nn.Module) -> list[str]:
     """Top-level modules and blocks: the layers a trace is read by."""
     plan = layer_plan(module)
-    return list(dict.fromkeys([n for ms in plan.top.values() for n in ms] + [n for g in plan.blocks.values() for ms in g.values() for n in ms]))
+    return list(
+        dict.fromkeys(
+            [n for ms in plan.top.values() for n in ms]
+            + [n for g in plan.blocks.values() for ms in g.values() for n in ms]
+        )
+    )

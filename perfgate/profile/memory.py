@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -14,7 +15,9 @@ def tensor_mib(tensors: Any) -> float:
     return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor)) / MIB
 
 
-def memory_profile(step: Callable[[], Any], module: nn.Module, inputs: tuple[torch.Tensor, ...], device: torch.device) -> dict[str, Any]:
+def memory_profile(
+    step: Callable[[], Any], module: nn.Module, inputs: tuple[torch.Tensor, ...], device: torch.device
+) -> dict[str, Any]:
     """Peak memory of one step, the weights' and inputs' share of it, and the headroom left."""
     with MemoryTracker(device) as mem:
         step()
@@ -45,4 +48,3 @@ def memory_profile(step: Callable[[], Any], module: nn.Module, inputs: tuple[tor
         out["headroom"] = max(vm.available / MIB - mem.result.peak_mem_mib, 0.0) / (vm.total / MIB)
         out["peak_semantics"] = "growth of the process's RSS high-water mark during one step"
     return out
-

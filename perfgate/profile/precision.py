@@ -4,12 +4,14 @@ bands. Each precision is the runner's case with that autocast variant, measured 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from perfgate import runner
 from perfgate.profile.config import PRECISIONS
 from perfgate.profile.suggest import speedup_band
-from perfgate.variants import Cast, Env, Quantize, Variant, get_variant
+from perfgate.variant_steps import Cast, Env, Quantize
+from perfgate.variants import Variant, get_variant
 
 BANDS = {"< 1.5x": "CPU-bound or memory-bound", "1.5-2x": "good GPU utilisation", "> 2x": "excellent tensor core usage"}
 
@@ -43,7 +45,11 @@ def precision_comparison(
             note(f"{p} ({vname})")
         pcase = dataclasses.replace(case, variant=vname)
         rec = runner.measure_case(runner.build_case(pcase, opts, prepared=workload), opts).record
-        row: dict[str, Any] = {"variant": vname, **{k: getattr(rec, k) for k in ("n", "mean_ms", "median_ms", "std_ms", "min_ms")}, "stop": rec.stop}
+        row: dict[str, Any] = {
+            "variant": vname,
+            **{k: getattr(rec, k) for k in ("n", "mean_ms", "median_ms", "std_ms", "min_ms")},
+            "stop": rec.stop,
+        }
         if rec.step == "inference":  # a train step's loss is taken after earlier precisions' updates
             row["accuracy"] = rec.accuracy
         if p == "fp32":

@@ -11,8 +11,9 @@ from __future__ import annotations
 import io
 import logging
 import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -80,7 +81,11 @@ class TorchProfilerTool:
         if self.cuda is None:
             self.cuda = torch.cuda.is_available()
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
-        sched = schedule(wait=0, warmup=self.warmup_steps, active=self.active_steps, repeat=1) if self.active_steps else None
+        sched = (
+            schedule(wait=0, warmup=self.warmup_steps, active=self.active_steps, repeat=1)
+            if self.active_steps
+            else None
+        )
         self._out = out_dir
         self._prof = torch.profiler.profile(activities=activities, schedule=sched, **self.kwargs)
         self._prof.__enter__()
@@ -166,7 +171,11 @@ class NvtxTool:
 
     def unavailable(self) -> str | None:
         if _STATE.nvtx is None or torch.version.cuda is None:
-            return "NVTX needs a CUDA build of torch (this one has none)" if torch.version.cuda is None else "NVTX is turned off (PERFGATE_NVTX=0)"
+            return (
+                "NVTX needs a CUDA build of torch (this one has none)"
+                if torch.version.cuda is None
+                else "NVTX is turned off (PERFGATE_NVTX=0)"
+            )
         return None
 
     def start(self, out_dir: Path) -> None:
@@ -237,9 +246,9 @@ class Profiler:
     the output folder (default ./perfgate_profiling_outputs).
     """
 
-    _instance: "Profiler | None" = None
+    _instance: Profiler | None = None
 
-    def __new__(cls) -> "Profiler":
+    def __new__(cls) -> Profiler:
         if cls._instance is None:
             inst = super().__new__(cls)
             inst._setup()
@@ -258,7 +267,7 @@ class Profiler:
 
     # configuration
 
-    def enable(self, name: str) -> "Profiler":
+    def enable(self, name: str) -> Profiler:
         if name not in TOOLS:
             raise KeyError(f"unknown profiling tool {name!r}; known: {', '.join(TOOLS)}")
         if name not in self._enabled:
@@ -267,14 +276,14 @@ class Profiler:
                 self._start(name)
         return self
 
-    def disable(self, name: str) -> "Profiler":
+    def disable(self, name: str) -> Profiler:
         if name in self._enabled:
             self._enabled.remove(name)
         if name in self._running:
             self.outputs[name] = self._running.pop(name).stop()
         return self
 
-    def configure(self, config: Mapping[str, Any]) -> "Profiler":
+    def configure(self, config: Mapping[str, Any]) -> Profiler:
         """{"torch": True, "line_profiler": False, "output_dir": "runs/p"}: switches by name."""
         for key, value in config.items():
             if key == "output_dir":
@@ -313,7 +322,7 @@ class Profiler:
         tool.start(self._dir / name)
         self._running[name] = tool
 
-    def initialize(self) -> "Profiler":
+    def initialize(self) -> Profiler:
         if not self.initialized:
             self.initialized = True
             for name in self._enabled:
@@ -336,7 +345,7 @@ class Profiler:
         self.finalize()
         self._setup()
 
-    def __enter__(self) -> "Profiler":
+    def __enter__(self) -> Profiler:
         return self.initialize()
 
     def __exit__(self, *exc: object) -> None:
@@ -344,4 +353,5 @@ class Profiler:
 
     def __repr__(self) -> str:
         state = "initialized" if self.initialized else "not initialized"
-        return f"Profiler({state}, enabled={list(self._enabled)}, running={list(self._running)}, output_dir={str(self._dir)!r})"
+        running, out = list(self._running), str(self._dir)
+        return f"Profiler({state}, enabled={list(self._enabled)}, running={running}, output_dir={out!r})"

@@ -32,18 +32,36 @@ from perfgate.gate.policy import GateSettings
 from perfgate.measure import StopRule
 from perfgate.memory import MIB
 from perfgate.profile import suggest
-from perfgate.profile.config import (ProfileConfig, ProfileError, ProfileUnavailable, Point, check_config, check_point,
-                                     fixed_rounds, points, warmup_rounds)
+from perfgate.profile.config import (
+    ProfileConfig,
+    ProfileError,
+    ProfilePoint,
+    ProfileUnavailable,
+    check_config,
+    check_point,
+    fixed_rounds,
+    points,
+    warmup_rounds,
+)
 from perfgate.profile.layers import layer_breakdown
 from perfgate.profile.memory import memory_profile
 from perfgate.profile.precision import precision_comparison
 from perfgate.profile.trace import nvtx_section, torch_trace_section, trace_steps
 from perfgate.record import CaseRecord
-from perfgate.variants import Env, VariantError
+from perfgate.variant_steps import Env, VariantError
 
 # The record's FLOPs and roofline fields, as flops.flops_extra_info fills them.
-ROOFLINE_FIELDS = ("gflop_per_step", "achieved_tflops", "peak_tflops", "peak_dtype", "peak_share", "peak_basis", "peak_note",
-                   "attention_gflop", "flops_method")
+ROOFLINE_FIELDS = (
+    "gflop_per_step",
+    "achieved_tflops",
+    "peak_tflops",
+    "peak_dtype",
+    "peak_share",
+    "peak_basis",
+    "peak_note",
+    "attention_gflop",
+    "flops_method",
+)
 
 
 class Progress:
@@ -70,29 +88,46 @@ def _stages(cfg: ProfileConfig) -> int:
     return 3 + (0 if cfg.skip_detailed else 3 + int(cfg.nvtx))
 
 
-def run_options(cfg: ProfileConfig, pt: Point) -> runner.RunOptions:
+def run_options(cfg: ProfileConfig, pt: ProfilePoint) -> runner.RunOptions:
     """The suite's options with the guide's fixed round counts. No reference workload: a profile
     compares no runs, so nothing needs machine-speed normalisation, and timing the reference every
     round would double a CPU profile; no warm recompile: the profile reports no warm compile time."""
-    return runner.RunOptions(stop=fixed_rounds(cfg.iterations), warmup=warmup_rounds(cfg.warmup), seed=cfg.seed, batch=pt.batch,
-                             checkpoint=cfg.checkpoint, telemetry_interval_s=cfg.telemetry_interval_s, reference=False, warm_compile=False)
+    return runner.RunOptions(
+        stop=fixed_rounds(cfg.iterations),
+        warmup=warmup_rounds(cfg.warmup),
+        seed=cfg.seed,
+        batch=pt.batch,
+        checkpoint=cfg.checkpoint,
+        telemetry_interval_s=cfg.telemetry_interval_s,
+        reference=False,
+        warm_compile=False,
+    )
 
 
 def precision_options(cfg: ProfileConfig, opts: runner.RunOptions) -> runner.RunOptions:
     """Up to `iterations` rounds per precision within its budget; no telemetry, FLOPs or reference."""
     stop = StopRule(min_rounds=min(5, cfg.iterations), max_rounds=cfg.iterations, budget_s=cfg.precision_budget_s)
-    return dataclasses.replace(opts, stop=stop, warmup=warmup_rounds(min(cfg.warmup, 3)), telemetry_interval_s=None, count_flops=False)
+    return dataclasses.replace(
+        opts, stop=stop, warmup=warmup_rounds(min(cfg.warmup, 3)), telemetry_interval_s=None, count_flops=False
+    )
 
 
 def benchmark_section(rec: CaseRecord) -> dict[str, Any]:
     """The guide's simple benchmark (mean, median, std, min, max, FPS, p90) from the case record."""
-    out: dict[str, Any] = {k: getattr(rec, k) for k in ("n", "mean_ms", "median_ms", "std_ms", "min_ms", "max_ms", "p90_ms")}
+    out: dict[str, Any] = {
+        k: getattr(rec, k) for k in ("n", "mean_ms", "median_ms", "std_ms", "min_ms", "max_ms", "p90_ms")
+    }
     out["steps_per_s"] = 1e3 / rec.mean_ms  # the guide's "FPS" is forward passes per second
     out["throughput"] = rec.throughput
     if rec.fps is not None:
         out["fps"] = rec.fps
-    return out | {"first_call_s": rec.first_call_s, "warmup_rounds": rec.warmup_rounds, "timer": rec.timer,
-                  "samples_ms": rec.samples_ms, "contention_cores": rec.contention_cores}
+    return out | {
+        "first_call_s": rec.first_call_s,
+        "warmup_rounds": rec.warmup_rounds,
+        "timer": rec.timer,
+        "samples_ms": rec.samples_ms,
+        "contention_cores": rec.contention_cores,
+    }
 
 
 def flops_section(rec: CaseRecord, built: runner.BuiltCase) -> dict[str, Any] | None:
@@ -100,14 +135,21 @@ def flops_section(rec: CaseRecord, built: runner.BuiltCase) -> dict[str, Any] | 
     count = built.flop_count
     if count is None:
         return None
-    return {**{k: getattr(rec, k) for k in ROOFLINE_FIELDS if getattr(rec, k) is not None},
-            "by_module_gflop": {k: v / 1e9 for k, v in count.by_module.items()}, "by_op_gflop": {k: v / 1e9 for k, v in count.by_op.items()},
-            "method": count.method}
+    return {
+        **{k: getattr(rec, k) for k in ROOFLINE_FIELDS if getattr(rec, k) is not None},
+        "by_module_gflop": {k: v / 1e9 for k, v in count.by_module.items()},
+        "by_op_gflop": {k: v / 1e9 for k, v in count.by_op.items()},
+        "method": count.method,
+    }
 
 
-def profile_point(pt: Point, cfg: ProfileConfig, device: torch.device, run_dir: Path, progress: Progress) -> dict[str, Any]:
+def profile_point(
+    pt: ProfilePoint, cfg: ProfileConfig, device: torch.device, run_dir: Path, progress: Progress
+) -> dict[str, Any]:
     check_point(cfg, pt)
-    case = runner.Case(model=cfg.model, size=pt.size, variant=pt.variant, device=str(device), options=tuple(pt.options.items()))
+    case = runner.Case(
+        model=cfg.model, size=pt.size, variant=pt.variant, device=str(device), options=tuple(pt.options.items())
+    )
     reason = case.variant_obj.unavailable(Env.detect(device))
     if reason:
         raise ProfileUnavailable(f"variant {pt.variant!r} cannot run here: {reason}")
@@ -129,10 +171,23 @@ def profile_point(pt: Point, cfg: ProfileConfig, device: torch.device, run_dir: 
     rec = result.record
     rec.unreliable = gate.unreliable_reason(rec, GateSettings())
     point: dict[str, Any] = {
-        "label": pt.label, "size": pt.size, "batch": pt.batch, "variant": pt.variant, "options": rec.options,
-        "params": rec.params, "weights_mib_fp32": rec.params * 4 / MIB, "step": rec.step, "unit": rec.unit, "items_per_step": rec.items_per_step,
-        "variant_info": built.converted.info, "benchmark": benchmark_section(rec), "flops": flops_section(rec, built), "flops_error": rec.flops_error,
-        "telemetry": rec.telemetry, "telemetry_timeline": result.timeline, "unreliable": rec.unreliable,
+        "label": pt.label,
+        "size": pt.size,
+        "batch": pt.batch,
+        "variant": pt.variant,
+        "options": rec.options,
+        "params": rec.params,
+        "weights_mib_fp32": rec.params * 4 / MIB,
+        "step": rec.step,
+        "unit": rec.unit,
+        "items_per_step": rec.items_per_step,
+        "variant_info": built.converted.info,
+        "benchmark": benchmark_section(rec),
+        "flops": flops_section(rec, built),
+        "flops_error": rec.flops_error,
+        "telemetry": rec.telemetry,
+        "telemetry_timeline": result.timeline,
+        "unreliable": rec.unreliable,
     }
     if pt.variant != "baseline" and rec.step == "inference":
         point["accuracy"] = rec.accuracy  # against the fp32 eager output, as the suite checks it
@@ -143,18 +198,37 @@ def profile_point(pt: Point, cfg: ProfileConfig, device: torch.device, run_dir: 
     if not cfg.skip_detailed:
         progress.stage(f"{title}: layer breakdown ({cfg.layer_rounds} rounds)")
         eager = built.prepared
-        layers = layer_breakdown(eager.module, eager.inputs, device, built.variant.context(device.type), rounds=cfg.layer_rounds)
+        layers = layer_breakdown(
+            eager.module, eager.inputs, device, built.variant.context(device.type), rounds=cfg.layer_rounds
+        )
         if built.converted.module is not eager.module:
-            layers["note"] = "hooks cannot see inside a compiled graph or an engine: this is the eager module the variant was built from"
+            layers["note"] = (
+                "hooks cannot see inside a compiled graph or an engine: this is the eager module the variant was "
+                "built from"
+            )
         point["layers"] = layers
 
         progress.stage(f"{title}: precision comparison ({', '.join(cfg.precisions)})")
-        point["precision"] = precision_comparison(built, precision_options(cfg, opts), cfg.precisions, note=progress.note)
+        point["precision"] = precision_comparison(
+            built, precision_options(cfg, opts), cfg.precisions, note=progress.note
+        )
 
         progress.stage(f"{title}: torch profiler trace ({cfg.trace_steps} steps)")
-        module = built.converted.module if built.converted.module is eager.module else None  # hooks need the eager module
-        trace = trace_steps(built.step, device, run_dir / f"trace-{pt.slug}.json", steps=cfg.trace_steps, top_n=cfg.top_ops, module=module)
-        point["trace"] = trace | {"trace": os.path.relpath(trace["trace"], run_dir), "ops_table": os.path.relpath(trace["ops_table"], run_dir)}
+        module = (
+            built.converted.module if built.converted.module is eager.module else None
+        )  # hooks need the eager module
+        trace = trace_steps(
+            built.step,
+            device,
+            run_dir / f"trace-{pt.slug}.json",
+            steps=cfg.trace_steps,
+            top_n=cfg.top_ops,
+            module=module,
+        )
+        point["trace"] = trace | {
+            "trace": os.path.relpath(trace["trace"], run_dir),
+            "ops_table": os.path.relpath(trace["ops_table"], run_dir),
+        }
         if cfg.nvtx:
             progress.stage(f"{title}: NVTX ranges")
             point["nvtx"] = nvtx_section(built.step, device, module, cfg.trace_steps, cfg.command, run_dir)
@@ -185,7 +259,7 @@ def point_suggestions(point: dict[str, Any], device_type: str) -> list[suggest.S
     )
 
 
-def new_run_dir(out_dir: Path, cfg: ProfileConfig, first: Point) -> Path:
+def new_run_dir(out_dir: Path, cfg: ProfileConfig, first: ProfilePoint) -> Path:
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     name = f"{stamp}-{cfg.model}-{first.size}-{first.variant}" + (f"-sweep-{cfg.sweep[0]}" if cfg.sweep else "")
     for i in range(1000):
@@ -213,7 +287,7 @@ def run_profile(cfg: ProfileConfig, *, stream: Any = None) -> tuple[Path, dict[s
     report: dict[str, Any] = {
         "schema": 1,
         "tool": "perfgate profile",
-        "created": dt.datetime.now(dt.timezone.utc).isoformat(),
+        "created": dt.datetime.now(dt.UTC).isoformat(),
         "command": cfg.command,
         "model": cfg.model,
         "device": str(device),

@@ -18,8 +18,9 @@ anything but its arguments.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Mapping
+from typing import Any
 
 VJEPA = "V-JEPA 2 profiling guide (seed 003)"
 INFERIX = "Inferix profiling guide (seed 002)"
@@ -62,10 +63,16 @@ def blocks_share(share: float | None, n_blocks: int, t: Thresholds = DEFAULT) ->
     if share is None or share <= t.blocks_share:
         return None
     return Suggestion(
-        rule="blocks_share", severity=INFO,
+        rule="blocks_share",
+        severity=INFO,
         finding=f"{share:.0%} of the forward is in the {n_blocks} blocks (> {t.blocks_share:.0%})",
         why="expected: transformer blocks carry the compute; speed comes from doing less or faster math there",
-        fixes=("use a smaller size", "reduce the input resolution or frame count", "run in bf16/fp16 (see the precision comparison)", "torch.compile the model"),
+        fixes=(
+            "use a smaller size",
+            "reduce the input resolution or frame count",
+            "run in bf16/fp16 (see the precision comparison)",
+            "torch.compile the model",
+        ),
         source=VJEPA,
     )
 
@@ -74,10 +81,14 @@ def attention_share(share: float | None, t: Thresholds = DEFAULT) -> Suggestion 
     if share is None or share < t.attention_share:
         return None
     return Suggestion(
-        rule="attention_share", severity=WARNING,
+        rule="attention_share",
+        severity=WARNING,
         finding=f"{share:.0%} of the forward is in attention (>= {t.attention_share:.0%})",
         why="attention grows with the square of the sequence length and is often run by a slow kernel",
-        fixes=("use a fused kernel: scaled_dot_product_attention (flash / efficient / cuDNN backends)", "reduce the sequence length (resolution, frames, cache window)"),
+        fixes=(
+            "use a fused kernel: scaled_dot_product_attention (flash / efficient / cuDNN backends)",
+            "reduce the sequence length (resolution, frames, cache window)",
+        ),
         source=VJEPA,
     )
 
@@ -86,10 +97,15 @@ def block_variance(std_ms: float | None, n_blocks: int, t: Thresholds = DEFAULT)
     if std_ms is None or n_blocks < 2 or std_ms <= t.block_std_ms:
         return None
     return Suggestion(
-        rule="block_variance", severity=WARNING,
+        rule="block_variance",
+        severity=WARNING,
         finding=f"identical blocks differ: std across {n_blocks} blocks {std_ms:.2f} ms (> {t.block_std_ms} ms)",
         why="memory-bandwidth contention or thermal throttling (identical blocks should cost the same)",
-        fixes=("check the GPU temperature and clock-event reasons in the telemetry", "lock or stabilise the GPU clocks", "batch work to amortise per-block overhead"),
+        fixes=(
+            "check the GPU temperature and clock-event reasons in the telemetry",
+            "lock or stabilise the GPU clocks",
+            "batch work to amortise per-block overhead",
+        ),
         source=VJEPA,
     )
 
@@ -98,10 +114,15 @@ def patch_embedding_share(share: float | None, t: Thresholds = DEFAULT) -> Sugge
     if share is None or share <= t.patch_embedding_share:
         return None
     return Suggestion(
-        rule="patch_embedding_share", severity=WARNING,
+        rule="patch_embedding_share",
+        severity=WARNING,
         finding=f"the patch embedding takes {share:.0%} of the forward (> {t.patch_embedding_share:.0%})",
         why="its Conv3d is memory-bound",
-        fixes=("reduce the input resolution", "use channels_last(_3d) memory format", "enable the cuDNN autotuner (torch.backends.cudnn.benchmark = True)"),
+        fixes=(
+            "reduce the input resolution",
+            "use channels_last(_3d) memory format",
+            "enable the cuDNN autotuner (torch.backends.cudnn.benchmark = True)",
+        ),
         source=VJEPA,
     )
 
@@ -115,23 +136,37 @@ def speedup_band(speedup: float, t: Thresholds = DEFAULT) -> str:
     return "excellent tensor core usage"
 
 
-def precision_speedup(dtype: str, speedup: float | None, device_type: str, t: Thresholds = DEFAULT) -> Suggestion | None:
+def precision_speedup(
+    dtype: str, speedup: float | None, device_type: str, t: Thresholds = DEFAULT
+) -> Suggestion | None:
     if speedup is None:
         return None
     band = speedup_band(speedup, t)
     low = speedup < t.speedup_low
     fixes: tuple[str, ...]
     if low:
-        fixes = ("look for host overhead (many small ops: torch.compile, CUDA graphs)", "raise the batch so matmuls are large enough to use tensor cores")
+        fixes = (
+            "look for host overhead (many small ops: torch.compile, CUDA graphs)",
+            "raise the batch so matmuls are large enough to use tensor cores",
+        )
     else:
         fixes = (f"adopt {dtype} (autocast) if its accuracy against fp32 is within your tolerance",)
-    why = (f"the guide's bands: < {t.speedup_low}x CPU-bound or memory-bound, {t.speedup_low}-{t.speedup_high}x good GPU "
-           f"utilisation, > {t.speedup_high}x excellent tensor core usage")
+    why = (
+        f"the guide's bands: < {t.speedup_low}x CPU-bound or memory-bound, {t.speedup_low}-{t.speedup_high}x good GPU "
+        f"utilisation, > {t.speedup_high}x excellent tensor core usage"
+    )
     if device_type == "cpu":
-        why += "; on the CPU the bands describe GPUs: bf16 gains come from AMX / AVX512-BF16 (see the fingerprint's cpu_flags), fp16 is often emulated"
+        why += (
+            "; on the CPU the bands describe GPUs: bf16 gains come from AMX / AVX512-BF16 (see the fingerprint's "
+            "cpu_flags), fp16 is often emulated"
+        )
     return Suggestion(
-        rule="precision_speedup", severity=WARNING if low and device_type == "cuda" else INFO,
-        finding=f"{dtype} speed-up over fp32 {speedup:.2f}x: {band}", why=why, fixes=fixes, source=VJEPA,
+        rule="precision_speedup",
+        severity=WARNING if low and device_type == "cuda" else INFO,
+        finding=f"{dtype} speed-up over fp32 {speedup:.2f}x: {band}",
+        why=why,
+        fixes=fixes,
+        source=VJEPA,
     )
 
 
@@ -139,7 +174,8 @@ def peak_memory(peak_mib: float | None, t: Thresholds = DEFAULT) -> Suggestion |
     if peak_mib is None or peak_mib <= t.peak_memory_mib:
         return None
     return Suggestion(
-        rule="peak_memory", severity=WARNING,
+        rule="peak_memory",
+        severity=WARNING,
         finding=f"peak memory {peak_mib / 1024:.1f} GiB (> {t.peak_memory_mib / 1024:.0f} GiB, the guide's bar for ViT-Large)",
         why="intermediate activations are kept",
         fixes=("activation checkpointing (training)", "reduce the batch size", "run in bf16/fp16"),
@@ -153,7 +189,8 @@ def memory_headroom(headroom: float | None, device_type: str, t: Thresholds = DE
     where = "GPU memory" if device_type == "cuda" else "available system memory"
     if headroom < t.headroom_low:
         return Suggestion(
-            rule="memory_headroom", severity=WARNING,
+            rule="memory_headroom",
+            severity=WARNING,
             finding=f"only {headroom:.0%} of {where} is left at the peak (< {t.headroom_low:.0%})",
             why="little room for allocator fragmentation or a longer input: out-of-memory is near",
             fixes=("reduce the batch or sequence length", "run in bf16/fp16", "free caches between phases"),
@@ -161,7 +198,8 @@ def memory_headroom(headroom: float | None, device_type: str, t: Thresholds = DE
         )
     if headroom > t.headroom_high:
         return Suggestion(
-            rule="memory_headroom", severity=INFO,
+            rule="memory_headroom",
+            severity=INFO,
             finding=f"{headroom:.0%} of {where} is still free at the peak (> {t.headroom_high:.0%})",
             why="the device could hold more work at once",
             fixes=("a larger batch (or more frames per call) may raise throughput",),
@@ -174,10 +212,16 @@ def gpu_utilisation(mean_util_pct: float | None, t: Thresholds = DEFAULT) -> Sug
     if mean_util_pct is None or mean_util_pct >= t.gpu_util_low_pct:
         return None
     return Suggestion(
-        rule="gpu_utilisation", severity=WARNING,
+        rule="gpu_utilisation",
+        severity=WARNING,
         finding=f"mean GPU utilisation {mean_util_pct:.0f}% while measuring (< {t.gpu_util_low_pct:.0f}%)",
         why="the GPU waits on the host: kernel launches, Python overhead or data movement",
-        fixes=("CUDA graphs (variant cudagraphs or compile-reduce-overhead)", "torch.compile to fuse small ops", "a larger batch", "keep data on the device"),
+        fixes=(
+            "CUDA graphs (variant cudagraphs or compile-reduce-overhead)",
+            "torch.compile to fuse small ops",
+            "a larger batch",
+            "keep data on the device",
+        ),
         source=INFERIX,
     )
 
@@ -186,10 +230,15 @@ def unreliable_measurement(unreliable: str | None) -> Suggestion | None:
     if not unreliable:
         return None
     return Suggestion(
-        rule="unreliable", severity=WARNING,
+        rule="unreliable",
+        severity=WARNING,
         finding=unreliable,
         why="clocks or neighbours changed during the measurement: the timings describe the machine, not the code",
-        fixes=("re-run on an idle machine", "let the GPU cool, check its airflow and power limit", "lock clocks (nvidia-smi -lgc) on a benchmark machine"),
+        fixes=(
+            "re-run on an idle machine",
+            "let the GPU cool, check its airflow and power limit",
+            "lock clocks (nvidia-smi -lgc) on a benchmark machine",
+        ),
         source=VJEPA,
     )
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -37,7 +38,10 @@ def module_ranges(module: nn.Module, names: list[str]) -> Callable[[], None]:
         def post(_m: nn.Module, _a: Any, _o: Any, _r: annotate = rng) -> None:
             _r.__exit__(None, None, None)
 
-        handles += [named[name].register_forward_pre_hook(pre), named[name].register_forward_hook(post, always_call=True)]
+        handles += [
+            named[name].register_forward_pre_hook(pre),
+            named[name].register_forward_hook(post, always_call=True),
+        ]
 
     def remove() -> None:
         for h in handles:
@@ -52,13 +56,15 @@ def top_operators(averages: Any, n: int, cuda: bool) -> list[dict[str, Any]]:
     for e in averages:
         if e.key.startswith(SKIP_OPS):
             continue
-        rows.append({
-            "name": e.key,
-            "calls": int(e.count),
-            "self_cpu_ms": e.self_cpu_time_total / 1e3,
-            "cpu_total_ms": e.cpu_time_total / 1e3,
-            "self_device_ms": e.self_device_time_total / 1e3 if cuda else None,
-        })
+        rows.append(
+            {
+                "name": e.key,
+                "calls": int(e.count),
+                "self_cpu_ms": e.self_cpu_time_total / 1e3,
+                "cpu_total_ms": e.cpu_time_total / 1e3,
+                "self_device_ms": e.self_device_time_total / 1e3 if cuda else None,
+            }
+        )
     key = "self_device_ms" if cuda else "self_cpu_ms"
     total = sum(r[key] for r in rows) or 1.0
     rows.sort(key=lambda r: -r[key])
@@ -80,8 +86,14 @@ def trace_steps(
     chrome://tracing, the top operators by self time and their table as text."""
     cuda = device.type == "cuda"
     table_path = out_path.with_suffix(".ops.txt")
-    tool = TorchProfilerTool(row_limit=top_n, cuda=cuda, warmup_steps=1, active_steps=steps,
-                             trace_file=out_path.name, table_file=table_path.name)
+    tool = TorchProfilerTool(
+        row_limit=top_n,
+        cuda=cuda,
+        warmup_steps=1,
+        active_steps=steps,
+        trace_file=out_path.name,
+        table_file=table_path.name,
+    )
     remove = module_ranges(module, range_names(module)) if module is not None else None
     tool.start(out_path.parent)
     try:
@@ -106,7 +118,9 @@ def trace_steps(
     }
 
 
-def nvtx_section(step: Callable[[], Any], device: torch.device, module: nn.Module | None, steps: int, command: str, run_dir: Path) -> dict[str, Any]:
+def nvtx_section(
+    step: Callable[[], Any], device: torch.device, module: nn.Module | None, steps: int, command: str, run_dir: Path
+) -> dict[str, Any]:
     """NVTX ranges per step, per module and (the nvtx tool's emit_nvtx) per op, for `nsys profile`."""
     tool = NvtxTool()
     reason = tool.unavailable() or (None if device.type == "cuda" else "NVTX ranges matter on a CUDA device")
@@ -123,9 +137,14 @@ def nvtx_section(step: Callable[[], Any], device: torch.device, module: nn.Modul
         tool.stop()
         if remove is not None:
             remove()
-    nsys = f"nsys profile --trace=cuda,nvtx,osrt,cublas,cudnn --python-sampling=true -o {shlex.quote(str(run_dir / 'nsys'))} {command}"
-    return {"steps": steps, "backend": tool.backend, "nsys_command": nsys,
-            "note": "the ranges are recorded only when the process runs under Nsight Systems"}
+    target = shlex.quote(str(run_dir / "nsys"))
+    nsys = f"nsys profile --trace=cuda,nvtx,osrt,cublas,cudnn --python-sampling=true -o {target} {command}"
+    return {
+        "steps": steps,
+        "backend": tool.backend,
+        "nsys_command": nsys,
+        "note": "the ranges are recorded only when the process runs under Nsight Systems",
+    }
 
 
 def torch_trace_section(run_dir: Path) -> dict[str, Any] | None:

@@ -18,7 +18,9 @@ from types import SimpleNamespace
 if os.environ.get("PERFGATE_FAKE_CUDA", "1") == "1":
     import torch
 
-    props = SimpleNamespace(name="Fake GPU (tests/fake_cuda)", major=9, minor=0, total_memory=80 * 2**30, multi_processor_count=132)
+    props = SimpleNamespace(
+        name="Fake GPU (tests/fake_cuda)", major=9, minor=0, total_memory=80 * 2**30, multi_processor_count=132
+    )
     torch.cuda.is_available = lambda: True
     torch.cuda.device_count = lambda: 1
     torch.cuda.current_device = lambda: 0

@@ -52,15 +52,27 @@ def test_upstream_state_dict_keys() -> None:
     with torch.device("meta"):
         keys = set(SelfForcingDiT(CONFIGS["tiny"]).state_dict())
     expected = {
-        "patch_embedding.weight", "patch_embedding.bias",
-        "text_embedding.0.weight", "text_embedding.2.bias",
-        "time_embedding.0.weight", "time_embedding.2.weight", "time_projection.1.weight",
-        "blocks.0.self_attn.q.weight", "blocks.0.self_attn.o.bias",
-        "blocks.0.self_attn.norm_q.weight", "blocks.0.self_attn.norm_k.weight",
-        "blocks.0.norm3.weight", "blocks.0.norm3.bias",
-        "blocks.1.cross_attn.k.weight", "blocks.1.cross_attn.norm_k.weight",
-        "blocks.1.ffn.0.weight", "blocks.1.ffn.2.bias", "blocks.1.modulation",
-        "head.head.weight", "head.head.bias", "head.modulation",
+        "patch_embedding.weight",
+        "patch_embedding.bias",
+        "text_embedding.0.weight",
+        "text_embedding.2.bias",
+        "time_embedding.0.weight",
+        "time_embedding.2.weight",
+        "time_projection.1.weight",
+        "blocks.0.self_attn.q.weight",
+        "blocks.0.self_attn.o.bias",
+        "blocks.0.self_attn.norm_q.weight",
+        "blocks.0.self_attn.norm_k.weight",
+        "blocks.0.norm3.weight",
+        "blocks.0.norm3.bias",
+        "blocks.1.cross_attn.k.weight",
+        "blocks.1.cross_attn.norm_k.weight",
+        "blocks.1.ffn.0.weight",
+        "blocks.1.ffn.2.bias",
+        "blocks.1.modulation",
+        "head.head.weight",
+        "head.head.bias",
+        "head.modulation",
     }
     assert expected <= keys
     assert not any(k.startswith(("blocks.0.norm1", "blocks.0.norm2", "head.norm")) for k in keys)
@@ -143,8 +155,13 @@ def test_cached_blocks_match_block_causal_full_sequence() -> None:
             start, end = j * cfg.block_tokens, (j + 1) * cfg.block_tokens
             frames = slice(j * fpb, (j + 1) * fpb)
             out = model(
-                latents[:, :, frames], timestep[:, frames], k_buffer[:, :, :end], v_buffer[:, :, :end],
-                cross_k, cross_v, torch.tensor(start),
+                latents[:, :, frames],
+                timestep[:, frames],
+                k_buffer[:, :, :end],
+                v_buffer[:, :, :end],
+                cross_k,
+                cross_v,
+                torch.tensor(start),
             )
             ref = reference[:, :, frames]
             torch.testing.assert_close(out, ref, atol=1e-4 * ref.abs().max().item(), rtol=0)

@@ -102,9 +102,7 @@ def test_rope_positions_matter() -> None:
         for block in model.blocks:
             x, xm = block(x, *no_rope), block(xm, *no_rope)
     # Sanity: with identity rotation the reordering is exactly undone.
-    torch.testing.assert_close(
-        x.unflatten(1, (2, 4, 4)), xm.unflatten(1, (2, 4, 4)).flip(3), atol=1e-5, rtol=1e-5
-    )
+    torch.testing.assert_close(x.unflatten(1, (2, 4, 4)), xm.unflatten(1, (2, 4, 4)).flip(3), atol=1e-5, rtol=1e-5)
     assert not torch.allclose(out, out_moved, atol=1e-3)
 
 
