@@ -416,6 +416,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         tr.write_line(f"perfgate: verdicts written to {s.verdict_file}")
     if s.unjudged:
         tr.write_line(s.unjudged)
+    if s.baselines.skipped:
+        names = ", ".join(str(p) for p in s.baselines.skipped)
+        tr.write_line(f"perfgate: skipped {len(s.baselines.skipped)} entr(ies) named like baselines that are no regular files: {names}")
     sources = s.baseline_sources()
     if sources:
         tr.write_line(

@@ -53,6 +53,7 @@ class GateSettings:
     contention_max: float = 0.25  # other processes' CPU time / wall time that marks a case unreliable
     fail_on_improvement: bool = False  # ratchet: an unexpected improvement fails until re-recorded
     normalise: bool = True  # CPU latency judged on step/reference-workload ratios (cancels machine drift)
+    ab_min_effect: float = 0.02  # A/B (`perfgate ab`): the smallest median slowdown a significant change must reach
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -148,6 +149,7 @@ _RANGES: dict[str, tuple[float, float, bool, str]] = {  # (low, high, low inclus
     "speedup_tolerance": (0.0, 1.0, True, "a relative drop below 1, e.g. 0.10 for 10%"),
     "remeasure": (0, 10, True, "a whole number of re-measurements, 0 to 10"),
     "contention_max": (0.0, 1024.0, True, "cores"),
+    "ab_min_effect": (0.0, 1.0, True, "a relative change, e.g. 0.02 for 2%"),
 }
 
 
