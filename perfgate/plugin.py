@@ -418,7 +418,10 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         tr.write_line(s.unjudged)
     if s.baselines.skipped:
         names = ", ".join(str(p) for p in s.baselines.skipped)
-        tr.write_line(f"perfgate: skipped {len(s.baselines.skipped)} entr(ies) named like baselines that are no regular files: {names}")
+        tr.write_line(
+            f"perfgate: skipped {len(s.baselines.skipped)} entr(ies) named like baselines that are no regular "
+            f"files: {names}"
+        )
     sources = s.baseline_sources()
     if sources:
         tr.write_line(

@@ -15,6 +15,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from perfgate.gate.quality import DEFAULT_SLOWDOWNS_PCT
 
     p.add_argument(
+        "--ab",
+        action="store_true",
+        help="measure on real suite cases (--cases): interleaved A/B against the stored-baseline gate, slowdowns "
+        "injected in the model alone and in F.linear (shared); --comparisons for unchanged code, "
+        "--detect-comparisons for each slowdown",
+    )
+    p.add_argument(
+        "--cases",
+        default="owl-world-model-tiny-baseline,owl-audio-decoder-tiny-baseline,wan-vae-decoder-tiny-baseline",
+        help="--ab: case ids measured together in every process (default: three tiny cases of 1 ms or more)",
+    )
+    p.add_argument(
+        "--detect-comparisons", type=int, default=10, metavar="N", help="--ab: comparisons per slowdown (default 10)"
+    )
+
+    p.add_argument(
         "--comparisons", type=int, default=50, metavar="N", help="judged comparisons per slowdown (default 50)"
     )
     p.add_argument(
@@ -132,6 +148,8 @@ def _rule(spec: str, base: Any) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.ab:
+        return _run_ab(args)
     from perfgate.cli import CommandError
     from perfgate.gate import policy as policy_mod
     from perfgate.gate import quality as q
@@ -306,3 +324,28 @@ def _print(data: dict[str, Any], rules: list[Any], *, precision: float, depth: i
             f"smallest slowdown detected >= {q.DETECTION_TARGET:.0%} with <= 1/50 false alarms: "
             + (f"{best:g}%" if best is not None else "none of those measured")
         )
+
+
+def _run_ab(args: argparse.Namespace) -> int:
+    from perfgate.gate import quality_ab
+    from perfgate.output.text import text_table
+
+    cases = [c.strip() for c in args.cases.split(",") if c.strip()]
+    counts = {c: (args.comparisons if c[1] == 0 else args.detect_comparisons) for c in quality_ab.CONDITIONS}
+
+    def progress(msg: str) -> None:
+        print(f"gate-quality: {msg}", file=sys.stderr, flush=True)
+
+    done = quality_ab.run(Path.cwd(), cases, comparisons=counts, device="cpu", out=args.json, progress=progress)
+    rows = [
+        [
+            f"{r['kind']} +{r['slowdown_pct']:g}%",
+            r["rule"],
+            f"{r['alarms']}/{r['n']}",
+            str(r["unreliable"]),
+            f"{r['wall_s_per_comparison']:.0f}",
+        ]
+        for r in quality_ab.rates(done)
+    ]
+    print("\n".join(text_table(("injected", "rule", "regressions", "unreliable", "wall s / comparison"), rows)))
+    return 0

@@ -104,3 +104,32 @@ def job_summary(
     if links:
         out.append("Artifacts: " + " · ".join(f"[{_md(name)}]({url})" for name, url in links.items()))
     return "\n".join(out).rstrip() + "\n"
+
+
+def ab_summary(result: Any, verdicts: Sequence[gate.Verdict], *, max_rows: int = 30) -> str:
+    """`perfgate ab`'s Markdown: the failing verdicts first, then every latency verdict, then what
+    only one side has."""
+    failing = gate.failing(verdicts)
+    head = f"### perfgate ab: {len(failing)} regression(s)" if failing else "### perfgate ab: no regression"
+    out = [
+        head,
+        "",
+        f"base {_md(result.base)} · head {_md(result.head)} · {result.processes} processes in {result.wall_s:.0f} s",
+        "",
+    ]
+    shown = [*failing, *(v for v in verdicts if v not in failing and v.metric == "latency")]
+    if shown:
+        out += ["| case | metric | change | verdict | why |", "|---|---|--:|---|---|"]
+        out += [
+            f"| {_md(case_name(v.case, {}))} | {_md(v.metric)} | {_change(v)} | {_md(v.verdict)} | {_md(v.message)} |"
+            for v in shown[:max_rows]
+        ]
+        out += [*_more(len(shown), max_rows), ""]
+    for label, ids in (
+        ("New (head only)", result.new),
+        ("Removed (base only)", result.removed),
+        ("Skipped in both", result.skipped),
+    ):
+        if ids:
+            out.append(f"{label}: " + ", ".join(f"`{_md(i)}`" for i in ids))
+    return "\n".join(out).rstrip() + "\n"

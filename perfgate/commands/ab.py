@@ -1,0 +1,154 @@
+"""`perfgate ab`: the pull-request gate without a stored baseline: base and head in one job."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from perfgate.cli import EXIT_REGRESSION, CommandError
+
+HELP = "compare two revisions in one job (alternating fresh processes, a paired verdict per case)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--base",
+        default=None,
+        help="base revision (default: the merge base of HEAD with origin/main, upstream/main or main)",
+    )
+    p.add_argument(
+        "--head", default=None, help="head revision (default: the working tree, uncommitted changes included)"
+    )
+    p.add_argument(
+        "--mode",
+        choices=("auto", "interleaved", "processes"),
+        default="auto",
+        help="interleaved: both revisions' model code in each process, round by round (model changes only); "
+        "processes: whole revisions in alternating fresh processes (any change); auto: interleaved when only "
+        "model files changed (default)",
+    )
+    p.add_argument(
+        "--max-pairs", type=int, default=12, help="processes mode: process pairs per case at most (default 12)"
+    )
+    p.add_argument("--max-processes", type=int, default=6, help="interleaved mode: processes at most (default 6)")
+    p.add_argument(
+        "--budget-s", type=float, default=1800.0, help="wall-time budget of the whole comparison, s (default 1800)"
+    )
+    p.add_argument("--seed", type=int, default=None, help="seed of the random pair order (default: random)")
+    p.add_argument("--json", type=Path, default=None, help="also write the verdicts and the per-pair figures here")
+    p.add_argument(
+        "--markdown", type=Path, default=None, help="also write a Markdown summary here (e.g. $GITHUB_STEP_SUMMARY)"
+    )
+    p.add_argument("--ratchet", action="store_true", help="fail on an improvement too")
+    p.add_argument(
+        "pytest_args",
+        nargs=argparse.REMAINDER,
+        help="after --: the selection both sides run, e.g. -- --perfgate-models owl-world-model "
+        "--perfgate-variants baseline",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from perfgate import ab_run, gate
+    from perfgate.gate import policy as policy_mod
+    from perfgate.output import files, markdown
+    from perfgate.output.terminal import verdict_table
+
+    if args.max_pairs < ab_run.ab.MIN_PAIRS:
+        raise CommandError(f"--max-pairs {args.max_pairs}: at least {ab_run.ab.MIN_PAIRS} pairs are needed to judge")
+    selection = [a for a in args.pytest_args if a != "--"]
+    try:
+        repo = Path(ab_run.git(Path.cwd(), "rev-parse", "--show-toplevel"))
+        policy = policy_mod.load(repo / "pyproject.toml")
+        base = ab_run.checkout(repo, args.base or ab_run.default_base(repo), "base")
+        head = ab_run.checkout(repo, args.head, "head") if args.head else ab_run.working_tree(repo)
+        head_cases, base_cases = ab_run.collect(head, selection), ab_run.collect(base, selection)
+    except (ab_run.ABError, policy_mod.PolicyError) as exc:
+        raise CommandError(str(exc)) from None
+    common = [c for c in head_cases if c in set(base_cases)]
+
+    def progress(msg: str) -> None:
+        print(f"perfgate ab: {msg}", file=sys.stderr, flush=True)
+
+    mode, why = args.mode, "chosen with --mode"
+    if mode == "auto":
+        try:
+            mode, why = ab_run.choose_mode(
+                repo, base.label.rsplit("(", 1)[1].rstrip(")"), args.head, family_files(repo)
+            )
+        except ab_run.ABError as exc:
+            raise CommandError(str(exc)) from None
+    progress(f"base {base.label}, head {head.label}: {len(common)} case(s) in both; mode {mode} ({why})")
+    try:
+        if mode == "interleaved":
+            result = ab_run.run_interleaved(
+                base,
+                head,
+                common,
+                policy,
+                max_processes=args.max_processes,
+                budget_s=args.budget_s,
+                device=_device(selection),
+                progress=progress,
+            )
+        else:
+            result = ab_run.run_ab(
+                base,
+                head,
+                common,
+                policy,
+                measure_fn=lambda side, ids: ab_run.measure(side, ids, selection),
+                max_pairs=args.max_pairs,
+                budget_s=args.budget_s,
+                seed=args.seed,
+                progress=progress,
+            )
+    except ab_run.ABError as exc:
+        raise CommandError(str(exc)) from None
+    result.new += [c for c in head_cases if c not in set(base_cases)]
+    result.removed = [c for c in base_cases if c not in set(head_cases)]
+    verdicts = gate.sort_verdicts(result.verdicts)
+    print("\n".join(verdict_table(verdicts)))
+    for label, ids in (
+        ("new (head only)", result.new),
+        ("removed (base only)", result.removed),
+        ("skipped in both", result.skipped),
+    ):
+        if ids:
+            print(f"{label}: {', '.join(ids)}")
+    print(f"perfgate ab: {result.processes} processes in {result.wall_s:.0f} s; base {result.base}, head {result.head}")
+    if args.json:
+        files.write_json(args.json, ab_run.result_json(result, verdicts))
+    if args.markdown:
+        files.write_text(args.markdown, markdown.ab_summary(result, verdicts))
+    return EXIT_REGRESSION if gate.failing(verdicts, fail_on_improvement=args.ratchet) else 0
+
+
+def family_files(repo: Path) -> set[str]:
+    """The model family files of the head's registries, relative to the repository."""
+    import importlib.util
+
+    from perfgate.cli import load_models
+    from perfgate.workload import MODELS
+
+    load_models()
+    out = set()
+    for spec in MODELS.values():
+        found = importlib.util.find_spec(spec.module)
+        if found is not None and found.origin:
+            try:
+                out.add(str(Path(found.origin).resolve().relative_to(repo.resolve())))
+            except ValueError:  # a family installed elsewhere: not this repository's change
+                continue
+    return out
+
+
+def _device(selection: list[str]) -> str | None:
+    """--perfgate-device from the selection, for the interleaved processes."""
+    for i, arg in enumerate(selection):
+        if arg == "--perfgate-device" and i + 1 < len(selection):
+            return selection[i + 1]
+        if arg.startswith("--perfgate-device="):
+            return arg.split("=", 1)[1]
+    return None
