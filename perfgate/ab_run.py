@@ -89,9 +89,12 @@ def working_tree(repo: Path) -> Side:
     )
 
 
-def side_env(side: Side, extra: dict[str, str] | None = None) -> dict[str, str]:
+def side_env(side: Side, extra: dict[str, str] | None = None, harness: Path | None = None) -> dict[str, str]:
+    """The environment of a side's processes: its checkout first on the path (after `harness`, a
+    perfgate to run instead of the side's own, as `perfgate bisect` does for old commits)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "GITHUB_STEP_SUMMARY"))}
-    env["PYTHONPATH"] = os.pathsep.join([str(side.root), *filter(None, [env.get("PYTHONPATH")])])
+    paths = [str(harness)] if harness else []
+    env["PYTHONPATH"] = os.pathsep.join([*paths, str(side.root), *filter(None, [env.get("PYTHONPATH")])])
     return {**env, **(extra or {})}
 
 
@@ -270,6 +273,7 @@ def run_interleaved(
     case_budget_s: float = 3.0,
     device: str | None = None,
     env: dict[str, str] | None = None,
+    harness: Path | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> ABResult:
     """Interleaved mode: fresh processes of the head's checkout, each measuring both revisions' model
@@ -298,7 +302,7 @@ def run_interleaved(
                 *undecided,
             ]
             r = subprocess.run(
-                cmd, cwd=head.root, env=side_env(head, env), capture_output=True, text=True, timeout=3600
+                cmd, cwd=head.root, env=side_env(head, env, harness), capture_output=True, text=True, timeout=3600
             )
             if not out.is_file():
                 tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]

@@ -291,6 +291,36 @@ def test_ci_benchmark_fails_the_job_on_a_failed_gate_with_repro_and_trace(tmp_pa
     assert len(traces) == 1 and json.loads(traces[0].read_text())["traceEvents"]
 
 
+@pytest.mark.slow
+def test_ci_benchmark_ab_mode_judges_head_against_base_in_one_job(tmp_path: Path) -> None:
+    (tmp_path / "gitconfig").write_text("")
+    git_env = dict(GIT_CONFIG_GLOBAL=str(tmp_path / "gitconfig"), GIT_CONFIG_NOSYSTEM="1")
+    git_env |= dict(GIT_AUTHOR_NAME="P", GIT_AUTHOR_EMAIL="p@x", GIT_COMMITTER_NAME="P", GIT_COMMITTER_EMAIL="p@x")
+    out, step_summary = tmp_path / "out", tmp_path / "step-summary.md"
+    env = script_env(tmp_path, PERFGATE_MODE="ab", GITHUB_STEP_SUMMARY=str(step_summary), **git_env)
+    copy = project_copy_with_origin(tmp_path, env)  # head == origin/main: nothing to find
+    r = run(["scripts/ci-benchmark", "--out", str(out), *SMALLEST], env, cwd=copy, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+
+    ab = json.loads((out / "ab.json").read_text())
+    assert [v["case"] for v in ab["verdicts"] if v["metric"] == "latency"] == ["physicsnemo-block-tiny-baseline"]
+    assert ab["processes"] >= 2 and not ab["new"] and not ab["removed"]
+    summary = (out / "summary.md").read_text()
+    assert summary.startswith("### perfgate ab: no regression") and "physicsnemo-block" in summary
+    assert "python -m perfgate ab --json" not in summary  # the repro names the selection, not our files
+    assert "python -m perfgate ab -- --perfgate-device cpu --perfgate-models physicsnemo-block" in summary
+    assert step_summary.read_text() == summary
+    assert "perfgate ab:" in (out / "ab.log").read_text()
+
+
+def test_ci_benchmark_rejects_an_unknown_mode_in_one_line(tmp_path: Path) -> None:
+    r = run([str(SCRIPTS / "ci-benchmark"), *SMALLEST], script_env(tmp_path, PERFGATE_MODE="abba"))
+    assert r.returncode == 4
+    assert r.stderr.strip() == (
+        "ci-benchmark: PERFGATE_MODE=abba is not a mode; use stored (the stored baseline) or ab (same-job A/B)"
+    )
+
+
 # --- scripts/record-baselines ---------------------------------------------------------------------
 
 

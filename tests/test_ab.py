@@ -1,0 +1,201 @@
+"""Same-job A/B: the paired verdicts, the interleaved worker on a real model, mode choice, injection, bisect."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from perfgate import ab_run, gate
+from perfgate.gate import ab, inject
+from perfgate.gate.policy import GateSettings, Policy
+
+ROOT = Path(__file__).resolve().parents[1]
+S = GateSettings()
+
+
+def _logs(pcts: list[float]) -> list[float]:
+    return [math.log(1 + p / 100) for p in pcts]
+
+
+def _judge(pcts: list[float], test: str, final: bool = False) -> gate.Verdict | None:
+    return ab.judge_logs(
+        "c", _logs(pcts), S, final=final, unit="process", test=test, baseline_ms=1.0, current_ms=1.0, n_total=len(pcts)
+    )
+
+
+def test_interleaved_processes_decide_with_a_t_test() -> None:
+    assert _judge([5.1, 4.8, 5.3], "t").verdict == gate.REGRESSION  # three processes agree on +5%
+    assert _judge([-4.9, -5.2, -5.0], "t").verdict == gate.IMPROVEMENT
+    unchanged = _judge([0.3, -0.2, 0.1], "t")
+    assert unchanged.verdict == gate.UNCHANGED and "within +-2%" in unchanged.message
+    assert _judge([3.0, -1.0, 6.0], "t") is None  # not clear yet: ask for another process
+    assert _judge([3.0, -1.0, 6.0], "t", final=True).verdict == gate.INCONCLUSIVE
+    assert _judge([1.0, 1.2], "t") is None  # fewer than MIN_PAIRS decide nothing
+
+
+def test_process_pairs_need_seven_for_the_rank_test() -> None:
+    """Wilcoxon's exact one-sided p is 1/2^n at best: below 0.01 only from 7 pairs."""
+    assert _judge([5, 6, 7, 5, 6, 7], "wilcoxon") is None
+    assert _judge([5, 6, 7, 5, 6, 7, 6], "wilcoxon").verdict == gate.REGRESSION
+    assert (
+        _judge([1.5, 1.8, 1.2, 1.9, 1.6, 1.7, 1.4], "wilcoxon", final=True).verdict == gate.UNCHANGED
+    )  # significant, under 2%
+
+
+def _worker(cases: list[str], tmp: Path, env: dict[str, str] | None = None) -> list[dict]:
+    out = tmp / "out.json"
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "perfgate.interleave",
+            "--base",
+            str(ROOT),
+            "--head",
+            str(ROOT),
+            "--out",
+            str(out),
+            "--budget-s",
+            "1",
+            *cases,
+        ],
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.is_file(), r.stderr[-2000:]
+    return json.loads(out.read_text())["results"]
+
+
+@pytest.mark.slow
+def test_interleaved_worker_on_a_real_model_sees_an_injected_slowdown_and_not_its_own_noise(tmp_path: Path) -> None:
+    case = "owl-audio-decoder-tiny-baseline"
+    same = [_worker([case, "no-such-case"], tmp_path)[0] for _ in range(3)]
+    assert all(abs(r["ratio"] - 1) < 0.03 for r in same), [r["ratio"] for r in same]
+    (v, *_) = ab.interleaved_verdicts(f"x[{case}]", same, Policy(), final=True)
+    assert v.verdict == gate.UNCHANGED
+    slowed = [_worker([case], tmp_path, {"PERFGATE_INJECT_HEAD": "local:10"})[0] for _ in range(3)]
+    (v, *_) = ab.interleaved_verdicts(f"x[{case}]", slowed, Policy(), final=False)
+    assert v.verdict == gate.REGRESSION and 4 < v.change_pct < 20, v.message
+    assert _worker(["no-such-case"], tmp_path)[0] == {
+        "case": "no-such-case",
+        "error": "no such case in the head revision",
+    }
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@e",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@e",
+    }
+    return subprocess.run(["git", *args], cwd=repo, env=env, capture_output=True, text=True, check=True).stdout
+
+
+SLEEPY = """
+import time
+from dataclasses import dataclass
+import torch
+from torch import nn
+from perfgate import ModelSpec, register_model
+
+@dataclass(frozen=True, kw_only=True)
+class Config:
+    pass
+
+CONFIGS = {{"tiny": Config()}}
+SLEEP_S = {sleep}
+
+class Sleepy(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(4))
+
+    def forward(self, x):
+        time.sleep(SLEEP_S)
+        return x * self.w
+
+def example_inputs(config, *, batch=1, seed=0, device="cpu", dtype=torch.float32, **options):
+    return (torch.ones(batch, 4, device=device, dtype=dtype),)
+
+def step_info(config, *, batch=1, **options):
+    return {{"frames": float(batch)}}
+
+register_model(ModelSpec(name="sleepy", module=__name__, model_class="Sleepy", default_sizes={{"cpu": "tiny"}}))
+"""
+
+
+def _project(tmp: Path) -> Path:
+    repo = tmp / "proj"
+    (repo / "benchmarks").mkdir(parents=True)
+    (repo / "benchmarks" / "test_models.py").write_text((ROOT / "benchmarks" / "test_models.py").read_text())
+    (repo / "conftest.py").write_text('pytest_plugins = ("perfgate.plugin",)\n')
+    (repo / "pyproject.toml").write_text('[tool.perfgate]\nmodel_files = ["sleepy.py"]\n')
+    (repo / "sleepy.py").write_text(SLEEPY.format(sleep=0.002))
+    (repo / "README.md").write_text("a project\n")
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "fast")
+    return repo
+
+
+def test_the_mode_follows_what_changed(tmp_path: Path) -> None:
+    repo = _project(tmp_path)
+    base = _git(repo, "rev-parse", "HEAD").strip()
+    (repo / "README.md").write_text("docs only\n")
+    assert ab_run.choose_mode(repo, base, None, {"sleepy.py"})[0] == "interleaved"
+    (repo / "sleepy.py").write_text(SLEEPY.format(sleep=0.003))
+    assert ab_run.choose_mode(repo, base, None, {"sleepy.py"}) == ("interleaved", "only model files changed")
+    (repo / "conftest.py").write_text('pytest_plugins = ("perfgate.plugin",)\n# changed\n')
+    mode, why = ab_run.choose_mode(repo, base, None, {"sleepy.py"})
+    assert mode == "processes" and "conftest.py" in why
+
+
+@pytest.mark.slow
+def test_bisect_finds_the_commit_that_made_the_case_slower(tmp_path: Path) -> None:
+    repo = _project(tmp_path)
+    good = _git(repo, "rev-parse", "HEAD").strip()
+    for i, sleep in enumerate((0.002, 0.003, 0.003)):  # the second commit adds a millisecond
+        (repo / "README.md").write_text(f"change {i}\n")
+        (repo / "sleepy.py").write_text(SLEEPY.format(sleep=sleep))
+        _git(repo, "commit", "-qam", f"change {i}")
+    culprit = _git(repo, "rev-parse", "HEAD~1").strip()
+    r = subprocess.run(
+        [sys.executable, "-m", "perfgate", "bisect", good, "HEAD", "--case", "sleepy-tiny-baseline", "--device", "cpu"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert f"perfgate bisect: {culprit} is the first bad commit" in r.stdout
+    assert "regression" in r.stdout  # the A/B evidence of the steps
+
+
+def test_injected_slowdowns_are_what_they_say(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ValueError, match="write local:K or shared:K"):
+        inject.parse("model:5")
+    ran: list[int] = []
+    original = torch.nn.functional.linear
+    monkeypatch.setattr(torch.nn.functional, "linear", lambda *a, **k: ran.append(1) or original(*a, **k))
+    undo = inject.slow_linear(25.0)  # every 4th call done twice
+    x, w = torch.ones(2, 3), torch.ones(4, 3)
+    for _ in range(8):
+        torch.nn.functional.linear(x, w)
+    undo()
+    assert len(ran) == 10
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+    x = torch.randn(16, 64)
+    step = inject.local_slowdown_step(lambda: model(x), model, 10.0)
+    assert torch.equal(step(), model(x))  # the model's own result: the extra work is discarded
