@@ -16,13 +16,14 @@ from perfgate.fingerprint import differences
 from perfgate.gate import policy as policy_mod
 from perfgate.gate import store as baseline_store
 from perfgate.measure import StopRule
-from perfgate.output import files, markdown, report_data, terminal
+from perfgate.output import files, markdown, progress, report_data, terminal
 from perfgate.runner import Case, RunOptions
 from perfgate.session import Session, _split, expand_cases
 from perfgate.variants import set_inductor_cache
 from perfgate.workload import RegistryError, load_registries
 
 _KEY = pytest.StashKey[Session]()
+_PROGRESS = pytest.StashKey[Any]()  # the run's perfgate.output.progress reporter
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -133,6 +134,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     g.addoption(
         "--perfgate-evidence-dir", default=None, help="where --perfgate-trace writes (default .perfgate/evidence)"
+    )
+    g.addoption(
+        "--perfgate-show-unchanged",
+        action="store_true",
+        help="list the unchanged verdicts with their reasons at the end (default: counted per metric; -vv lists too)",
     )
 
 
@@ -295,6 +301,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("case", params)
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    config = session.config
+    if config.stash.get(_KEY, None) is not None:
+        config.stash[_PROGRESS] = progress.for_pytest(config, progress.count_cases(session.items))
+
+
 def feed_benchmark(benchmark: Any, samples_ms: list[float], extra_info: dict[str, Any]) -> None:
     """Hand perfgate's samples to pytest-benchmark so its table, JSON, save and compare work.
 
@@ -371,8 +383,16 @@ def _record(config: pytest.Config, session: Session) -> Path | None:
     return baseline_store.record(session.baseline_dir, data, session.record_label)
 
 
+def _judged_anything(s: Session) -> bool:
+    """Whether the run measured a case or gave one a verdict (an error counts): else it wrote nothing."""
+    return bool(s.results or s.verdicts)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
+    reporter = config.stash.get(_PROGRESS, None)
+    if reporter is not None:
+        reporter.close()
     s = config.stash.get(_KEY, None)
     if s is None or not s.results and not s.skips:
         return
@@ -391,6 +411,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         if fail == "yes" or (fail == "auto" and os.environ.get("CI")):
             s.unjudged += " (failing the run: --perfgate-fail-unjudged)"
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if not _judged_anything(s):
+        return  # --benchmark-skip, or every case skipped: the previous run's verdicts stay as they were
     verdicts = report_data.session_verdicts(s)
     if s.verdict_file is not None:
         files.write_json(s.verdict_file, results.verdicts_json(verdicts, s.fingerprint))
@@ -406,14 +428,17 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if s is None or not s.results and not s.skips:
         return
     tr = terminalreporter
-    for line in terminal.session_lines(s):
+    show = config.getoption("perfgate_show_unchanged") or config.getoption("verbose") > 1
+    for line in terminal.session_lines(s, show_unchanged=show):
         tr.write_line(line)
     if s.recorded:
         tr.write_line(f"perfgate: recorded baseline {s.recorded}")
     if s.record_refused:
         tr.write_line(s.record_refused)
-    if s.verdict_file is not None:
+    if s.verdict_file is not None and _judged_anything(s):
         tr.write_line(f"perfgate: verdicts written to {s.verdict_file}")
+    elif s.verdict_file is not None:
+        tr.write_line(f"perfgate: no case was measured; {s.verdict_file} left as it was")
     if s.unjudged:
         tr.write_line(s.unjudged)
     if s.baselines.skipped:
@@ -437,6 +462,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             tr.write_line(
                 f"perfgate: evidence for {name.split('::')[-1]}: {ev['trace']}; reproduce: {ev['reproduce']['pytest']}"
             )
+    recap = terminal.recap_line(s.verdicts)
+    if recap:
+        tr.write_line(recap)
 
 
 def run_benchmark(case: Case, benchmark: Any, request: pytest.FixtureRequest) -> dict[str, Any]:
@@ -446,13 +474,8 @@ def run_benchmark(case: Case, benchmark: Any, request: pytest.FixtureRequest) ->
     from perfgate.variant_steps import VariantError
 
     session: Session = request.config.stash[_KEY]
-    tr = request.config.pluginmanager.get_plugin("terminalreporter")
     verbose = request.config.getoption("verbose") > 0
-
-    def progress(msg: str) -> None:
-        if verbose and tr is not None:
-            tr.write_line(f"  {case.id}: {msg}")
-
+    reporter = request.config.stash.get(_PROGRESS, None) or progress.NoProgress()
     fullname = request.node.nodeid
 
     def error(message: str) -> None:
@@ -462,8 +485,8 @@ def run_benchmark(case: Case, benchmark: Any, request: pytest.FixtureRequest) ->
         pytest.fail(f"{case.id}: {message}", pytrace=verbose)
 
     try:
-        with timeout.limit(session.case_timeout_s):
-            result, verdicts = session.measure_and_judge(case, fullname, progress)
+        with reporter.case(case.id) as note, timeout.limit(session.case_timeout_s):
+            result, verdicts = session.measure_and_judge(case, fullname, note)
     except VariantError as exc:
         session.skips[case.id] = str(exc)
         pytest.skip(f"{case.variant}: {exc}")
