@@ -326,18 +326,32 @@ def feed_benchmark(benchmark: Any, samples_ms: list[float], extra_info: dict[str
 def pytest_benchmark_compare_machine_info(
     config: pytest.Config, benchmarksession: Any, machine_info: dict[str, Any], compared_benchmark: dict[str, Any]
 ) -> None:
-    """perfgate's fingerprint decides what is comparable: one line when the compared file's differs,
-    instead of pytest-benchmark's one-line dump of both machine_infos (5 KB; and it raised where
-    its storage lay outside the working directory), which sees equal infos after this."""
+    """perfgate's fingerprint decides what is comparable. pytest-benchmark's own implementation of
+    this hook (run after this one) warns with both machine_infos dumped on one line (5 KB; and it
+    raised where its storage lay outside the working directory) whenever they differ at all; made
+    equal here, it stays silent. Where the fingerprints differ, the run's summary says so in the
+    line naming the compared file (`compare_line`)."""
     session = config.stash.get(_KEY, None)
     if session is None:
         return
     theirs = (compared_benchmark.get("machine_info") or {}).get("perfgate", {}).get("fingerprint") or {}
     diff = differences(session.fingerprint, theirs)
     if diff:
-        what = ", ".join(f"{k} {b!r} there, {a!r} here" for k, (a, b) in diff.items())
-        benchmarksession.logger.warning(f"perfgate: --benchmark-compare file was measured on another machine ({what})")
+        session.compared_elsewhere.append(", ".join(f"{k} {b!r} there, {a!r} here" for k, (a, b) in diff.items()))
     compared_benchmark["machine_info"] = machine_info
+
+
+def compare_line(config: pytest.Config, session: Session) -> str | None:
+    """The one line on pytest-benchmark's --benchmark-compare: which file its table compared with
+    and, where it came from another machine, how that machine differs."""
+    bs = getattr(config, "_benchmarksession", None)
+    paths = [str(p) for p in (getattr(bs, "compared_mapping", None) or {})]
+    if not paths:
+        return None
+    line = f"perfgate: pytest-benchmark's table compared with {', '.join(paths)}"
+    if session.compared_elsewhere:
+        line += f", measured on another machine ({'; '.join(dict.fromkeys(session.compared_elsewhere))})"
+    return line
 
 
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict[str, Any]) -> None:
@@ -453,9 +467,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             "perfgate: the gate judged each case against the newest baseline holding it: "
             + "; ".join(f"{n} case(s) against {path}" for path, n in sources.items())
         )
-    compared = config.getoption("benchmark_compare", None)
-    if isinstance(compared, str) and compared.endswith(".json"):
-        tr.write_line(f"perfgate: pytest-benchmark's table compared with {compared}")
+    compared = compare_line(config, s)
+    if compared:
+        tr.write_line(compared)
     for name, r in s.results.items():
         ev = r.extra_info.get("evidence")
         if ev:

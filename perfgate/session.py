@@ -109,6 +109,7 @@ class Session:
     verdict_file: Path | None = None  # where the verdicts JSON is written at the end; None: nowhere
     recorded: Path | None = None  # the baseline file this run recorded
     record_refused: str | None = None  # why this run was not recorded although asked to
+    compared_elsewhere: list[str] = field(default_factory=list)  # how --benchmark-compare files' machines differ
 
     def __post_init__(self) -> None:
         self.fingerprint = fingerprint(self.device)

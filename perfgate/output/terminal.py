@@ -136,7 +136,7 @@ def verdict_block(verdicts: Sequence[gate.Verdict]) -> list[str]:
             _value(v.baseline, metric_unit(v.metric)),
             _value(v.current, metric_unit(v.metric)),
             fmt(v.change_pct, "+.1f") + ("%" if v.change_pct is not None else ""),
-            v.compared or "-",
+            v.compared or ("not compared" if v.baseline is None else "-"),  # unreliable, no baseline, error
         ]
         for v in ordered
     ]
@@ -229,9 +229,12 @@ def session_lines(session: Any, *, show_unchanged: bool = False) -> list[str]:
         rec = CaseRecord.from_extra_info(r.extra_info)
         groups.setdefault(group_title(rec), []).append(rec)
     lines = ["", "=" * 30 + " perfgate " + "=" * 30, f"fingerprint: {session.fingerprint_id}"]
-    if session.verdicts:
-        lines += ["", *verdict_table(session.verdicts, show_unchanged=show_unchanged, hint=SHOW_UNCHANGED_HINT)]
-    if session.gate_enabled and session.results and session.load_baseline() is None:
+    no_baseline = session.gate_enabled and session.results and session.load_baseline() is None
+    # Without any baseline the notice below says it once for all cases, not per case as well.
+    verdicts = [v for v in session.verdicts if not (no_baseline and v.verdict == gate.NO_BASELINE)]
+    if verdicts:
+        lines += ["", *verdict_table(verdicts, show_unchanged=show_unchanged, hint=SHOW_UNCHANGED_HINT)]
+    if no_baseline:
         lines += ["", session.no_baseline_notice()]
     for title, records in groups.items():
         lines += ["", title, *text_table(OPT_HEADERS, optimisation_rows(records)), *speedup_notes(records)]
