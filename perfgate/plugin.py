@@ -496,6 +496,9 @@ def run_benchmark(case: Case, benchmark: Any, request: pytest.FixtureRequest) ->
         """The case could not be measured: a verdict that says why (the verdict file and summary
         show it), then one line; the traceback only with -v."""
         session.verdicts.append(gate.Verdict(case=fullname, metric="run", verdict=gate.ERROR, message=message))
+        # Marked used (as feed_benchmark does): else pytest-benchmark adds a "fixture was not used
+        # at all" warning, a warnings summary of four lines, to a failure already said in one.
+        benchmark._mode = "perfgate"
         pytest.fail(f"{case.id}: {message}", pytrace=verbose)
 
     try:

@@ -103,4 +103,4 @@ def test_benchmark_skip_leaves_the_verdicts_file_alone(suite):  # noqa: F811
     r = suite.runpytest_subprocess(*args, "--benchmark-skip")
     r.assert_outcomes(skipped=2)
     assert verdicts.read_bytes() == before
-    r.stdout.fnmatch_lines([f"perfgate: no case was measured; {verdicts.relative_to(suite.path)} left as it was"])
+    r.stdout.fnmatch_lines([f"perfgate: no case was measured; {verdicts} left as it was"])
