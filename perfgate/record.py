@@ -70,6 +70,7 @@ class CaseRecord:
     median_ms: float | None = _f(None, required=True, history=("median latency", "lower"))
     p90_ms: float | None = _f(None, required=True, history=("p90 latency", "lower"))
     p99_ms: float | None = _f(None, required=True, history=("p99 latency", "lower"))
+    tail_note: str | None = _f()  # why p90 / p99 are None: too few samples (perfgate.stats.TAIL_MIN_SAMPLES)
     iqr_ms: float | None = _f(None, always=True)
     noise_iqr_rel: float | None = _f(None, always=True)
     median_ci_lo_ms: float | None = _f(None, always=True)

@@ -26,7 +26,7 @@ from perfgate.device import bind
 from perfgate.gate.policy import Tolerance, tolerance_for
 from perfgate.measure import Measurement, StopRule, WarmupRule, measure, reference_step
 from perfgate.record import CaseRecord
-from perfgate.stats import ratios
+from perfgate.stats import ratios, tail_note
 from perfgate.steps import is_training
 from perfgate.variant_steps import Converted, Env, VariantError
 from perfgate.variants import Variant, get_variant
@@ -242,6 +242,7 @@ def case_record(
         **{k: v for k, v in conv.info.items() if k != "dtype"},
         **summary,
     )
+    rec.tail_note = tail_note(len(m.samples_ms))
     if m.reference_ms:
         rec.reference_ms = m.reference_ms
         rec.reference_median_ms = float(np.median(m.reference_ms))

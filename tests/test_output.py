@@ -254,3 +254,18 @@ def test_lean_loading_drops_only_sample_arrays(tmp_path):
         "samples_ms"
     ] == [1, 2, 3]
     assert lean["benchmarks"][0]["extra_info"]["note"] == full["benchmarks"][0]["extra_info"]["note"]
+
+
+def test_the_optimisation_table_says_when_a_p90_has_too_few_samples():
+    from perfgate.output.terminal import OPT_HEADERS, optimisation_rows
+    from perfgate.record import CaseRecord
+    from perfgate.stats import tail_note
+
+    col = OPT_HEADERS.index("p90 ms")
+    few, enough = ([1.0 + i / 100 for i in range(n)] for n in (17, 64))
+    records = [
+        CaseRecord.from_extra_info({**bench("a", s)["extra_info"], "tail_note": tail_note(len(s))})
+        for s in (few, enough)
+    ]
+    rows = optimisation_rows(records)
+    assert rows[0][col] == "n<64" and rows[1][col] == f"{records[1].p90_ms:.3f}"

@@ -18,8 +18,9 @@ from typing import Any
 
 from perfgate.gate.metrics import GATED
 from perfgate.gate.policy import GateSettings, Policy
-from perfgate.gate.verdicts import BUDGET, NO_BASELINE, REGRESSION, UNCHANGED, UNRELIABLE, Verdict
+from perfgate.gate.verdicts import BUDGET, INCONCLUSIVE, NO_BASELINE, REGRESSION, UNCHANGED, UNRELIABLE, Verdict
 from perfgate.record import CaseRecord
+from perfgate.stats import TAIL_MIN_SAMPLES
 
 # --- reliability --------------------------------------------------------------------------------
 
@@ -183,6 +184,9 @@ def absolute_checks(
             ("peak_mem_mib", b.max_peak_mem_mib, record.peak_mem_mib, lambda v, t: v <= t, "at most"),
         )
         for name, target, value, ok, word in checks:
+            if target is not None and value is None and name in TAIL_MIN_SAMPLES:
+                out.append(_tail_unjudged(case, record, name, target))
+                continue
             if target is None or value is None:
                 continue
             verdict = UNCHANGED if ok(value, target) else BUDGET
@@ -197,6 +201,28 @@ def absolute_checks(
                 )
             )
     return out
+
+
+def budget_min_rounds(policy: Policy, model: str, size: str, variant: str, hardware: str) -> int:
+    """The fewest timed rounds the case's budgets need to be judged: a p90 budget needs as many
+    samples as a p90 is reported from (MLPerf LoadGen's 64); 0 when no budget asks for a tail.
+    The session raises the stop rule's minimum to it, so a real-time budget is judged, not skipped."""
+    needs = [TAIL_MIN_SAMPLES["p90_ms"] for b in policy.budgets_for(model, size, variant, hardware) if b.max_p90_ms]
+    return max(needs, default=0)
+
+
+def _tail_unjudged(case: str, record: CaseRecord, name: str, target: float) -> Verdict:
+    """A tail budget that cannot be judged: the run has too few samples for the percentile (a smoke
+    run, fixed rounds under torchrun, or --perfgate-max-rounds below the floor)."""
+    need = TAIL_MIN_SAMPLES[name]
+    return Verdict(
+        case=case,
+        metric=f"budget:{name}",
+        verdict=INCONCLUSIVE,
+        baseline=target,
+        message=f"{name[:3]} budget not judged: insufficient samples ({len(record.samples_ms)} < {need}, "
+        f"MLPerf LoadGen's floor for {name[:3]}); measure at least {need} rounds (--perfgate-min-rounds {need})",
+    )
 
 
 # --- the decision -------------------------------------------------------------------------------
