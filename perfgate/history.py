@@ -318,6 +318,7 @@ class Series:
     variant: str | None
     unit: str
     points: list[SeriesPoint] = field(default_factory=list)
+    change_points: list[dict[str, Any]] | None = None  # perfgate.changepoints.annotate fills it on request
 
     def values(self) -> list[float]:
         return [p.value for p in self.points]

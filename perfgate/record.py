@@ -61,7 +61,7 @@ class CaseRecord:
     samples_ms: list[float] = _f([], required=True)
     reference_ms: list[float] | None = _f()  # CPU: the reference workload, timed in the same rounds
     reference_median_ms: float | None = _f()
-    normalised_median: float | None = _f()
+    normalised_median: float | None = _f(None, history=("latency / reference workload (the CPU gate's ratio)", "lower"))
     n: int | None = _f(None, always=True)
     mean_ms: float | None = _f(None, history=("mean latency", "lower"), always=True)
     std_ms: float | None = _f(None, history=("latency std", "lower"), always=True)

@@ -261,6 +261,7 @@ TABLE_KEYS = (
     "tier",
     "tiers",
     "case_timeout_s",
+    "accepted_changes",  # intended steps in the history: perfgate.changepoints (not read by the gate)
 )
 
 
