@@ -99,6 +99,12 @@ class CaseRecord:
     cudagraph_skips: int | None = _f()
     graph_breaks: int | None = _f(None, history=("graph breaks", "lower"))
     compile_cache: dict[str, int] | None = _f()
+    # Energy from the hardware's cumulative counter (perfgate.energy), or why there is none.
+    energy_j_per_step: float | None = _f(None, history=("energy per step", "lower"), unit="J")
+    energy_j_per_frame: float | None = _f(None, history=("energy per frame", "lower"), unit="J")
+    frames_per_j: float | None = _f(None, history=("frames per joule", "higher"), unit="frames/J")
+    energy: dict[str, Any] | None = _f()  # the window: source, joules, window_s, steps, error_bound_pct
+    energy_skipped: str | None = _f()
     # FLOPs and the roofline.
     gflop_per_step: float | None = _f()
     achieved_tflops: float | None = _f()
@@ -113,6 +119,7 @@ class CaseRecord:
     # Telemetry summary (sampler's own schema) and reliability.
     telemetry: dict[str, Any] | None = _f()
     contention_cores: float | None = _f()
+    throttle: dict[str, Any] | None = _f()  # GPU: rounds dropped as throttled, why, how many remain
     unreliable: str | None = _f()
     # In-run comparisons and the gate's bookkeeping.
     speedup: float | None = _f(None, history=("speedup over eager baseline", "higher"), unit="x")

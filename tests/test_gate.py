@@ -89,7 +89,8 @@ def test_compare_case_end_to_end_and_ordering():
 
 
 def test_every_gated_metric_is_one_row_the_policy_knows():
-    assert METRIC_NAMES == tuple(m.name for m in metrics.GATED) == ("latency", "memory", "accuracy", "speedup")
+    names = ("latency", "memory", "energy", "accuracy", "speedup")
+    assert METRIC_NAMES == tuple(m.name for m in metrics.GATED) == names
     for m in metrics.GATED:
         assert hasattr(S, m.setting) and m.better in ("lower", "higher")
 

@@ -44,17 +44,21 @@ class TelemetryRule:
     other_gpu_processes_max: int = 0
 
 
-def telemetry_reason(summary: Mapping[str, Any], rule: TelemetryRule = TelemetryRule()) -> str | None:
-    """Why a measurement with this telemetry summary (the sampler's schema) is not trustworthy, or None."""
+def telemetry_reason(
+    summary: Mapping[str, Any], rule: TelemetryRule = TelemetryRule(), *, clocks: bool = True
+) -> str | None:
+    """Why a measurement with this telemetry summary (the sampler's schema) is not trustworthy, or
+    None. `clocks=False`: the rounds were checked for throttling one by one (perfgate.throttle), so
+    the sampler's clock shares say nothing about the samples kept."""
     reasons = []
-    events = summary.get("clock_events") or {}
+    events = (summary.get("clock_events") or {}) if clocks else {}
     slow = {r: events[r] for r in SLOWDOWN_REASONS if events.get(r, 0.0) > rule.slowdown_share_max}
     if slow:
         listed = ", ".join(f"{r} in {share:.0%} of samples" for r, share in slow.items())
         reasons.append(f"GPU clocks were slowed ({listed})")
     gpu = summary.get("gpu") or {}
     busy_clock, max_clock = (summary.get("busy_sm_clock_mhz") or {}).get("mean"), gpu.get("max_sm_clock_mhz")
-    if busy_clock and max_clock and busy_clock < rule.clock_ratio_min * max_clock:
+    if clocks and busy_clock and max_clock and busy_clock < rule.clock_ratio_min * max_clock:
         reasons.append(
             f"mean SM clock while busy {busy_clock:.0f} MHz is {busy_clock / max_clock:.0%} of the maximum "
             f"{max_clock:.0f} MHz (< {rule.clock_ratio_min:.0%})"
@@ -76,7 +80,14 @@ def unreliable_reason(record: CaseRecord, settings: GateSettings) -> str | None:
             f"(> {settings.contention_max:g}): timings are not trustworthy"
         )
     if record.telemetry:
-        problems.append(telemetry_reason(record.telemetry))
+        problems.append(telemetry_reason(record.telemetry, clocks=record.throttle is None))
+    throttle = record.throttle or {}
+    if throttle.get("too_few"):
+        problems.append(
+            f"{throttle['dropped']} of {throttle['dropped'] + throttle['kept']} rounds ran throttled "
+            f"({', '.join(f'{k} {v}x' for k, v in throttle.get('reasons', {}).items())}); "
+            f"only {throttle['kept']} clean rounds remain: timings are not trustworthy"
+        )
     return "; ".join(p for p in problems if p) or None
 
 
