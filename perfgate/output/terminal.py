@@ -26,6 +26,7 @@ OPT_HEADERS = (
     "TFLOP/s (of peak)",
     "speedup",
     "accuracy",
+    "energy",
 )
 TAIL_NOTE = (
     f"too few timed rounds for a p90 (MLPerf LoadGen's floor: {TAIL_MIN_SAMPLES['p90_ms']} samples, "
@@ -71,9 +72,18 @@ def optimisation_rows(records: Sequence[CaseRecord]) -> list[list[str]]:
                 _tflops(r),
                 f"{r.speedup:.2f}x" if r.speedup else "-",
                 " ".join(accuracy_parts(r)),
+                energy_cell(r),
             ]
         )
     return rows
+
+
+def energy_cell(rec: CaseRecord) -> str:
+    """Frames per joule where the model counts frames, else joules per step; '-' when skipped
+    (the reason is in extra_info's energy_skipped)."""
+    if rec.frames_per_j is not None:
+        return f"{rec.frames_per_j:.3g} frames/J"
+    return f"{rec.energy_j_per_step:.3g} J/step" if rec.energy_j_per_step is not None else "-"
 
 
 def verdict_rows(verdicts: Sequence[gate.Verdict]) -> list[list[str]]:
@@ -111,6 +121,12 @@ def session_lines(session: Any) -> list[str]:
         lines += ["", title, *text_table(OPT_HEADERS, optimisation_rows(records))]
     if any(r.p90_ms is None and r.tail_note for recs in groups.values() for r in recs):
         lines += [f"(p90 n<{TAIL_MIN_SAMPLES['p90_ms']}: {TAIL_NOTE})"]
+    throttled = [r.throttle["dropped"] for recs in groups.values() for r in recs if (r.throttle or {}).get("dropped")]
+    if throttled:
+        lines += [f"(GPU: {sum(throttled)} throttled round(s) dropped in {len(throttled)} case(s); see `throttle`)"]
+    skipped = {r.energy_skipped for recs in groups.values() for r in recs if r.energy_skipped}
+    if skipped:
+        lines += [f"(energy '-': {'; '.join(sorted(skipped))})"]
     if session.verdicts:
         lines += ["", "gate verdicts (regressions first):", *verdict_table(session.verdicts)]
     if session.gate_enabled and session.results and session.load_baseline() is None:
