@@ -99,6 +99,18 @@ def parse_accepted(raw: Any, source: str = "[tool.perfgate]") -> tuple[AcceptedC
     return tuple(out)
 
 
+def load_accepted(pyproject: str) -> tuple[AcceptedChange, ...]:
+    """The accepted changes of a pyproject.toml (none when the file or the key is absent);
+    AcceptedChangeError, one line naming the file, for a bad file or entry."""
+    from perfgate.gate.policy import PolicyError, load_table
+
+    try:
+        table = load_table(pyproject)
+    except PolicyError as exc:
+        raise AcceptedChangeError(str(exc)) from None
+    return parse_accepted(table.get("accepted_changes", []), f"{pyproject} [tool.perfgate]")
+
+
 @dataclass(frozen=True, kw_only=True)
 class ChangePoint:
     index: int  # the first point at the new level
@@ -230,7 +242,7 @@ def unplaced(accepted: Sequence[AcceptedChange], series: Sequence[Any], metric: 
     out = []
     for a in accepted:
         hits = [s for s in series if a.matches((s.name, s.fullname, s.label), metric)]
-        if hits and not any(a.at(p.commit) for s in hits for p in s.points[1:]):
+        if hits and not any(a.at(p.commit) for s in hits for p in s.points):
             out.append(a)
     return out
 

@@ -146,3 +146,17 @@ def test_energy_is_gated_by_its_tolerance_like_memory():
     assert (verdict(3.2), verdict(3.4), verdict(2.6)) == ("unchanged", "regression", "improvement")
     assert judge_energy("c", CaseRecord(energy_skipped="no counter"), base, s) is None
     assert judge_energy("c", CaseRecord(energy_j_per_step=3.0), CaseRecord(), s) is None
+
+
+def test_the_report_notes_energy_with_its_bound_a_skip_with_its_reason_and_dropped_rounds():
+    from perfgate.output.html import _energy_notes, _throttle_notes
+
+    w, _ = _window(0.010)
+    measured = CaseRecord.from_extra_info({**energy_fields(w, {"frames": 2.0}), "samples_ms": [1.0]})
+    (note,) = _energy_notes(measured)
+    assert note["text"] == f"{measured.frames_per_j:.3g} frames/J (±{w.error_bound_pct:.1f}%)"
+    skipped = CaseRecord(energy_skipped="no RAPL energy counter on this CPU")
+    assert _energy_notes(skipped) == [{"text": "energy -", "title": skipped.energy_skipped, "badge": "muted"}]
+    assert _energy_notes(CaseRecord()) == [] and _throttle_notes(CaseRecord(throttle={"dropped": 0})) == []
+    (dropped,) = _throttle_notes(CaseRecord(throttle={"dropped": 3, "reasons": {"hw_thermal_slowdown": 3}}))
+    assert dropped["text"] == "3 throttled round(s) dropped" and dropped["title"] == "hw_thermal_slowdown 3x"

@@ -147,16 +147,14 @@ def run(args: argparse.Namespace) -> int:
 
 def _change_points(hist, args: argparse.Namespace) -> list:
     """Fill each series' change points; the accepted changes that match no commit of their case."""
-    from perfgate.changepoints import AcceptedChangeError, annotate, parse_accepted
+    from perfgate.changepoints import AcceptedChangeError, annotate, load_accepted
     from perfgate.cli import CommandError
-    from perfgate.gate.policy import PolicyError, load_table
 
     if not 0 < args.min_change < 1000:
         raise CommandError(f"--min-change {args.min_change:g}: give a step in %, e.g. 5")
     try:
-        table = load_table(args.pyproject)
-        accepted = parse_accepted(table.get("accepted_changes", []), f"{args.pyproject} [tool.perfgate]")
-    except (PolicyError, AcceptedChangeError) as exc:
+        accepted = load_accepted(args.pyproject)
+    except AcceptedChangeError as exc:
         raise CommandError(str(exc)) from None
     return annotate(hist, accepted, min_change=args.min_change / 100)
 
