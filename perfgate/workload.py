@@ -7,8 +7,8 @@ the model class, `example_inputs(config, *, batch, seed, device, dtype, **option
 the pytest id and the baseline key, so it never changes once baselines exist.
 
 perfgate registers no model itself: `load_registries` imports the registry modules and model
-files a project names (this repository's `models` package among them), and they call
-`register_model`.
+files a project names (the built-in families, `perfgate.models`, only where a project names
+them), and they call `register_model`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from perfgate.steps import STEP_BUILDERS, is_training, make_batch_source, train_
 DATA_PATHS = ("static", "host", "device")
 NO_MODELS = (
     "no models are registered: name the modules that register them in pyproject.toml "
-    '[tool.perfgate] registries = ["models"] (or --perfgate-registry MODULE), or model files in '
+    '[tool.perfgate] registries = ["perfgate.models"] (or --perfgate-registry MODULE), or model files in '
     'model_files = ["my_model.py"] (or --perfgate-model-file PATH)'
 )
 

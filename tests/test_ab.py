@@ -183,6 +183,23 @@ def test_bisect_finds_the_commit_that_made_the_case_slower(tmp_path: Path) -> No
     assert "regression" in r.stdout  # the A/B evidence of the steps
 
 
+def test_the_bisect_harness_runs_the_bisected_commits_built_in_families(tmp_path: Path) -> None:
+    from perfgate.commands.bisect import copy_harness
+
+    repo = tmp_path / "repo"
+    (repo / "perfgate" / "models").mkdir(parents=True)
+    (repo / "perfgate" / "models" / "__init__.py").write_text("WHERE = 'the checked-out commit'\n")
+    harness = tmp_path / "harness"
+    copy_harness(ROOT / "perfgate", harness / "perfgate", repo)
+    assert (harness / "perfgate" / "commands" / "models.py").is_file()  # only the top folder `models` is linked
+    code = "import perfgate.models as m, perfgate.plugin as p; print(m.WHERE); print(p.__file__)"
+    env = {**os.environ, "PYTHONPATH": str(harness)}
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    where, plugin = r.stdout.splitlines()
+    assert where == "the checked-out commit" and Path(plugin).parent == harness / "perfgate"
+
+
 def test_injected_slowdowns_are_what_they_say(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ValueError, match="write local:K or shared:K"):
         inject.parse("model:5")
@@ -199,3 +216,4 @@ def test_injected_slowdowns_are_what_they_say(monkeypatch: pytest.MonkeyPatch) -
     x = torch.randn(16, 64)
     step = inject.local_slowdown_step(lambda: model(x), model, 10.0)
     assert torch.equal(step(), model(x))  # the model's own result: the extra work is discarded
+
