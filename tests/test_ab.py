@@ -217,3 +217,39 @@ def test_injected_slowdowns_are_what_they_say(monkeypatch: pytest.MonkeyPatch) -
     step = inject.local_slowdown_step(lambda: model(x), model, 10.0)
     assert torch.equal(step(), model(x))  # the model's own result: the extra work is discarded
 
+
+FACTORY_FAMILY = """
+import torch
+from perfgate import ModelSpec, register_model
+
+CONFIGS = {{"tiny": {{"width": 2}}}}
+
+
+def {name}(width):
+    return torch.nn.Linear(width, {out})
+
+
+register_model(ModelSpec(name="factory-ab", module=__name__, factory={name}, default_sizes={{"cpu": "tiny"}}))
+"""
+
+
+def test_the_interleaved_base_builds_with_its_own_copy_of_a_factory(tmp_path: Path, monkeypatch) -> None:
+    from perfgate import interleave, workload
+
+    monkeypatch.setattr(workload, "MODELS", {})
+    head, base, new = tmp_path / "head", tmp_path / "base", tmp_path / "new"
+    for root, name, out in ((head, "make", 4), (base, "make", 8), (new, "other", 8)):
+        root.mkdir()
+        (root / "factory_ab_family.py").write_text(FACTORY_FAMILY.format(name=name, out=out))
+    module = workload.load_model_file(head / "factory_ab_family.py")
+    try:
+        spec = workload.MODELS["factory-ab"]
+        base_spec = interleave.base_spec(spec, head, base)
+        assert workload.build_module(spec, "tiny").out_features == 4
+        assert workload.build_module(base_spec, "tiny").out_features == 8  # the base's code, not the head's
+        assert list(workload.MODELS) == ["factory-ab"]  # the base's copy registered nothing
+        del sys.modules[f"perfgate_ab_base.{module.__name__}"]  # one base per process: loaded once
+        assert interleave.base_spec(spec, head, new) is None  # no such factory in the base: a new model
+    finally:
+        for name in [n for n in sys.modules if n.endswith(module.__name__)]:
+            del sys.modules[name]
