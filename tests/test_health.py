@@ -210,3 +210,17 @@ def test_ci_benchmark_stops_before_measuring_on_an_unfit_gpu(tmp_path):
     r = run([str(SCRIPTS / "ci-benchmark"), *cuda], {**env, "PERFGATE_HEALTH": "maybe"})
     assert r.returncode == 4
     assert r.stderr.strip() == "ci-benchmark: PERFGATE_HEALTH=maybe is not a setting; use fail (default), warn or off"
+
+
+def test_record_baselines_records_nothing_on_an_unfit_gpu(tmp_path):
+    out, baselines = tmp_path / "record", tmp_path / "baselines"
+    env = script_env(tmp_path, PYTHONPATH=str(ROOT / "tests" / "fake_cuda"))
+    cuda = [a if a != "cpu" else "cuda:0" for a in SMALLEST]
+    cmd = [str(SCRIPTS / "record-baselines"), "--out", str(out), "--baselines", str(baselines), *cuda]
+    r = run(cmd, env)
+    assert r.returncode == 5, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "FAIL    nvml: NVML library not found" in r.stderr
+    assert not list(baselines.rglob("*.json")) and not (out / "pytest.log").exists()
+    assert (out / "summary.md").read_text().startswith("### perfgate: cannot run here")
+    r = run(cmd, {**env, "PERFGATE_HEALTH": "later"})
+    assert r.returncode == 4 and "record-baselines: PERFGATE_HEALTH=later is not a setting" in r.stderr
