@@ -8,7 +8,8 @@ or unknown (NVML refused the read, e.g. no permission):
 - persistence: persistence mode on, so no job pays for the driver's start-up or starts from a
   low-power state;
 - clocks: the SM application clock (the clock the GPU runs compute at, `nvidia-smi -ac`) not set
-  below `clock_ratio_min` of the maximum SM clock;
+  below `clock_ratio_min` of the maximum SM clock, unless that is the GPU's own default (a T4's
+  default is 37% of its maximum: a clock someone lowered fails, the factory setting does not);
 - clock events: no thermal, power-brake or hardware slowdown active while the GPU is idle;
 - processes: no other compute or graphics process on the GPU;
 - ECC: no uncorrected ECC error since the driver loaded, no retired page or remapped row waiting
@@ -69,15 +70,27 @@ def persistence(n: Any, h: Any) -> Check:
     )
 
 
+def _default_app_mhz(n: Any, h: Any) -> int | None:
+    try:
+        return n.nvmlDeviceGetClock(h, n.NVML_CLOCK_SM, n.NVML_CLOCK_ID_APP_CLOCK_DEFAULT)
+    except n.NVMLError:
+        return None
+
+
 def clocks(n: Any, h: Any, clock_ratio_min: float) -> Check:
     max_mhz = n.nvmlDeviceGetMaxClockInfo(h, n.NVML_CLOCK_SM)
     app_mhz = n.nvmlDeviceGetClock(h, n.NVML_CLOCK_SM, n.NVML_CLOCK_ID_APP_CLOCK_TARGET)
-    if max_mhz and app_mhz < clock_ratio_min * max_mhz:
+    default_mhz = _default_app_mhz(n, h)
+    floor_mhz = clock_ratio_min * max_mhz
+    if default_mhz is not None:
+        floor_mhz = min(floor_mhz, default_mhz)  # the GPU's own default is never a misconfiguration
+    if max_mhz and app_mhz < floor_mhz:
+        default = f", default {default_mhz} MHz" if default_mhz is not None else ""
         return Check(
             name="clocks",
             status=FAIL,
             detail=f"the SM application clock is {app_mhz} MHz, {app_mhz / max_mhz:.0%} of the maximum {max_mhz} MHz "
-            f"(< {clock_ratio_min:.0%}): every case would run slowed",
+            f"(< {clock_ratio_min:.0%}{default}): every case would run slowed",
             fix="sudo nvidia-smi -rac (default application clocks), or -ac MEM,SM with a clock near the maximum "
             "(nvidia-smi -q -d SUPPORTED_CLOCKS), then record new baselines",
         )

@@ -30,7 +30,8 @@ class FakeGpu:
     name: bytes = b"NVIDIA H100 80GB HBM3"
     persistence: int = pynvml.NVML_FEATURE_ENABLED
     max_sm_mhz: int = 1980
-    app_sm_mhz: int | None = 1980
+    app_sm_mhz: int | None = 1980  # the application clock set now (nvidia-smi -ac)
+    default_app_sm_mhz: int | None = 1980  # the GPU's default application clock (nvidia-smi -rac)
     clock_events: int | None = pynvml.nvmlClocksEventReasonGpuIdle
     compute: list[tuple[int, int | None]] = field(default_factory=list)  # (pid, bytes used; None: unknown)
     graphics: list[tuple[int, int | None]] | None = field(default_factory=list)
@@ -106,9 +107,11 @@ class FakeLibNvml:
 
     def nvmlDeviceGetClock(self, handle: Any, clock_type: Any, clock_id: Any, ref: Any) -> int:
         gpu = self._gpu(handle)
-        if clock_id.value != pynvml.NVML_CLOCK_ID_APP_CLOCK_TARGET or gpu.app_sm_mhz is None:
-            return pynvml.NVML_ERROR_NOT_SUPPORTED
-        return self._out(ref, gpu.app_sm_mhz)
+        mhz = {
+            pynvml.NVML_CLOCK_ID_APP_CLOCK_TARGET: gpu.app_sm_mhz,
+            pynvml.NVML_CLOCK_ID_APP_CLOCK_DEFAULT: gpu.default_app_sm_mhz,
+        }.get(clock_id.value)
+        return pynvml.NVML_ERROR_NOT_SUPPORTED if mhz is None else self._out(ref, mhz)
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any, ref: Any) -> int:
         mask = self._gpu(handle).clock_events

@@ -84,8 +84,27 @@ def test_thresholds_are_the_callers(monkeypatch):
     assert lenient["clocks"].status == lenient["memory"].status == health.OK
 
 
+def test_a_default_application_clock_below_the_ratio_is_no_failure_a_lowered_one_is(monkeypatch):
+    """A T4's default application clock is 585 of 1590 MHz: its factory setting, which the GPU boosts
+    past under load (the run's telemetry watches that); only a clock set below the default fails."""
+    t4 = dict(name=b"Tesla T4", max_sm_mhz=1590, default_app_sm_mhz=585)
+    assert checks(monkeypatch, FakeGpu(**t4, app_sm_mhz=585))["clocks"].status == health.OK
+    lowered = checks(monkeypatch, FakeGpu(**t4, app_sm_mhz=300))["clocks"]
+    assert lowered.status == health.FAIL
+    assert lowered.detail.startswith(
+        "the SM application clock is 300 MHz, 19% of the maximum 1590 MHz (< 75%, default 585 MHz)"
+    )
+
+
 def test_a_consumer_gpu_without_ecc_or_application_clocks_passes(monkeypatch):
-    gpu = FakeGpu(name=b"NVIDIA GeForce RTX 4090", ecc=None, app_sm_mhz=None, remapped_rows=None, graphics=None)
+    gpu = FakeGpu(
+        name=b"NVIDIA GeForce RTX 4090",
+        ecc=None,
+        app_sm_mhz=None,
+        default_app_sm_mhz=None,
+        remapped_rows=None,
+        graphics=None,
+    )
     result = checks(monkeypatch, gpu)
     assert result["ecc"].status == result["clocks"].status == health.NA
     assert result["ecc"].detail == "not supported on this GPU"
