@@ -202,7 +202,7 @@ def test_9_the_comment_is_posted_by_the_default_branch_from_the_artifact() -> No
     assert job["permissions"] == {"actions": "read", "contents": "read", "pull-requests": "write"}
     condition = " ".join(job["if"].split())
     assert "github.event.workflow_run.event == 'pull_request_target'" in condition
-    assert "github.event.workflow_run.path == '.github/workflows/benchmark-gpu.yml'" in condition
+    assert "startsWith(github.event.workflow_run.path, '.github/workflows/benchmark-gpu.yml')" in condition
     (download,) = steps_using(job, "actions/download-artifact")
     assert download["with"]["run-id"] == "${{ github.event.workflow_run.id }}"
     pr_upload = [s["with"]["name"] for s in steps_using(jobs(bench)["benchmark-pr"], "actions/upload-artifact")]
