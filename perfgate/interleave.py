@@ -125,9 +125,20 @@ def load_family(path: Path, alias: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(alias, path)
     if spec is None or spec.loader is None:
         raise FileNotFoundError(f"{path}: no model family file there")
+    from perfgate.workload import MODELS
+
     module = importlib.util.module_from_spec(spec)
     sys.modules[alias] = module
-    spec.loader.exec_module(module)
+    # A user's model file registers itself (module=__name__) when it runs; the base's copy would
+    # register the same name from the alias module, which the registry refuses. So it runs against
+    # an empty registry, and the head's entries are put back: base_spec points a copy at the alias.
+    registered = dict(MODELS)
+    MODELS.clear()
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        MODELS.clear()
+        MODELS.update(registered)
     return module
 
 
