@@ -13,7 +13,8 @@ The YAML properties, each a test below:
    revision, never a pull request's;
 5. every checkout leaves no credentials in git's config;
 6. in a `pull_request_target` workflow every job either never runs for that event or waits for a
-   maintainer in the protected environment, and then checks out exactly the approved commit;
+   maintainer in the protected environment, and then checks out exactly the approved commit; that
+   job is the only one that lifts actions/checkout's guard against a fork's code;
 7. the jobs that run a pull request's code and the jobs that run the repository's own (the ones
    recording baselines included) keep their environment, inductor and download caches in disjoint
    folders, and no Actions cache is used where a pull request's code runs or writes go to the base
@@ -161,6 +162,14 @@ def test_6_pull_request_code_runs_only_after_approval_and_only_the_approved_comm
         assert checkout["with"]["ref"] == "${{ github.event.pull_request.head.sha }}", job_id
         gated.append(job_id)
     assert gated == ["benchmark-pr"]
+    # actions/checkout's guard against checking out a fork's code is lifted in that job alone.
+    lifted = [
+        where
+        for where, job, _ in all_jobs()
+        for step in steps_using(job, "actions/checkout")
+        if step.get("with", {}).get("allow-unsafe-pr-checkout")
+    ]
+    assert lifted == ["benchmark-gpu.yml:benchmark-pr"]
     # The environment and the settings behind it are documented.
     docs = (ROOT / "docs" / "gpu-runner.md").read_text()
     for words in (f"`{PR_ENVIRONMENT}`", "Required reviewers", "Prevent self-review", "Require approval for all"):
