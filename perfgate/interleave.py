@@ -143,17 +143,22 @@ def load_family(path: Path, alias: str) -> ModuleType:
 
 
 def base_spec(spec: Any, head_root: Path, base_root: Path) -> Any:
-    """The head's model spec pointed at the base revision's copy of its family file, or None when
-    the base has no such file (a new family)."""
+    """The head's model spec pointed at the base revision's copy of its family file (and of its
+    factory, when the file defines it), or None when the base has no such file or factory (new)."""
     origin = importlib.util.find_spec(spec.module).origin
     rel = Path(origin).resolve().relative_to(head_root.resolve())
     path = base_root / rel
     if not path.is_file():
         return None
     alias = f"perfgate_ab_base.{spec.module}"
-    if alias not in sys.modules:
-        load_family(path, alias)
-    return dataclasses.replace(spec, module=alias)
+    base = sys.modules.get(alias) or load_family(path, alias)
+    factory = spec.factory
+    if factory is not None and getattr(factory, "__module__", None) == spec.module:
+        # A factory defined in the family file: the base's own copy, else head's code would run on both sides.
+        factory = getattr(base, factory.__qualname__, None)
+        if factory is None:
+            return None
+    return dataclasses.replace(spec, module=alias, factory=factory)
 
 
 def measure_case(

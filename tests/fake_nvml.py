@@ -1,133 +1,188 @@
-"""A stand-in for nvidia-ml-py's `pynvml` with the real module's semantics where perfgate relies on
-them: its constants and error classes are pynvml's own (an `NVMLError(NVML_ERROR_NOT_SUPPORTED)`
-is an `NVMLError_NotSupported`, printed "Not Supported"), the energy counter is an integer of
-millijoules since the "driver loaded" that advances only at discrete updates (every `update_s`,
-as NVML's does every 20-100 ms), clocks are integers of MHz and clock-event reasons an integer
-bitmask. Time is a `SimClock` the test advances, so nothing here waits or depends on the machine.
+"""A stand-in for the NVIDIA driver's libnvidia-ml under the real nvidia-ml-py (module `pynvml`).
+
+nvidia-ml-py calls the C library through ctypes: each wrapper fetches a symbol from
+`pynvml.nvmlLib`, passes ctypes out-parameters, and turns a non-zero return code into the matching
+NVMLError subclass (NVMLError(3) is an NVMLError_NotSupported). `FakeLibNvml` sits where the shared
+library would be, so the code under test runs nvidia-ml-py's own wrappers, with their return types,
+their exceptions, their two-call process listing, and NVMLError_FunctionNotFound for a symbol the
+driver lacks. Only the driver's answers are scripted, per GPU, in `FakeGpu`.
+
+    lib = install(monkeypatch, FakeGpu(persistence=0))
+    lib.refuse["nvmlDeviceGetRemappedRows"] = pynvml.NVML_ERROR_NO_PERMISSION
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
+import ctypes
+from dataclasses import dataclass, field
+from typing import Any
 
 import pynvml
+import pytest
+
+GIB = 1024**3
 
 
-class SimClock:
-    """Simulated seconds: the fake GPU's time and the code under test's clock."""
+@dataclass
+class FakeGpu:
+    """What the driver answers for one GPU; None where the GPU does not support the query."""
 
-    def __init__(self) -> None:
-        self.t = 0.0
+    name: bytes = b"NVIDIA H100 80GB HBM3"
+    persistence: int = pynvml.NVML_FEATURE_ENABLED
+    max_sm_mhz: int = 1980
+    app_sm_mhz: int | None = 1980  # the application clock set now (nvidia-smi -ac)
+    default_app_sm_mhz: int | None = 1980  # the GPU's default application clock (nvidia-smi -rac)
+    clock_events: int | None = pynvml.nvmlClocksEventReasonGpuIdle
+    compute: list[tuple[int, int | None]] = field(default_factory=list)  # (pid, bytes used; None: unknown)
+    graphics: list[tuple[int, int | None]] | None = field(default_factory=list)
+    process_names: dict[int, bytes] = field(default_factory=dict)
+    ecc: tuple[int, int] | None = (pynvml.NVML_FEATURE_ENABLED, pynvml.NVML_FEATURE_ENABLED)  # (current, pending)
+    ecc_uncorrected_volatile: int = 0
+    retired_pages_pending: int | None = None  # page retirement: before Ampere
+    remapped_rows: tuple[int, int, int, int] | None = (0, 0, 0, 0)  # (corrected, uncorrected, pending, failed)
+    total_bytes: int = 80 * GIB
+    used_bytes: int = GIB // 2
 
-    def __call__(self) -> float:
-        return self.t
 
-    def advance(self, dt: float) -> None:
-        self.t += dt
+class FakeLibNvml:
+    """The C entry points nvidia-ml-py calls, answering from FakeGpu records; return codes as NVML's."""
 
+    def __init__(self, gpus: list[FakeGpu]) -> None:
+        self.gpus = gpus
+        self._handles = [pynvml.struct_c_nvmlDevice_t() for _ in gpus]
+        self.inits = self.shutdowns = 0
+        self.refuse: dict[str, int] = {}  # entry point -> the error code it returns instead
+        self.missing: set[str] = set()  # entry points this driver lacks (an older one)
 
-def nvml_error(code: int) -> pynvml.NVMLError:
-    return pynvml.NVMLError(code)  # pynvml maps the code to its subclass, as the real calls raise
+    def __getattribute__(self, name: str) -> Any:
+        if name.startswith("nvml"):
+            if name in object.__getattribute__(self, "missing"):
+                raise AttributeError(name)  # what ctypes raises for a symbol the library lacks
+            code = object.__getattribute__(self, "refuse").get(name)
+            if code is not None:
+                return lambda *args: code
+        return object.__getattribute__(self, name)
 
+    def _gpu(self, handle: Any) -> FakeGpu:
+        address = ctypes.cast(handle, ctypes.c_void_p).value
+        index = [ctypes.addressof(h) for h in self._handles].index(address)
+        return self.gpus[index]
 
-class FakeNvml:
-    NVMLError = pynvml.NVMLError
-    NVMLError_NotSupported = pynvml.NVMLError_NotSupported
-    NVMLError_LibraryNotFound = pynvml.NVMLError_LibraryNotFound
-    NVMLError_FunctionNotFound = pynvml.NVMLError_FunctionNotFound
-    NVML_CLOCK_SM = pynvml.NVML_CLOCK_SM
-    nvmlClocksEventReasonGpuIdle = pynvml.nvmlClocksEventReasonGpuIdle
-    nvmlClocksEventReasonSwPowerCap = pynvml.nvmlClocksEventReasonSwPowerCap
-    nvmlClocksEventReasonHwSlowdown = pynvml.nvmlClocksEventReasonHwSlowdown
-    nvmlClocksEventReasonSwThermalSlowdown = pynvml.nvmlClocksEventReasonSwThermalSlowdown
-    nvmlClocksEventReasonHwThermalSlowdown = pynvml.nvmlClocksEventReasonHwThermalSlowdown
+    @staticmethod
+    def _out(ref: Any, value: Any) -> int:
+        ref._obj.value = value
+        return pynvml.NVML_SUCCESS
 
-    def __init__(
-        self,
-        clock: SimClock,
-        *,
-        power_w: Callable[[float], float] | float = 300.0,
-        update_s: float = 0.05,
-        energy_error: int | None = None,
-        init_error: int | None = None,
-        sm_clock_mhz: Callable[[], int] | int = 1980,
-        reasons: Callable[[], int] | int = 0,
-        max_sm_clock_mhz: int = 1980,
-        clocks_event_api: bool = True,
-        clock_error: int | None = None,
-    ) -> None:
-        self.clock = clock
-        self.power_w = power_w if callable(power_w) else (lambda t, p=power_w: p)
-        self.update_s = update_s
-        self.energy_error = energy_error
-        self.init_error = init_error
-        self.sm_clock = sm_clock_mhz if callable(sm_clock_mhz) else (lambda c=sm_clock_mhz: c)
-        self.reasons = reasons if callable(reasons) else (lambda r=reasons: r)
-        self.max_sm_clock_mhz = max_sm_clock_mhz
-        self.clocks_event_api = clocks_event_api
-        self.clock_error = clock_error
-        self.inits = 0
-        self.calls: dict[str, int] = {}
-        self._energy_mj = 123_456_789.0  # energy since the driver loaded: never starts at zero
-        self._integrated_to = 0.0
-
-    def _count(self, name: str) -> None:
-        self.calls[name] = self.calls.get(name, 0) + 1
-
-    # -- lifecycle and handles --
-
-    def nvmlInit(self) -> None:
-        if self.init_error is not None:
-            raise nvml_error(self.init_error)
+    # library and devices
+    def nvmlInitWithFlags(self, flags: int) -> int:
         self.inits += 1
+        return pynvml.NVML_SUCCESS
 
-    def nvmlShutdown(self) -> None:
-        if self.inits == 0:
-            raise nvml_error(pynvml.NVML_ERROR_UNINITIALIZED)
-        self.inits -= 1
+    def nvmlShutdown(self) -> int:
+        self.shutdowns += 1
+        return pynvml.NVML_SUCCESS
 
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> str:
-        self._count("handle")
-        return f"gpu{index}"
+    def nvmlErrorString(self, code: int) -> bytes:
+        return b"fake NVML error"
 
-    # -- energy: integrated power, published at discrete updates --
+    def nvmlDeviceGetHandleByIndex_v2(self, index: Any, ref: Any) -> int:
+        if index.value >= len(self.gpus):
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT
+        ref._obj.contents = self._handles[index.value]
+        return pynvml.NVML_SUCCESS
 
-    def _published_mj(self) -> int:
-        last_update = math.floor(self.clock() / self.update_s) * self.update_s
-        steps = 1000
-        t0, t1 = self._integrated_to, max(last_update, self._integrated_to)
-        for i in range(steps):
-            a, b = t0 + (t1 - t0) * i / steps, t0 + (t1 - t0) * (i + 1) / steps
-            self._energy_mj += self.power_w((a + b) / 2) * (b - a) * 1e3
-        self._integrated_to = t1
-        return int(self._energy_mj)
+    def nvmlDeviceGetIndex(self, handle: Any, ref: Any) -> int:
+        return self._out(ref, self.gpus.index(self._gpu(handle)))
 
-    def nvmlDeviceGetTotalEnergyConsumption(self, handle: str) -> int:
-        self._count("energy")
-        if self.energy_error is not None:
-            raise nvml_error(self.energy_error)
-        return self._published_mj()
+    def nvmlDeviceGetName(self, handle: Any, buf: Any, size: Any) -> int:
+        buf.value = self._gpu(handle).name
+        return pynvml.NVML_SUCCESS
 
-    # -- clocks --
+    # state
+    def nvmlDeviceGetPersistenceMode(self, handle: Any, ref: Any) -> int:
+        return self._out(ref, self._gpu(handle).persistence)
 
-    def nvmlDeviceGetMaxClockInfo(self, handle: str, clock_type: int) -> int:
-        assert clock_type == pynvml.NVML_CLOCK_SM
-        return self.max_sm_clock_mhz
+    def nvmlDeviceGetMaxClockInfo(self, handle: Any, clock_type: Any, ref: Any) -> int:
+        return self._out(ref, self._gpu(handle).max_sm_mhz)
 
-    def nvmlDeviceGetClockInfo(self, handle: str, clock_type: int) -> int:
-        assert clock_type == pynvml.NVML_CLOCK_SM
-        if self.clock_error is not None:
-            raise nvml_error(self.clock_error)
-        self._count("clock")
-        return int(self.sm_clock())
+    def nvmlDeviceGetClock(self, handle: Any, clock_type: Any, clock_id: Any, ref: Any) -> int:
+        gpu = self._gpu(handle)
+        mhz = {
+            pynvml.NVML_CLOCK_ID_APP_CLOCK_TARGET: gpu.app_sm_mhz,
+            pynvml.NVML_CLOCK_ID_APP_CLOCK_DEFAULT: gpu.default_app_sm_mhz,
+        }.get(clock_id.value)
+        return pynvml.NVML_ERROR_NOT_SUPPORTED if mhz is None else self._out(ref, mhz)
 
-    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: str) -> int:
-        if not self.clocks_event_api:  # a driver older than the name: the symbol is missing
-            raise nvml_error(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
-        self._count("reasons")
-        return int(self.reasons())
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any, ref: Any) -> int:
+        mask = self._gpu(handle).clock_events
+        return pynvml.NVML_ERROR_NOT_SUPPORTED if mask is None else self._out(ref, mask)
 
-    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: str) -> int:
-        self._count("throttle_reasons")
-        return int(self.reasons())
+    def nvmlDeviceGetMemoryInfo(self, handle: Any, ref: Any) -> int:
+        gpu, mem = self._gpu(handle), ref._obj
+        mem.total, mem.used, mem.free = gpu.total_bytes, gpu.used_bytes, gpu.total_bytes - gpu.used_bytes
+        return pynvml.NVML_SUCCESS
+
+    # processes: the first call asks for the count (no array), the second fills the array
+    def _processes(self, procs: list[tuple[int, int | None]] | None, count: Any, array: Any) -> int:
+        if procs is None:
+            return pynvml.NVML_ERROR_NOT_SUPPORTED
+        if not procs:
+            count._obj.value = 0
+            return pynvml.NVML_SUCCESS
+        if array is None or count._obj.value < len(procs):
+            count._obj.value = len(procs)
+            return pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+        for i, (pid, used) in enumerate(procs):
+            array[i].pid = pid
+            array[i].usedGpuMemory = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value if used is None else used
+        count._obj.value = len(procs)
+        return pynvml.NVML_SUCCESS
+
+    def nvmlDeviceGetComputeRunningProcesses_v3(self, handle: Any, count: Any, array: Any) -> int:
+        return self._processes(self._gpu(handle).compute, count, array)
+
+    def nvmlDeviceGetGraphicsRunningProcesses_v3(self, handle: Any, count: Any, array: Any) -> int:
+        return self._processes(self._gpu(handle).graphics, count, array)
+
+    def nvmlSystemGetProcessName(self, pid: Any, buf: Any, size: Any) -> int:
+        for gpu in self.gpus:
+            if pid.value in gpu.process_names:
+                buf.value = gpu.process_names[pid.value]
+                return pynvml.NVML_SUCCESS
+        return pynvml.NVML_ERROR_NOT_FOUND
+
+    # ECC
+    def nvmlDeviceGetEccMode(self, handle: Any, current: Any, pending: Any) -> int:
+        ecc = self._gpu(handle).ecc
+        if ecc is None:
+            return pynvml.NVML_ERROR_NOT_SUPPORTED
+        current._obj.value, pending._obj.value = ecc
+        return pynvml.NVML_SUCCESS
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: Any, error_type: Any, counter_type: Any, ref: Any) -> int:
+        gpu = self._gpu(handle)
+        if gpu.ecc is None:
+            return pynvml.NVML_ERROR_NOT_SUPPORTED
+        wanted = (pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC)
+        return self._out(ref, gpu.ecc_uncorrected_volatile if (error_type.value, counter_type.value) == wanted else 0)
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: Any, ref: Any) -> int:
+        pending = self._gpu(handle).retired_pages_pending
+        return pynvml.NVML_ERROR_NOT_SUPPORTED if pending is None else self._out(ref, pending)
+
+    def nvmlDeviceGetRemappedRows(self, handle: Any, *refs: Any) -> int:
+        rows = self._gpu(handle).remapped_rows
+        if rows is None:
+            return pynvml.NVML_ERROR_NOT_SUPPORTED
+        for ref, value in zip(refs, rows, strict=True):
+            ref._obj.value = value
+        return pynvml.NVML_SUCCESS
+
+
+def install(monkeypatch: pytest.MonkeyPatch, *gpus: FakeGpu) -> FakeLibNvml:
+    """Load FakeLibNvml as nvidia-ml-py's library for this test (nvmlInit then never dlopens one)."""
+    lib = FakeLibNvml(list(gpus) or [FakeGpu()])
+    monkeypatch.setattr(pynvml, "nvmlLib", lib)
+    monkeypatch.setattr(pynvml, "_nvmlGetFunctionPointer_cache", {})
+    monkeypatch.setattr(pynvml, "_nvmlLib_refcount", 0)
+    return lib

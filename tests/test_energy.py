@@ -1,5 +1,5 @@
 """Energy per step: NVML's total-energy counter through a stand-in with nvidia-ml-py's semantics
-(tests/fake_nvml.py, simulated time), RAPL through a sysfs tree laid out as the kernel's, the
+(tests/fake_nvml_sim.py, simulated time), RAPL through a sysfs tree laid out as the kernel's, the
 skipped cases with their reasons (never a zero), and the gate's energy verdict."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from perfgate.energy import EnergyUnavailable, case_energy, energy_fields, measu
 from perfgate.gate.metrics import judge_energy
 from perfgate.gate.policy import GateSettings
 from perfgate.record import CaseRecord
-from tests.fake_nvml import FakeNvml, SimClock
+from tests.fake_nvml_sim import FakeNvml, SimClock
 
 
 @pytest.fixture(autouse=True)

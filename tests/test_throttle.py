@@ -1,5 +1,5 @@
 """Throttle-free samples: the per-round clock check through a stand-in NVML with nvidia-ml-py's
-semantics (tests/fake_nvml.py), the dropping inside perfgate.measure, and the gate's reading of it."""
+semantics (tests/fake_nvml_sim.py), the dropping inside perfgate.measure, and the gate's reading of it."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from perfgate.measure import measure
 from perfgate.record import CaseRecord
 from perfgate.stats import StopRule
 from perfgate.throttle import ClockProbe, ThrottleRule, open_probe
-from tests.fake_nvml import FakeNvml, SimClock
+from tests.fake_nvml_sim import FakeNvml, SimClock
 
 FAST = ThrottleRule(recovery_delay_s=0.0)  # no real pause in tests; the default is nvbench's 50 ms
 
