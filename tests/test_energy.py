@@ -160,3 +160,25 @@ def test_the_report_notes_energy_with_its_bound_a_skip_with_its_reason_and_dropp
     assert _energy_notes(CaseRecord()) == [] and _throttle_notes(CaseRecord(throttle={"dropped": 0})) == []
     (dropped,) = _throttle_notes(CaseRecord(throttle={"dropped": 3, "reasons": {"hw_thermal_slowdown": 3}}))
     assert dropped["text"] == "3 throttled round(s) dropped" and dropped["title"] == "hw_thermal_slowdown 3x"
+
+
+def test_the_real_nvidia_ml_py_wrappers_over_a_fake_driver_give_the_counter_or_the_reason(monkeypatch):
+    # nvidia-ml-py's own wrappers (ctypes out-parameters, return codes to NVMLError subclasses) over
+    # tests/fake_nvml.py's stand-in for libnvidia-ml: what perfgate.energy and perfgate.throttle call.
+    from perfgate.throttle import open_probe
+    from tests.fake_nvml import FakeGpu, install
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # handles by index, as without torch's UUIDs
+    lib = install(monkeypatch, FakeGpu(energy_mj=987_654_321, sm_mhz=1200))
+    counter = energy.open_nvml_counter(0, pynvml)
+    assert counter.read_j() == pytest.approx(987_654.321)
+    counter.close()
+    probe, why = open_probe(0, pynvml)
+    assert why is None and probe.throttled() == ["sm_clock_below_75%"]  # 1200 < 0.75 x 1980 MHz
+    probe.close()
+    assert lib.inits == lib.shutdowns == 2
+    install(monkeypatch, FakeGpu(energy_mj=None))
+    out = case_energy(lambda: None, torch.device("cuda", 0), {"frames": 1.0}, nvml=pynvml)
+    assert out == {
+        "energy_skipped": "this GPU has no total-energy counter (NVML: Not Supported; Volta and later have one)"
+    }
