@@ -10,24 +10,22 @@ import copy
 import json
 import os
 import re
-import shutil
-import struct
-import subprocess
 import time
-import zlib
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from perfgate import gate, telemetry
 from perfgate.cli import EXIT_BAD_INPUT, main
+from perfgate.gate.policy import GateSettings
 from perfgate.history import Run, load_run
 from perfgate.output import charts, html, markdown
 from perfgate.output.report_data import history_for, telemetry_rows, timeline_series
 from perfgate.output.text import fmt_num
+from perfgate.record import CaseRecord
 from perfgate.results import VerdictSet, load_verdicts, verdicts_from_json, verdicts_json
+from tests.browser import chromium, colour_counts, png_pixels, render_page
 
 CASE = "benchmarks/test_models.py::test_step[{}]"
 
@@ -37,17 +35,32 @@ def day(d: int) -> str:
 
 
 def at_commit(
-    data: dict[str, Any], commit: str, when: str, *, scale: float = 1.0, dirty: bool = False, drop: tuple[str, ...] = ()
+    data: dict[str, Any],
+    commit: str,
+    when: str,
+    *,
+    scale: float = 1.0,
+    dirty: bool = False,
+    drop: tuple[str, ...] = (),
+    contended: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    """The real run as if made at another commit and time, its medians times `scale`, the
-    variants in `drop` left out."""
+    """The real run as if made at another commit and time, its medians (ms and step/reference
+    ratios) times `scale`, the variants in `drop` left out, those in `contended` measured while
+    other processes used 1.5 cores: 5x slower and flagged unreliable by the gate's own rule, the
+    others reliable."""
     out = copy.deepcopy(data)
     out["commit_info"].update(id=commit, time=when, author_time=when, dirty=dirty)
     out["datetime"] = when
     out["perfgate"]["commit"], out["perfgate"]["recorded_at"] = commit, when
     out["benchmarks"] = [b for b in out["benchmarks"] if b["extra_info"]["variant"] not in drop]
     for b in out["benchmarks"]:
-        b["extra_info"]["median_ms"] *= scale
+        info = b["extra_info"]
+        busy = 5.0 if info["variant"] in contended else 1.0
+        info["median_ms"] *= scale * busy
+        info["normalised_median"] *= scale * busy
+        # The others as if measured on a quiet machine (the real run's may have been contended).
+        info["contention_cores"] = 1.5 if busy > 1 else 0.0
+        info["unreliable"] = gate.unreliable_reason(CaseRecord.from_extra_info(info), GateSettings())
     return out
 
 
@@ -73,10 +86,12 @@ def tonight(real) -> dict[str, Any]:
 
 @pytest.fixture
 def saved(tmp_path, real) -> Path:
-    """Three earlier runs of the same cases, bf16 not among them, under the fingerprint's folder."""
+    """Three earlier runs of the same cases, bf16 not among them, under the fingerprint's folder;
+    in the last, eager was contended (unreliable)."""
     fp_dir = tmp_path / "baselines" / real["perfgate"]["fingerprint_id"]
     for i, scale in enumerate((0.95, 1.05, 0.98), start=1):
-        write(fp_dir / f"{i:04d}_nightly.json", at_commit(real, str(i) * 40, day(i), scale=scale, drop=("bf16",)))
+        run = at_commit(real, str(i) * 40, day(i), scale=scale, drop=("bf16",), contended=("baseline",) * (i == 3))
+        write(fp_dir / f"{i:04d}_nightly.json", run)
     return tmp_path
 
 
@@ -178,19 +193,88 @@ def test_html_plots_per_model_and_history(saved, tonight, verdicts):
     assert "Speedup over eager baseline" in block and "speedup (×, higher is better)" in block
     assert "Latency per step" in block and "latency (ms, lower is better)" in block
     assert f"Peak memory ({info(tonight, 'physicsnemo-block-tiny-baseline')['mem_method']})" in block
-    # History: baseline and int8-dynamic have 3 saved runs + tonight (ringed); bf16 has none.
-    assert block.count("this report's run") == 2 and "No earlier run saved for: bf16" in block
-    median = info(tonight, "physicsnemo-block-tiny-baseline")["median_ms"]
-    assert f"baseline: {fmt_num(median)} ms (+2.0% vs previous)" in block  # tonight against the 0.98x run before it
-    assert "History of the median" not in render(saved, tonight, verdicts, with_history=False)
+    # History of the figure the gate judges on the CPU, the step/reference ratio (not raw ms):
+    # baseline and int8-dynamic have 3 saved runs + tonight; bf16 has none.
+    history = block.split("History of the gated latency figure")[1]
+    assert "the median step/reference ratio" in history and history.count("step / reference") == 2
+    assert "No earlier run saved for: bf16" in history
+    ratio = info(tonight, "physicsnemo-block-tiny-baseline")["normalised_median"]
+    # Eager's third saved run was contended (5x slower, unreliable): drawn, but tonight is compared
+    # with the 1.05x run before it, not with it (-80%) nor the 0.98x run's ms.
+    assert f"{fmt_num(ratio)} × reference · {(1 / 1.05 - 1) * 100:+.1f}% vs previous" in history
+    int8 = info(tonight, "physicsnemo-block-tiny-int8-dynamic")["normalised_median"]
+    assert f"{fmt_num(int8)} × reference · {(1 / 0.98 - 1) * 100:+.1f}% vs previous" in history
+    assert "History of the gated" not in render(saved, tonight, verdicts, with_history=False)
 
 
-def test_html_verdicts_regressions_first(saved, tonight, verdicts):
-    page = render(saved, tonight, verdicts)
-    table = section(page, "verdicts").split("</table>")[0]
-    order = re.findall(r'class="badge \w+">([a-z ]+)<', table)
-    assert order[:2] == ["regression", "budget"] and order[-1] == "unchanged"
-    assert "2 failing verdict(s)" in page and f"{len(verdicts.skipped)} skipped case(s)" in page
+def test_history_axis_keeps_a_contended_run_from_flattening_the_line():
+    """The y axis spans the reliable runs; an unreliable run within 1.5x of them widens it, a wild
+    one (a contended run once read +82989%) sits on the edge instead."""
+    reliable = [1.0, 1.05, 0.98]
+    lo, hi = charts.history_y_range([*reliable, 5.0], [False, False, False, True])
+    assert lo <= 0.98 and 1.05 <= hi < 1.2
+    lo, hi = charts.history_y_range([*reliable, 1.3], [False, False, False, True])
+    assert hi >= 1.3
+    assert charts.history_y_range([1.0, 1.01], [False, False]) == pytest.approx((0.9, 1.1), rel=0.01)  # >= 20% span
+
+
+@pytest.mark.parametrize("lo, hi, width_px", [(0.70013, 0.70587, 160), (705.13, 705.97, 240)])
+def test_crowded_tick_labels_are_thinned(lo, hi, width_px):
+    """matplotlib's default tick count crowds long labels ('705.25') on a narrow chart; the charts
+    thin them until matplotlib's own text boxes keep apart (the browser test checks the page too)."""
+    import matplotlib
+
+    with matplotlib.rc_context(charts._RC):
+        fig = charts._figure(width_px, 150)
+        ax = fig.add_subplot()
+        ax.plot([lo, hi], [0, 1])
+        fig.draw_without_rendering()
+        assert charts._overlapping(ax.xaxis.get_ticklabels()), "the case no longer crowds: pick another"
+        charts._thin_ticks(ax)
+        assert not charts._overlapping(ax.xaxis.get_ticklabels()) and len(ax.xaxis.get_ticklabels()) >= 3
+
+
+def test_html_summary_first_then_verdicts_needing_a_look(saved, tonight, verdicts):
+    contended = CaseRecord.from_extra_info({"device": "cpu", "contention_cores": 0.9})
+    more = [
+        gate.Verdict(
+            case=CASE.format("physicsnemo-train-tiny-bf16"),
+            metric="latency",
+            verdict=gate.UNRELIABLE,
+            current=3.0,
+            message=gate.unreliable_reason(contended, GateSettings()),
+        ),
+        gate.Verdict(
+            case=CASE.format("physicsnemo-block-tiny-baseline"),
+            metric="budget:fps",
+            verdict=gate.UNCHANGED,
+            baseline=30.0,
+            current=41.5,
+        ),
+    ]
+    vs = VerdictSet([*verdicts.verdicts, *more], verdicts.skipped, verdicts.fingerprint_id)
+    page = render(saved, tonight, vs)
+    assert page.index('id="summary"') < page.index('id="verdicts"') < page.index('class="model"')
+    summary = section(page, "summary")
+    assert "2 failing verdict(s): the gate fails" in summary
+    assert f"5 case(s) judged, {len(verdicts.skipped)} skipped" in summary
+    # The failing verdicts with their reasons, regression first, then the missed budget.
+    failing = summary.split("Regressions, errors and missed budgets")[1].split("</table>")[0]
+    assert re.findall(r'class="badge \w+">([a-z ]+)<', failing) == ["regression", "budget"]
+    assert "median 6.500 ms vs 5.000 ms (+30.0% &gt; 5%, p=0.0001)" in failing and "budget at most 0.5" in failing
+    # Real-time budgets, missed first; the per-case latency changes drawn.
+    assert "Real-time budgets: 1 met, 1 missed" in summary
+    budgets = summary.split("Real-time budgets")[1].split("</table>")[0]
+    assert budgets.index("missed</span>") < budgets.index("met</span>") and "41.50 fps" in budgets
+    assert "Latency change of every judged case" in summary and summary.count("<svg") == 1
+    # The verdict table: what needs a look open; unreliable and unchanged folded under their counts.
+    table = section(page, "verdicts")
+    shown = table.split("<details")[0]
+    assert re.findall(r'class="badge \w+">([a-z ]+)<', shown) == ["regression", "budget", "improvement"]
+    folds = re.findall(r'<details class="fold"( open)?><summary>.*?>([a-z ]+)</span> (\d+) verdict', table)
+    assert folds == [("", "unreliable", "1"), ("", "unchanged", "2")]
+    assert "other processes used 0.90 cores" in table.split("unreliable</span> 1 verdict")[1]
+    assert f"{len(verdicts.skipped)} skipped case(s)" in table
     assert "No verdicts file given" in render(saved, tonight, None)
 
 
@@ -211,6 +295,17 @@ def test_telemetry_section_shows_what_the_sampler_wrote(saved, tonight, verdicts
     cpu = metrics["cpu_util_pct"]
     assert f"{fmt_num(cpu['mean'], 3)} ({fmt_num(cpu['min'], 3)}–{fmt_num(cpu['max'], 3)})" in tel
     assert "telemetry in %" in tel and "telemetry in MiB" in tel and tel.count("<svg") >= 4
+    sampled = info(tonight, "physicsnemo-block-tiny-baseline")["telemetry"]
+    interval = f"{sampled['interval_s'] * 1e3:g} ms"
+    assert f"<td>{sampled['n_samples']}</td><td>{interval}</td>" in tel and f">{sampled['source']}<" in tel
+    # Each model's group folded, open when one of its cases was unreliable.
+    assert re.findall(r"<details class=\"fold\"( open)?><summary><b>([^<]+)</b>", tel) == [
+        ("", "physicsnemo-block [tiny] on cpu"),
+        ("", "physicsnemo-train [tiny] on cpu"),
+    ]
+    info(tonight, "physicsnemo-train-tiny-bf16")["unreliable"] = "other processes used 0.9 cores"
+    tel = section(render(saved, tonight, verdicts), "telemetry")
+    assert '<details class="fold" open><summary><b>physicsnemo-train [tiny] on cpu</b>: 2 case(s)' in tel
     for b in tonight["benchmarks"]:
         del b["extra_info"]["telemetry"]
     assert "No telemetry in these runs" in render(saved, tonight, verdicts)
@@ -418,136 +513,27 @@ def test_cli_report_bad_input_is_one_line_exit_4(tmp_path, monkeypatch, capsys, 
 # ----------------------------------------------------------------------------- in a real browser
 
 
-def chromium() -> str | None:
-    return "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else shutil.which("chromium")
-
-
-def png_pixels(path: Path) -> np.ndarray:
-    """An 8-bit RGB(A) PNG as a (height, width, channels) array: zlib plus the five PNG row filters."""
-    data = path.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
-    pos, idat = 8, b""
-    while pos < len(data):
-        n, kind = struct.unpack(">I4s", data[pos : pos + 8])
-        if kind == b"IHDR":
-            w, h, depth, color, _, _, interlace = struct.unpack(">IIBBBBB", data[pos + 8 : pos + 21])
-            assert depth == 8 and color in (2, 6) and not interlace, (
-                f"unexpected PNG format {depth=} {color=} {interlace=}"
-            )
-        elif kind == b"IDAT":
-            idat += data[pos + 8 : pos + 8 + n]
-        pos += 12 + n
-    bpp = 3 if color == 2 else 4
-    raw = np.frombuffer(zlib.decompress(idat), np.uint8).reshape(h, 1 + w * bpp)
-    img, prev = np.zeros((h, w * bpp), np.uint8), np.zeros(w * bpp, np.uint8)
-    for y in range(h):
-        f, line = raw[y, 0], raw[y, 1:]
-        if f == 0:
-            cur = line
-        elif f == 1:  # Sub: a running sum along the row, per channel (uint8 wraps like the filter)
-            cur = np.cumsum(line.reshape(w, bpp), axis=0, dtype=np.uint8).reshape(-1)
-        elif f == 2:  # Up
-            cur = line + prev
-        else:  # Average and Paeth depend on the pixel just decoded: byte by byte
-            c_row, p_row = bytearray(line.tobytes()), prev.tobytes()
-            for x in range(len(c_row)):
-                a, b, c = (c_row[x - bpp], p_row[x], p_row[x - bpp]) if x >= bpp else (0, p_row[x], 0)
-                if f == 3:
-                    c_row[x] = (c_row[x] + (a + b) // 2) & 255
-                else:
-                    p = a + b - c
-                    pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
-                    c_row[x] = (c_row[x] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
-            cur = np.frombuffer(bytes(c_row), np.uint8)
-        img[y] = cur
-        prev = img[y]
-    return img.reshape(h, w, bpp)
-
-
-def colour_counts(img: np.ndarray) -> dict[str, int]:
-    """Pixels per colour ('#rrggbb'), alpha ignored."""
-    rgb = img[..., :3].reshape(-1, 3).astype(np.uint32)
-    keys, counts = np.unique((rgb[:, 0] << 16) | (rgb[:, 1] << 8) | rgb[:, 2], return_counts=True)
-    return {f"#{int(k):06X}": int(n) for k, n in zip(keys, counts)}
-
-
-def test_png_reader_round_trip(tmp_path):
-    """The reader against PNGs written here with every filter type."""
-    w, h, bpp = 5, 5, 3
-    img = [bytes((x * 40 + y * 3 + k * 7) & 255 for x in range(w) for k in range(bpp)) for y in range(h)]
-    rows = []
-    prev = bytes(w * bpp)
-    for f, line in zip((0, 1, 2, 4, 3), img):
-        if f == 0:
-            out = line
-        elif f == 1:
-            out = bytes((line[i] - (line[i - bpp] if i >= bpp else 0)) & 255 for i in range(len(line)))
-        elif f == 2:
-            out = bytes((line[i] - prev[i]) & 255 for i in range(len(line)))
-        elif f == 3:
-            out = bytes((line[i] - ((line[i - bpp] if i >= bpp else 0) + prev[i]) // 2) & 255 for i in range(len(line)))
-        else:
-
-            def paeth(a, b, c):
-                p = a + b - c
-                return (
-                    a if abs(p - a) <= abs(p - b) and abs(p - a) <= abs(p - c) else b if abs(p - b) <= abs(p - c) else c
-                )
-
-            out = bytes(
-                (line[i] - paeth(line[i - bpp] if i >= bpp else 0, prev[i], prev[i - bpp] if i >= bpp else 0)) & 255
-                for i in range(len(line))
-            )
-        rows.append(bytes([f]) + out)
-        prev = line
-
-    def chunk(kind: bytes, body: bytes) -> bytes:
-        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
-
-    png = (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
-        + chunk(b"IDAT", zlib.compress(b"".join(rows)))
-        + chunk(b"IEND", b"")
-    )
-    (tmp_path / "t.png").write_bytes(png)
-    decoded = png_pixels(tmp_path / "t.png")
-    assert decoded.shape == (h, w, bpp) and [row.tobytes() for row in decoded.reshape(h, -1)] == img
-
-
 def test_report_renders_in_headless_chromium(saved, tonight, verdicts, tmp_path):
     exe = chromium()
     if exe is None:
         pytest.skip("chromium is not installed: run scripts/install-chromium (Debian's chromium package)")
-    html_path = tmp_path / "report.html"
-    html_path.write_text(render(saved, tonight, verdicts))
-    shot = tmp_path / "shot.png"
-    cmd = [
-        exe,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={tmp_path / 'profile'}",
-        f"--screenshot={shot}",
-        "--dump-dom",
-        "--window-size=1400,2000",
-        html_path.as_uri(),
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    dom = proc.stdout
+    page = render(saved, tonight, verdicts)
+    (tmp_path / "report.html").write_text(page)  # kept with the screenshot, to look at
+    shown = render_page(exe, page, tmp_path / "chromium", 1400, 3000)
+    dom = shown.dom
     # Content, as the browser parsed it.
     assert "<title>perfgate report</title>" in dom
     assert "physicsnemo-block [tiny] on cpu" in dom and "physicsnemo-train [tiny] on cpu" in dom
     assert dom.count("<svg") >= 8 and "2 failing verdict(s)" in dom
+    # The layout the browser computed: the summary's chart on the first screen, the first model's
+    # charts soon after the (filtered) verdict table, and no axis label drawn over another.
+    probe = shown.probe
+    assert probe["first_chart_px"] < 800, probe
+    assert probe["first_chart_outside_summary_px"] < 2000, probe
+    assert probe["charts_drawn"] >= 8 and probe["overlapping_tick_labels"] == [], probe
     # The screenshot: not blank, and the charts' colours are on it (the SVG was drawn, not only text).
-    img = png_pixels(shot)
-    assert img.shape[:2] == (2000, 1400)
+    img = png_pixels(shown.screenshot)
+    assert img.shape[:2] == (3000, 1400)
     colours = colour_counts(img)
     background = max(colours.values())
     assert background < 0.97 * img.shape[0] * img.shape[1], "the screenshot is (almost) one colour: blank page"
@@ -556,3 +542,19 @@ def test_report_renders_in_headless_chromium(saved, tonight, verdicts, tmp_path)
     # the first memory bar are blue; int8-dynamic, several times slower than eager, is an orange bar.
     assert colours.get(charts.GOOD.upper(), 0) > 10_000, "too few bar-blue pixels: the SVG bar charts were not drawn"
     assert colours.get(charts.BAD.upper(), 0) > 500, "too few slower-than-eager (orange) bar pixels"
+
+
+def test_the_probe_sees_overlapping_labels(tmp_path):
+    """The browser check above can fail: a chart with labels forced onto each other is caught."""
+    exe = chromium()
+    if exe is None:
+        pytest.skip("chromium is not installed: run scripts/install-chromium (Debian's chromium package)")
+    from matplotlib import ticker
+
+    def paint(ax):
+        ax.plot([0, 1], [700.25, 705.75])
+        ax.yaxis.set_major_locator(ticker.FixedLocator([700 + i / 4 for i in range(24)]))
+
+    svg = charts._draw(300, 150, "crowded", paint)
+    probe = render_page(exe, f"<html><body>{svg}</body></html>", tmp_path, 600, 400).probe
+    assert "700.00 / 700.25" in probe["overlapping_tick_labels"]
