@@ -539,9 +539,10 @@ def test_report_renders_in_headless_chromium(saved, tonight, verdicts, tmp_path)
     assert background < 0.97 * img.shape[0] * img.shape[1], "the screenshot is (almost) one colour: blank page"
     assert len(colours) > 50, f"only {len(colours)} colours in the screenshot"
     # Bars are solid chart colours (lines, dots and boxes are blended): eager's 1x speedup bar and
-    # the first memory bar are blue; int8-dynamic, several times slower than eager, is an orange bar.
+    # the first memory bar are blue; int8-dynamic, several times slower than eager, is an orange bar
+    # (short: a 0.1x bar is ~60 px long, and the machine's load moves the ratio).
     assert colours.get(charts.GOOD.upper(), 0) > 10_000, "too few bar-blue pixels: the SVG bar charts were not drawn"
-    assert colours.get(charts.BAD.upper(), 0) > 500, "too few slower-than-eager (orange) bar pixels"
+    assert colours.get(charts.BAD.upper(), 0) > 150, "too few slower-than-eager (orange) bar pixels"
 
 
 def test_the_probe_sees_overlapping_labels(tmp_path):

@@ -225,7 +225,7 @@ def benchmark_report(
             {
                 "title": t,
                 "slug": slug(t),
-                "nav": t.split(" [")[0],
+                "nav": t.rsplit(" on ", 1)[0],  # the size and options too: a model can have several groups
                 "params": rec.params,
                 "step": rec.step,
                 "dtype": rec.dtype,
