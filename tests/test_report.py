@@ -1,160 +1,27 @@
-"""`perfgate report`: the HTML page (also rendered in headless Chromium) and the Markdown summary,
-from the files a real run of the suite writes (the `real_run` fixture in conftest.py): its
-pytest-benchmark JSON with the telemetry sampler's real summaries, its verdicts file, and the
-Markdown the plugin appended to the job summary. Earlier runs for the history are copies of the
-real file at other commits, with scaled medians."""
+"""`perfgate report`'s HTML page, also rendered in headless Chromium, from the files a real run of
+the suite writes (tests/report_fixtures.py); the Markdown and the command line are in
+test_report_markdown.py."""
 
 from __future__ import annotations
 
 import copy
-import json
-import os
 import re
 import time
-from pathlib import Path
-from typing import Any
 
 import pytest
 
 from perfgate import gate, telemetry
-from perfgate.cli import EXIT_BAD_INPUT, main
 from perfgate.gate.policy import GateSettings
-from perfgate.history import Run, load_run
-from perfgate.output import charts, html, markdown
-from perfgate.output.report_data import history_for, telemetry_rows, timeline_series
+from perfgate.history import Run
+from perfgate.output import charts, html
+from perfgate.output.report_data import telemetry_rows, timeline_series
 from perfgate.output.text import fmt_num
 from perfgate.record import CaseRecord
-from perfgate.results import VerdictSet, load_verdicts, verdicts_from_json, verdicts_json
+from perfgate.results import VerdictSet
 from tests.browser import chromium, colour_counts, png_pixels, render_page
+from tests.report_helpers import CASE, info, render, section
 
-CASE = "benchmarks/test_models.py::test_step[{}]"
-
-
-def day(d: int) -> str:
-    return f"2026-11-{d:02d}T00:00:00+00:00"
-
-
-def at_commit(
-    data: dict[str, Any],
-    commit: str,
-    when: str,
-    *,
-    scale: float = 1.0,
-    dirty: bool = False,
-    drop: tuple[str, ...] = (),
-    contended: tuple[str, ...] = (),
-) -> dict[str, Any]:
-    """The real run as if made at another commit and time, its medians (ms and step/reference
-    ratios) times `scale`, the variants in `drop` left out, those in `contended` measured while
-    other processes used 1.5 cores: 5x slower and flagged unreliable by the gate's own rule, the
-    others reliable."""
-    out = copy.deepcopy(data)
-    out["commit_info"].update(id=commit, time=when, author_time=when, dirty=dirty)
-    out["datetime"] = when
-    out["perfgate"]["commit"], out["perfgate"]["recorded_at"] = commit, when
-    out["benchmarks"] = [b for b in out["benchmarks"] if b["extra_info"]["variant"] not in drop]
-    for b in out["benchmarks"]:
-        info = b["extra_info"]
-        busy = 5.0 if info["variant"] in contended else 1.0
-        info["median_ms"] *= scale * busy
-        info["normalised_median"] *= scale * busy
-        # The others as if measured on a quiet machine (the real run's may have been contended).
-        info["contention_cores"] = 1.5 if busy > 1 else 0.0
-        info["unreliable"] = gate.unreliable_reason(CaseRecord.from_extra_info(info), GateSettings())
-    return out
-
-
-def write(path: Path, data: Any) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(data if isinstance(data, str) else json.dumps(data))
-    return path
-
-
-@pytest.fixture
-def real(real_run) -> dict[str, Any]:
-    return json.loads(real_run.results.read_text())
-
-
-def info(data: dict[str, Any], case: str) -> dict[str, Any]:
-    return next(b["extra_info"] for b in data["benchmarks"] if b["name"] == f"test_step[{case}]")
-
-
-@pytest.fixture
-def tonight(real) -> dict[str, Any]:
-    return at_commit(real, "c" * 40, day(9), dirty=True)
-
-
-@pytest.fixture
-def saved(tmp_path, real) -> Path:
-    """Three earlier runs of the same cases, bf16 not among them, under the fingerprint's folder;
-    in the last, eager was contended (unreliable)."""
-    fp_dir = tmp_path / "baselines" / real["perfgate"]["fingerprint_id"]
-    for i, scale in enumerate((0.95, 1.05, 0.98), start=1):
-        run = at_commit(real, str(i) * 40, day(i), scale=scale, drop=("bf16",), contended=("baseline",) * (i == 3))
-        write(fp_dir / f"{i:04d}_nightly.json", run)
-    return tmp_path
-
-
-@pytest.fixture
-def verdicts(real_run) -> VerdictSet:
-    """Verdicts of each kind on the real cases, with the real run's skipped case."""
-    real = load_verdicts(real_run.verdicts)
-    return VerdictSet(
-        [
-            gate.Verdict(
-                case=CASE.format("physicsnemo-block-tiny-baseline"),
-                metric="latency",
-                verdict=gate.UNCHANGED,
-                baseline=10.0,
-                current=10.0,
-                change_pct=0.0,
-                p_value=0.5,
-            ),
-            gate.Verdict(
-                case=CASE.format("physicsnemo-block-tiny-int8-dynamic"),
-                metric="latency",
-                verdict=gate.IMPROVEMENT,
-                baseline=14.0,
-                current=12.0,
-                change_pct=-14.3,
-                p_value=0.001,
-                message="faster | much",
-            ),
-            gate.Verdict(
-                case=CASE.format("physicsnemo-block-tiny-bf16"),
-                metric="latency",
-                verdict=gate.REGRESSION,
-                baseline=5.0,
-                current=6.5,
-                change_pct=30.0,
-                p_value=1e-4,
-                message="median 6.500 ms vs 5.000 ms (+30.0% > 5%, p=0.0001)",
-            ),
-            gate.Verdict(
-                case=CASE.format("physicsnemo-train-tiny-baseline"),
-                metric="budget:median_ms",
-                verdict=gate.BUDGET,
-                baseline=0.5,
-                current=1.0,
-                message="median 1 ms, budget at most 0.5",
-            ),
-        ],
-        real.skipped,
-        real.fingerprint_id,
-    )
-
-
-def render(saved: Path, tonight: dict[str, Any], verdicts: VerdictSet | None, with_history: bool = True) -> str:
-    runs = [load_run(write(saved / "tonight.json", tonight))]
-    hist, skipped = (
-        history_for(runs, baselines_root=saved / "baselines", storage_dirs=[]) if with_history else (None, [])
-    )
-    return html.benchmark_report(runs, verdicts, hist, unreadable=skipped)
-
-
-def section(page: str, ident: str) -> str:
-    return page.split(f'id="{ident}"')[1].split("</section>")[0]
-
+pytest_plugins = ("tests.report_fixtures",)
 
 # ----------------------------------------------------------------------------- HTML
 
@@ -336,178 +203,6 @@ def test_plain_pytest_benchmark_file_is_reported_from_stats(real):
     page = html.benchmark_report([Run("plain.json", data)], None, None)
     median_ms = data["benchmarks"][0]["stats"]["median"] * 1e3
     assert "other benchmarks" in page and f">{fmt_num(median_ms)}<" in page and "No perfgate fingerprint" in page
-
-
-# ----------------------------------------------------------------------------- Markdown
-
-
-def test_markdown_regressions_first_short_with_links(tonight, verdicts):
-    md = markdown.job_summary(
-        [Run("tonight.json", tonight)],
-        verdicts,
-        {"HTML report": "https://ci.example/report.html", "run JSON": "tonight.json"},
-    )
-    lines = md.splitlines()
-    assert lines[0] == "### perfgate: :x: 2 regression(s)"
-    table = [line for line in lines if line.startswith("| physicsnemo")]
-    assert table[0].startswith("| physicsnemo-block [tiny] bf16 | latency | 5.000 | 6.500 | +30.0% |")
-    assert table[1].startswith("| physicsnemo-train [tiny] baseline | budget:median_ms |")
-    assert (
-        "1 unchanged" in md
-        and "1 improvement" in md
-        and f"{len(verdicts.skipped)} skipped" in md
-        and "`ccccccc (dirty)`" in md
-    )
-    assert "faster \\| much" not in md.split("<details>")[0]  # the improvement is folded away, below the failures
-    assert "| physicsnemo-block [tiny] int8-dynamic | latency | 12.00 | -14.3% | improvement |" in md
-    assert lines[-1] == "Artifacts: [HTML report](https://ci.example/report.html) · [run JSON](tonight.json)"
-    assert len(lines) < 40
-
-
-def test_markdown_without_regression_or_verdicts(real):
-    ok = markdown.job_summary([real], [gate.Verdict(case="c", metric="latency", verdict=gate.UNCHANGED)], {})
-    assert ok.startswith("### perfgate: :white_check_mark: no regression") and "<details>" not in ok
-    block = [b["extra_info"] for b in real["benchmarks"] if b["extra_info"]["model"] == "physicsnemo-block"]
-    fastest = min(block, key=lambda i: i["median_ms"])
-    speedup = "-" if fastest.get("speedup") is None else f"{fastest['speedup']:.2f}×"
-    assert (
-        f"| physicsnemo-block [tiny] on cpu | {fastest['variant']} | {fmt_num(fastest['median_ms'])} | {speedup} |"
-        in ok
-    )
-    measured = markdown.job_summary([real], None, None)
-    assert measured.startswith("### perfgate: no verdicts") and "Artifacts" not in measured
-
-
-def test_markdown_gate_off_and_ratchet(real):
-    off = VerdictSet([], gate_enabled=False)
-    assert markdown.job_summary([real], off).startswith("### perfgate: measured only (gate off)")
-    better = [
-        gate.Verdict(
-            case=CASE.format("physicsnemo-block-tiny-baseline"),
-            metric="latency",
-            verdict=gate.IMPROVEMENT,
-            change_pct=-20.0,
-        )
-    ]
-    assert markdown.job_summary([real], VerdictSet(better)).startswith("### perfgate: :white_check_mark:")
-    ratchet = markdown.job_summary(
-        [real], VerdictSet(better, fail_on_improvement=True)
-    )  # --perfgate-ratchet fails on it
-    assert (
-        ratchet.startswith("### perfgate: :x: 1 regression(s)")
-        and "| physicsnemo-block [tiny] baseline | latency |" in ratchet
-    )
-
-
-def test_markdown_many_regressions_are_capped(real):
-    many = [gate.Verdict(case=f"c{i}", metric="latency", verdict=gate.REGRESSION, change_pct=10.0) for i in range(30)]
-    md = markdown.job_summary([real], many, {}, max_rows=5)
-    assert len(re.findall(r"^\| c\d+ \|", md, re.MULTILINE)) == 5 and "… and 25 more in the report." in md
-
-
-def test_the_plugin_and_perfgate_report_write_the_same_summary(real_run):
-    """One Markdown builder: what pytest appended to $GITHUB_STEP_SUMMARY is what `perfgate report
-    --markdown` makes of the files the same run wrote (links aside)."""
-    step = real_run.step_summary.read_text()
-    assert (
-        step.startswith("### perfgate: :white_check_mark: no regression")
-        and "no baseline recorded for this machine" in step
-    )
-    from_files = markdown.job_summary([load_run(real_run.results)], load_verdicts(real_run.verdicts), {})
-    assert step == from_files + "\n"
-
-
-def test_verdicts_file_round_trip(verdicts):
-    back = verdicts_from_json(json.loads(json.dumps(verdicts_json(verdicts))))
-    assert back.verdicts == gate.sort_verdicts(verdicts.verdicts) and back.skipped == verdicts.skipped
-    assert (back.gate_enabled, back.fail_on_improvement, back.fingerprint_id) == (True, False, verdicts.fingerprint_id)
-    older = verdicts_from_json({"verdicts": [], "failed": False})  # written before gate_enabled and notices
-    assert older.gate_enabled and older.notices == ()
-
-
-# ----------------------------------------------------------------------------- CLI
-
-
-def test_cli_report_writes_html_and_markdown(saved, tonight, verdicts, monkeypatch, capsys):
-    monkeypatch.chdir(saved)
-    write(saved / "tonight.json", tonight)
-    write(saved / "verdicts.json", verdicts_json(verdicts))
-    write(saved / "baselines" / tonight["perfgate"]["fingerprint_id"] / "0009_broken.json", "{")
-    assert (
-        main(
-            [
-                "report",
-                "tonight.json",
-                "--verdicts",
-                "verdicts.json",
-                "-o",
-                "out/report.html",
-                "--markdown",
-                "summary.md",
-                "--link",
-                "HTML report=https://ci.example/r.html",
-            ]
-        )
-        == 0
-    )
-    err = capsys.readouterr().err
-    assert "history skipped baselines" in err and "0009_broken.json: truncated JSON" in err
-    assert "wrote out/report.html" in err
-    assert "Gate verdicts" in (saved / "out" / "report.html").read_text()
-    md = (saved / "summary.md").read_text()
-    assert md.startswith("### perfgate: :x: 2 regression(s)") and md.rstrip().endswith(
-        "[HTML report](https://ci.example/r.html)"
-    )
-    assert [p.name for p in (saved / "out").iterdir()] == ["report.html"]  # no temporary left behind
-    umask = os.umask(0)
-    os.umask(umask)
-    assert (saved / "out" / "report.html").stat().st_mode & 0o777 == 0o666 & ~umask  # shareable, not mkstemp's 0600
-
-
-def test_cli_markdown_is_written_even_when_the_html_fails(tmp_path, real, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    write(tmp_path / "run.json", real)
-
-    def broken(*args, **kwargs):
-        raise RuntimeError("no HTML today")
-
-    monkeypatch.setattr(html, "benchmark_report", broken)
-    with pytest.raises(RuntimeError):
-        main(["report", "run.json", "--markdown", "summary.md", "--no-history"])
-    assert (tmp_path / "summary.md").read_text().startswith("### perfgate: no verdicts")
-
-
-@pytest.mark.parametrize(
-    "files, argv, message",
-    [
-        (
-            {"run.json": "{"},
-            ["run.json"],
-            "run.json: truncated JSON at line 1 column 2; pass the file pytest wrote with --benchmark-json",
-        ),
-        ({}, ["missing.json"], "missing.json: cannot read"),
-        (
-            {"run.json": None, "v.json": '{"x": 1}'},
-            ["run.json", "--verdicts", "v.json"],
-            "v.json: not a perfgate verdicts file",
-        ),
-        (
-            {"run.json": None, "v.json": '{"verdicts": ['},
-            ["run.json", "--verdicts", "v.json"],
-            "v.json: truncated JSON at line 1",
-        ),
-        ({"run.json": None}, ["run.json", "--link", "oops"], "--link 'oops': write NAME=URL"),
-    ],
-    ids=["truncated-run", "missing-run", "bad-verdicts", "truncated-verdicts", "bad-link"],
-)
-def test_cli_report_bad_input_is_one_line_exit_4(tmp_path, monkeypatch, capsys, real, files, argv, message):
-    monkeypatch.chdir(tmp_path)
-    for name, text in files.items():
-        write(tmp_path / name, text if text is not None else real)
-    assert main(["report", *argv]) == EXIT_BAD_INPUT
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("perfgate report: ") and message in err[0]
-    assert not (tmp_path / "report.html").exists()
 
 
 # ----------------------------------------------------------------------------- in a real browser
