@@ -23,6 +23,7 @@ import numpy as np
 
 from perfgate.record import HISTORY_FIELDS
 from perfgate.results import ResultFileError, read_benchmark_json
+from perfgate.stats import TAIL_MIN_SAMPLES
 
 
 @dataclass(frozen=True)
@@ -249,6 +250,8 @@ def metric_value(bench: Mapping[str, Any], metric: str) -> float | None:
     """One metric of one benchmark entry: perfgate's extra_info first, pytest-benchmark's stats
     (seconds) for plain files; None when the entry does not have it."""
     info = bench.get("extra_info") or {}
+    if metric in TAIL_MIN_SAMPLES and (_sample_count(bench) or 0) < TAIL_MIN_SAMPLES[metric]:
+        return None  # older files computed tails from any number of samples: too few to support one
     if metric in _ACCURACY:
         v = _number((info.get("accuracy") or {}).get(metric))
     elif metric == "throughput":
@@ -268,6 +271,16 @@ def metric_value(bench: Mapping[str, Any], metric: str) -> float | None:
     return None
 
 
+def _sample_count(bench: Mapping[str, Any]) -> int | None:
+    """How many timed samples an entry's figures come from (extra_info n, else pytest-benchmark's rounds)."""
+    info, stats = bench.get("extra_info") or {}, bench.get("stats") or {}
+    for v in (info.get("n"), info.get("rounds"), stats.get("rounds")):
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+    data = info.get("samples_ms") or stats.get("data")
+    return len(data) if isinstance(data, list) and data else None
+
+
 def case_label(bench: Mapping[str, Any]) -> str:
     """'model [size opts] variant' from extra_info, else pytest's test name."""
     info = bench.get("extra_info") or {}
@@ -284,14 +297,16 @@ def case_label(bench: Mapping[str, Any]) -> str:
 @dataclass(frozen=True)
 class SeriesPoint:
     value: float
-    change_pct: float | None  # against the previous point of the same series, after filtering
+    # Against the previous reliable point of the same series, after filtering; None on an
+    # unreliable point: a contended run's number once read "+82989% vs previous" on unchanged code.
+    change_pct: float | None
     commit: str | None
     commit_time: str | None
     run_time: str | None
     dirty: bool
     branch: str | None
     source: str
-    unreliable: bool = False  # the run flagged its own timing (contention): read the change with care
+    unreliable: bool = False  # the run flagged its own timing (contention): shown, never compared
 
 
 @dataclass
@@ -305,6 +320,7 @@ class Series:
     variant: str | None
     unit: str
     points: list[SeriesPoint] = field(default_factory=list)
+    change_points: list[dict[str, Any]] | None = None  # perfgate.changepoints.annotate fills it on request
 
     def values(self) -> list[float]:
         return [p.value for p in self.points]
@@ -374,7 +390,8 @@ class History:
 
 def build_series(runs: Sequence[Run], metric: str, filters: Filters = Filters()) -> list[Series]:
     """Group entries by (fingerprint, case), ordered by commit time then run time, with the change
-    from the previous entry. The same run seen twice (a baseline also passed by path) counts once."""
+    from the previous reliable entry (unreliable ones are kept but neither get nor give a change).
+    The same run seen twice (a baseline also passed by path) counts once."""
     m = metric_info(metric)
     series: dict[tuple[str, str], Series] = {}
     seen: set[tuple[str, str, str, str]] = set()
@@ -409,18 +426,19 @@ def build_series(runs: Sequence[Run], metric: str, filters: Filters = Filters())
                     variant=info.get("variant"),
                     unit=m.unit,
                 )
-            prev = s.points[-1].value if s.points else None
+            unreliable = bool((bench.get("extra_info") or {}).get("unreliable"))
+            prev = next((p.value for p in reversed(s.points) if not p.unreliable), None)
             s.points.append(
                 SeriesPoint(
                     value=value,
-                    change_pct=(value / prev - 1) * 100 if prev else None,
+                    change_pct=(value / prev - 1) * 100 if prev and not unreliable else None,
                     commit=commit,
                     commit_time=commit_iso,
                     run_time=run_iso,
                     dirty=dirty,
                     branch=branch,
                     source=run.path,
-                    unreliable=bool((bench.get("extra_info") or {}).get("unreliable")),
+                    unreliable=unreliable,
                 )
             )
     return sorted(series.values(), key=lambda s: (s.fingerprint_id, s.model or "~", s.size or "", s.label))

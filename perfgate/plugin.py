@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import importlib.util
 import math
 import os
 from pathlib import Path
@@ -108,6 +109,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     g.addoption("--perfgate-no-flops", action="store_true", help="do not count FLOPs or time the matmul peak")
     g.addoption(
+        "--perfgate-energy-window-s",
+        type=float,
+        default=None,
+        help="seconds of repeated steps over which the energy counter (NVML on a GPU, RAPL on a CPU) is read after "
+        "the timed rounds; 0 turns it off (default 1, 0 with --perfgate-smoke)",
+    )
+    g.addoption(
         "--perfgate-no-reference",
         action="store_true",
         help="CPU: do not time the reference workload in each round (the gate then judges raw ms)",
@@ -175,8 +183,12 @@ def _run_options(config: pytest.Config, table: dict[str, Any]) -> RunOptions:
         raise pytest.UsageError(
             f"perfgate: --perfgate-telemetry-interval-ms must be a number >= 0, got {interval_ms:g}"
         )
+    window_s = _given(config, "perfgate_energy_window_s", 0.0 if smoke else 1.0)
+    if not (window_s >= 0 and math.isfinite(window_s)):
+        raise pytest.UsageError(f"perfgate: --perfgate-energy-window-s must be a number >= 0, got {window_s:g}")
     return RunOptions(
         stop=stop,
+        energy_window_s=window_s,
         checkpoint=config.getoption("perfgate_checkpoint"),
         tolerances=tolerances,
         warm_compile=not smoke,
@@ -270,6 +282,22 @@ def _point_pytest_benchmark(config: pytest.Config, session: Session) -> None:
     )
     if config.getoption("benchmark_compare", None) is True and session.gate_enabled and session.baselines.files:
         config.option.benchmark_compare = str(session.baselines.files[0].resolve())
+    prefixes = config.getoption("benchmark_histogram", None)
+    if prefixes:
+        config.option.benchmark_histogram = histogram_prefixes(prefixes, Path(config.rootpath))
+
+
+def histogram_prefixes(prefixes: list[str], rootpath: Path) -> list[str]:
+    """--benchmark-histogram's SVGs go to FILENAME-PREFIX-group.svg relative to the working folder:
+    a bare prefix (its default is benchmark_<time>) is put under .perfgate/histograms instead of
+    littering the repository's root; a prefix with a folder in it is where the user asked. pygal is
+    checked here: a missing one crashed pytest-benchmark after the whole run."""
+    if importlib.util.find_spec("pygal") is None:
+        raise pytest.UsageError(
+            "perfgate: --benchmark-histogram needs pygal: pip install -e . (perfgate's dependencies hold it) "
+            "or pip install 'pytest-benchmark[histogram]'"
+        )
+    return [p if Path(p).parent != Path(".") else str(rootpath / ".perfgate" / "histograms" / p) for p in prefixes]
 
 
 def _expand(config: pytest.Config, session: Session) -> list[Case]:

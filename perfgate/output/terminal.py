@@ -15,6 +15,7 @@ from perfgate.history import unit_of
 from perfgate.output.report_data import group_title
 from perfgate.output.text import fmt, fmt_num, sparkline, text_table, value_format
 from perfgate.record import HISTORY_FIELDS, CaseRecord
+from perfgate.stats import TAIL_MIN_SAMPLES
 
 # The gated figure first (the median), the spread after; mean, min and max are in the JSON and the report.
 OPT_HEADERS = (
@@ -27,6 +28,11 @@ OPT_HEADERS = (
     "TFLOP/s (of peak)",
     "speedup",
     "accuracy",
+    "energy",
+)
+TAIL_NOTE = (
+    f"too few timed rounds for a p90 (MLPerf LoadGen's floor: {TAIL_MIN_SAMPLES['p90_ms']} samples, "
+    f"p99 {TAIL_MIN_SAMPLES['p99_ms']}); --perfgate-min-rounds {TAIL_MIN_SAMPLES['p90_ms']} measures one"
 )
 VERDICT_HEADERS = ("verdict", "case", "metric", "baseline", "current", "change", "change of")
 # Verdicts that need no action: counted per metric, listed only on request. "no baseline" is a
@@ -64,16 +70,25 @@ def optimisation_rows(records: Sequence[CaseRecord]) -> list[list[str]]:
             [
                 r.variant,
                 fmt(r.median_ms),
-                fmt(r.p90_ms),
+                fmt(r.p90_ms) if r.p90_ms is not None or not r.tail_note else f"n<{TAIL_MIN_SAMPLES['p90_ms']}",
                 fmt(r.std_ms),
                 fmt(r.peak_mem_mib, ".1f"),
                 f"{thr:.1f} {r.unit}/s" if thr else "-",
                 _tflops(r),
                 f"{r.speedup:.2f}x" if r.speedup else "-",
                 " ".join(accuracy_parts(r)),
+                energy_cell(r),
             ]
         )
     return rows
+
+
+def energy_cell(rec: CaseRecord) -> str:
+    """Frames per joule where the model counts frames, else joules per step; '-' when skipped
+    (the reason is in extra_info's energy_skipped)."""
+    if rec.frames_per_j is not None:
+        return f"{rec.frames_per_j:.3g} frames/J"
+    return f"{rec.energy_j_per_step:.3g} J/step" if rec.energy_j_per_step is not None else "-"
 
 
 def speedup_notes(records: Sequence[CaseRecord]) -> list[str]:
@@ -238,6 +253,14 @@ def session_lines(session: Any, *, show_unchanged: bool = False) -> list[str]:
         lines += ["", session.no_baseline_notice()]
     for title, records in groups.items():
         lines += ["", title, *text_table(OPT_HEADERS, optimisation_rows(records)), *speedup_notes(records)]
+    if any(r.p90_ms is None and r.tail_note for recs in groups.values() for r in recs):
+        lines += [f"(p90 n<{TAIL_MIN_SAMPLES['p90_ms']}: {TAIL_NOTE})"]
+    throttled = [r.throttle["dropped"] for recs in groups.values() for r in recs if (r.throttle or {}).get("dropped")]
+    if throttled:
+        lines += [f"(GPU: {sum(throttled)} throttled round(s) dropped in {len(throttled)} case(s); see `throttle`)"]
+    skipped = {r.energy_skipped for recs in groups.values() for r in recs if r.energy_skipped}
+    if skipped:
+        lines += [f"(energy '-': {'; '.join(sorted(skipped))})"]
     if session.skips:
         lines += ["", "skipped variants:"]
         lines += [f"  {n:3d} x {reason}" for reason, n in skip_summary(session.skips).items()]
