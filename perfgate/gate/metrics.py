@@ -205,13 +205,20 @@ def judge_energy(case: str, cur: CaseRecord, base: CaseRecord, s: GateSettings) 
     current, baseline = cur.energy_j_per_step, base.energy_j_per_step
     if current is None or baseline is None:
         return None
-    kw = dict(case=case, metric="energy", baseline=baseline, current=current, change_pct=_pct(current, baseline))
+    kw = dict(
+        case=case,
+        metric="energy",
+        baseline=baseline,
+        current=current,
+        change_pct=_pct(current, baseline),
+        compared="J per step",
+    )
     what = f"{current:.4g} J/step vs {baseline:.4g} J/step"
     if current > baseline * (1 + s.energy_tolerance):
         return Verdict(**kw, verdict=REGRESSION, message=f"{what} (> {s.energy_tolerance:.0%})")
     if current < baseline / (1 + s.energy_tolerance):
-        return Verdict(**kw, verdict=IMPROVEMENT, message=what)
-    return Verdict(**kw, verdict=UNCHANGED)
+        return Verdict(**kw, verdict=IMPROVEMENT, message=f"{what} (less by more than {s.energy_tolerance:.0%})")
+    return Verdict(**kw, verdict=UNCHANGED, message=f"{what}: within the {s.energy_tolerance:.0%} tolerance")
 
 
 def judge_accuracy(case: str, cur: CaseRecord, base: CaseRecord, s: GateSettings) -> Verdict | None:
@@ -285,6 +292,7 @@ GATED: tuple[GatedMetric, ...] = (
         reads="energy_j_per_step",
         setting="energy_tolerance",
         better="lower",
+        unit="J",
         timing=True,  # clocks and neighbours move it as they move latency
         judge=judge_energy,
     ),

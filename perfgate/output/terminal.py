@@ -116,7 +116,7 @@ def metric_unit(metric: str) -> str:
 
 
 # Per unit the precision the optimisation tables print (ms to the microsecond, MiB to 0.1).
-_UNIT_FORMAT = {"ms": ".3f", "MiB": ".1f", "x": ".2f", "": ".2e"}
+_UNIT_FORMAT = {"ms": ".3f", "MiB": ".1f", "x": ".2f", "J": ".4g", "": ".2e"}
 
 
 def _value(v: float | None, unit: str) -> str:
