@@ -465,6 +465,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             fh.write(markdown.job_summary([report_data.session_run(s, commit)], verdicts) + "\n")
 
 
+@pytest.hookimpl(trylast=True)  # after pytest-benchmark's table, whichever loaded first: the verdicts end the run
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     s = config.stash.get(_KEY, None)
     if s is None or not s.results and not s.skips:

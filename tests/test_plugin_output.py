@@ -49,6 +49,7 @@ def test_a_regression_leads_with_its_reason_and_the_unchanged_are_counted(suite)
     assert i < table
     recap = [line for line in lines if line.startswith("perfgate: 1 regression need attention")]
     assert recap and lines.index(recap[0]) > table
+    assert not any(line.startswith("Legend:") for line in lines)  # pytest-benchmark's table came before
 
 
 def test_the_unchanged_are_listed_with_their_reasons_on_request(suite):  # noqa: F811
