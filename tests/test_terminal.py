@@ -4,6 +4,7 @@ say what a change is of, and why a speedup cell is '-'."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 import numpy as np
@@ -177,3 +178,22 @@ def test_a_speedup_dash_says_why(tmp_path, monkeypatch):
     lines = terminal.session_lines(s)
     assert "  speedup -: the eager baseline of this run was unreliable (its verdict says why)" in lines
     assert "  speedup -: no eager baseline of this model ran before it in this run" in lines
+
+
+def test_perfgate_compare_counts_the_unchanged_and_lists_them_on_request(real_run, tmp_path, capsys):
+    """`perfgate compare` of a real run's JSON with itself: every verdict unchanged, counted; listed
+    with --show-unchanged."""
+    from perfgate.cli import main
+
+    args = ["compare", str(real_run.results), str(real_run.results), "--pyproject", str(tmp_path / "none.toml")]
+    assert main(args) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("gate verdicts: 0 need attention; ") and "needs attention (regressions first):" not in out
+    (count,) = [line for line in out if line.startswith("unchanged: ")]
+    assert count.endswith("(each within its tolerance; --show-unchanged lists them with the reasons)")
+    assert not any(line.startswith("unchanged  ") for line in out)
+    assert main([*args, "--show-unchanged"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    rows = [line for line in out if line.startswith("unchanged  ")]
+    assert "unchanged and not compared:" in out and rows
+    assert len(rows) == sum(int(n) for n in re.findall(r"(\d+) \w+", count.split("(")[0]))
