@@ -358,7 +358,7 @@ def pytest_benchmark_compare_machine_info(
     this hook (run after this one) warns with both machine_infos dumped on one line (5 KB; and it
     raised where its storage lay outside the working directory) whenever they differ at all; made
     equal here, it stays silent. Where the fingerprints differ, the run's summary says so in the
-    line naming the compared file (`compare_line`)."""
+    line naming the compared file (`terminal.compare_line`)."""
     session = config.stash.get(_KEY, None)
     if session is None:
         return
@@ -367,19 +367,6 @@ def pytest_benchmark_compare_machine_info(
     if diff:
         session.compared_elsewhere.append(", ".join(f"{k} {b!r} there, {a!r} here" for k, (a, b) in diff.items()))
     compared_benchmark["machine_info"] = machine_info
-
-
-def compare_line(config: pytest.Config, session: Session) -> str | None:
-    """The one line on pytest-benchmark's --benchmark-compare: which file its table compared with
-    and, where it came from another machine, how that machine differs."""
-    bs = getattr(config, "_benchmarksession", None)
-    paths = [str(p) for p in (getattr(bs, "compared_mapping", None) or {})]
-    if not paths:
-        return None
-    line = f"perfgate: pytest-benchmark's table compared with {', '.join(paths)}"
-    if session.compared_elsewhere:
-        line += f", measured on another machine ({'; '.join(dict.fromkeys(session.compared_elsewhere))})"
-    return line
 
 
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict[str, Any]) -> None:
@@ -496,7 +483,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             "perfgate: the gate judged each case against the newest baseline holding it: "
             + "; ".join(f"{n} case(s) against {path}" for path, n in sources.items())
         )
-    compared = compare_line(config, s)
+    bs = getattr(config, "_benchmarksession", None)
+    compared = terminal.compare_line(list(getattr(bs, "compared_mapping", None) or {}), s.compared_elsewhere)
     if compared:
         tr.write_line(compared)
     for name, r in s.results.items():

@@ -231,6 +231,17 @@ def recap_line(verdicts: Sequence[gate.Verdict]) -> str | None:
     )
 
 
+def compare_line(paths: Sequence[Any], elsewhere: Sequence[str]) -> str | None:
+    """The one line on pytest-benchmark's --benchmark-compare: which file(s) its table compared
+    with and, where one came from another machine, how that machine differs (`elsewhere`)."""
+    if not paths:
+        return None
+    line = f"perfgate: pytest-benchmark's table compared with {', '.join(map(str, paths))}"
+    if elsewhere:
+        line += f", measured on another machine ({'; '.join(dict.fromkeys(elsewhere))})"
+    return line
+
+
 def skip_summary(skips: dict[str, str]) -> dict[str, int]:
     """Skipped cases per reason, the most common first."""
     return dict(Counter(skips.values()).most_common())
