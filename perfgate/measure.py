@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -180,6 +181,7 @@ def measure(
     warmup: WarmupRule = WarmupRule(),
     progress: Callable[[str], None] | None = None,
     reference: Callable[[], Any] | None = None,
+    first_call: str = "first call",
     probe: Any = None,
 ) -> Measurement:
     """Measure `step` on `device`; returns raw samples in ms and the first-call time in s.
@@ -188,11 +190,15 @@ def measure(
     then times it; the stop rule asks for precision of the step/reference ratio, the quantity the
     gate then judges, and the peak memory is tracked over two further steps alone.
 
+    `progress` hears of each phase as it begins (`first_call` names the first call's) and how the
+    timed rounds ended; never during them, where a terminal redraw would land between samples.
+
     With `probe` (a perfgate.throttle.ClockProbe, CUDA) every round is checked after its sample is
     taken: a throttled round is dropped and the next waits the probe's recovery delay; after
     `stop.max_rounds` drops the measurement stops, and if fewer than `stop.min_rounds` rounds
     remain all are kept, flagged `too_few` (the gate then calls the case unreliable).
     """
+    say = progress or (lambda _: None)
     device = torch.device(device)
     if reference is not None and device.type != "cpu":
         raise ValueError(f"a reference workload normalises CPU timings only, not {device}")
@@ -200,10 +206,12 @@ def measure(
     if reference is not None:
         for _ in range(5):  # its own first calls and allocations, out of the first round
             reference()
+    say(first_call)
     first_ms, output = timer.time_ms(step)
     # CUDA-graph variants overwrite this output on the next call: keep a private copy for accuracy.
     output = torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: t.detach().clone(), output)
 
+    say(f"warming up (first call {first_ms / 1e3:.1f} s)")
     warm: list[float] = []
     t0 = time.perf_counter()
     while len(warm) < warmup.max_rounds and not warmup_settled(warm, warmup):
@@ -211,6 +219,9 @@ def measure(
         if time.perf_counter() - t0 > warmup.budget_s and len(warm) >= warmup.min_rounds:
             break
 
+    budget = f", up to about {stop.budget_s:g} s" if math.isfinite(stop.budget_s) else ""
+    rounds = f"{stop.min_rounds}" if stop.min_rounds == stop.max_rounds else f"{stop.min_rounds}-{stop.max_rounds}"
+    say(f"timing rounds ({rounds} rounds{budget})")
     samples: list[float] = []
     ref_ms: list[float] | None = [] if reference is not None else None
     # gc pauses would land in random samples; collect now and keep it off while timing.
@@ -245,10 +256,10 @@ def measure(
                 samples.append(sample)
                 judged = samples if ref_ms is None else ratios(samples, ref_ms)
                 reason = stop_reason(judged, time.perf_counter() - t0, stop)
-                if progress is not None and len(samples) % 20 == 0:
-                    progress(f"{len(samples)} rounds")
+                # No progress call in here: a redraw between rounds is work the next sample would pay for.
             wall_s = time.perf_counter() - t0
             cpu1 = _busy_cpu_s()
+        say(f"timed {len(samples)} rounds in {wall_s:.1f} s ({reason})")
         if reference is not None:
             with MemoryTracker(device) as mem:
                 for _ in range(2):

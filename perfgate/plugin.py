@@ -17,13 +17,14 @@ from perfgate.fingerprint import differences
 from perfgate.gate import policy as policy_mod
 from perfgate.gate import store as baseline_store
 from perfgate.measure import StopRule
-from perfgate.output import files, markdown, report_data, terminal
+from perfgate.output import files, markdown, progress, report_data, terminal
 from perfgate.runner import Case, RunOptions
 from perfgate.session import Session, _split, expand_cases
 from perfgate.variants import set_inductor_cache
 from perfgate.workload import RegistryError, load_registries
 
 _KEY = pytest.StashKey[Session]()
+_PROGRESS = pytest.StashKey[Any]()  # the run's perfgate.output.progress reporter
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -141,6 +142,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     g.addoption(
         "--perfgate-evidence-dir", default=None, help="where --perfgate-trace writes (default .perfgate/evidence)"
+    )
+    g.addoption(
+        "--perfgate-show-unchanged",
+        action="store_true",
+        help="list the unchanged verdicts with their reasons at the end (default: counted per metric; -vv lists too)",
     )
 
 
@@ -323,6 +329,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("case", params)
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    config = session.config
+    if config.stash.get(_KEY, None) is not None:
+        config.stash[_PROGRESS] = progress.for_pytest(config, progress.count_cases(session.items))
+
+
 def feed_benchmark(benchmark: Any, samples_ms: list[float], extra_info: dict[str, Any]) -> None:
     """Hand perfgate's samples to pytest-benchmark so its table, JSON, save and compare work.
 
@@ -342,17 +354,18 @@ def feed_benchmark(benchmark: Any, samples_ms: list[float], extra_info: dict[str
 def pytest_benchmark_compare_machine_info(
     config: pytest.Config, benchmarksession: Any, machine_info: dict[str, Any], compared_benchmark: dict[str, Any]
 ) -> None:
-    """perfgate's fingerprint decides what is comparable: one line when the compared file's differs,
-    instead of pytest-benchmark's one-line dump of both machine_infos (5 KB; and it raised where
-    its storage lay outside the working directory), which sees equal infos after this."""
+    """perfgate's fingerprint decides what is comparable. pytest-benchmark's own implementation of
+    this hook (run after this one) warns with both machine_infos dumped on one line (5 KB; and it
+    raised where its storage lay outside the working directory) whenever they differ at all; made
+    equal here, it stays silent. Where the fingerprints differ, the run's summary says so in the
+    line naming the compared file (`terminal.compare_line`)."""
     session = config.stash.get(_KEY, None)
     if session is None:
         return
     theirs = (compared_benchmark.get("machine_info") or {}).get("perfgate", {}).get("fingerprint") or {}
     diff = differences(session.fingerprint, theirs)
     if diff:
-        what = ", ".join(f"{k} {b!r} there, {a!r} here" for k, (a, b) in diff.items())
-        benchmarksession.logger.warning(f"perfgate: --benchmark-compare file was measured on another machine ({what})")
+        session.compared_elsewhere.append(", ".join(f"{k} {b!r} there, {a!r} here" for k, (a, b) in diff.items()))
     compared_benchmark["machine_info"] = machine_info
 
 
@@ -399,8 +412,16 @@ def _record(config: pytest.Config, session: Session) -> Path | None:
     return baseline_store.record(session.baseline_dir, data, session.record_label)
 
 
+def _judged_anything(s: Session) -> bool:
+    """Whether the run measured a case or gave one a verdict (an error counts): else it wrote nothing."""
+    return bool(s.results or s.verdicts)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
+    reporter = config.stash.get(_PROGRESS, None)
+    if reporter is not None:
+        reporter.close()
     s = config.stash.get(_KEY, None)
     if s is None or not s.results and not s.skips:
         return
@@ -419,6 +440,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         if fail == "yes" or (fail == "auto" and os.environ.get("CI")):
             s.unjudged += " (failing the run: --perfgate-fail-unjudged)"
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if not _judged_anything(s):
+        return  # --benchmark-skip, or every case skipped: the previous run's verdicts stay as they were
     verdicts = report_data.session_verdicts(s)
     if s.verdict_file is not None:
         files.write_json(s.verdict_file, results.verdicts_json(verdicts, s.fingerprint))
@@ -429,19 +452,23 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             fh.write(markdown.job_summary([report_data.session_run(s, commit)], verdicts) + "\n")
 
 
+@pytest.hookimpl(trylast=True)  # after pytest-benchmark's table, whichever loaded first: the verdicts end the run
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     s = config.stash.get(_KEY, None)
     if s is None or not s.results and not s.skips:
         return
     tr = terminalreporter
-    for line in terminal.session_lines(s):
+    show = config.getoption("perfgate_show_unchanged") or config.getoption("verbose") > 1
+    for line in terminal.session_lines(s, show_unchanged=show):
         tr.write_line(line)
     if s.recorded:
         tr.write_line(f"perfgate: recorded baseline {s.recorded}")
     if s.record_refused:
         tr.write_line(s.record_refused)
-    if s.verdict_file is not None:
+    if s.verdict_file is not None and _judged_anything(s):
         tr.write_line(f"perfgate: verdicts written to {s.verdict_file}")
+    elif s.verdict_file is not None:
+        tr.write_line(f"perfgate: no case was measured; {s.verdict_file} left as it was")
     if s.unjudged:
         tr.write_line(s.unjudged)
     if s.baselines.skipped:
@@ -456,15 +483,19 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             "perfgate: the gate judged each case against the newest baseline holding it: "
             + "; ".join(f"{n} case(s) against {path}" for path, n in sources.items())
         )
-    compared = config.getoption("benchmark_compare", None)
-    if isinstance(compared, str) and compared.endswith(".json"):
-        tr.write_line(f"perfgate: pytest-benchmark's table compared with {compared}")
+    bs = getattr(config, "_benchmarksession", None)
+    compared = terminal.compare_line(list(getattr(bs, "compared_mapping", None) or {}), s.compared_elsewhere)
+    if compared:
+        tr.write_line(compared)
     for name, r in s.results.items():
         ev = r.extra_info.get("evidence")
         if ev:
             tr.write_line(
                 f"perfgate: evidence for {name.split('::')[-1]}: {ev['trace']}; reproduce: {ev['reproduce']['pytest']}"
             )
+    recap = terminal.recap_line(s.verdicts)
+    if recap:
+        tr.write_line(recap)
 
 
 def run_benchmark(case: Case, benchmark: Any, request: pytest.FixtureRequest) -> dict[str, Any]:
@@ -474,24 +505,22 @@ def run_benchmark(case: Case, benchmark: Any, request: pytest.FixtureRequest) ->
     from perfgate.variant_steps import VariantError
 
     session: Session = request.config.stash[_KEY]
-    tr = request.config.pluginmanager.get_plugin("terminalreporter")
     verbose = request.config.getoption("verbose") > 0
-
-    def progress(msg: str) -> None:
-        if verbose and tr is not None:
-            tr.write_line(f"  {case.id}: {msg}")
-
+    reporter = request.config.stash.get(_PROGRESS, None) or progress.NoProgress()
     fullname = request.node.nodeid
 
     def error(message: str) -> None:
         """The case could not be measured: a verdict that says why (the verdict file and summary
         show it), then one line; the traceback only with -v."""
         session.verdicts.append(gate.Verdict(case=fullname, metric="run", verdict=gate.ERROR, message=message))
+        # Marked used (as feed_benchmark does): else pytest-benchmark adds a "fixture was not used
+        # at all" warning, a warnings summary of four lines, to a failure already said in one.
+        benchmark._mode = "perfgate"
         pytest.fail(f"{case.id}: {message}", pytrace=verbose)
 
     try:
-        with timeout.limit(session.case_timeout_s):
-            result, verdicts = session.measure_and_judge(case, fullname, progress)
+        with reporter.case(case.id) as note, timeout.limit(session.case_timeout_s):
+            result, verdicts = session.measure_and_judge(case, fullname, note)
     except VariantError as exc:
         session.skips[case.id] = str(exc)
         pytest.skip(f"{case.variant}: {exc}")

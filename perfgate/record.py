@@ -124,6 +124,7 @@ class CaseRecord:
     # In-run comparisons and the gate's bookkeeping.
     speedup: float | None = _f(None, history=("speedup over eager baseline", "higher"), unit="x")
     speedup_basis: str | None = _f()
+    speedup_note: str | None = _f()  # why a case has no speedup (the eager run was unreliable, or none ran)
     remeasured: int | None = _f()
     pooled: dict[str, Any] | None = _f()
     evidence: dict[str, Any] | None = _f()

@@ -166,15 +166,27 @@ def convert(wl: Workload, variant: Variant) -> tuple[Converted, Converted, float
     return prepared, converted, time.perf_counter() - t0
 
 
-def build_case(case: Case, opts: RunOptions, *, prepared: tuple[Workload, Any] | None = None) -> BuiltCase:
+def build_case(
+    case: Case,
+    opts: RunOptions,
+    *,
+    prepared: tuple[Workload, Any] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> BuiltCase:
     """Workload and reference output, FLOP count, conversion and the step, in that order."""
+    say = progress or (lambda _: None)
     device = bind(case.device)
+    if prepared is None:
+        say("building the model and its fp32 eager reference output")
     wl, ref = prepared or prepare(case, opts)
     from torch._dynamo.utils import counters
 
     counters.clear()
     # Counted before the variant changes the module in place.
+    if opts.count_flops:
+        say("counting FLOPs")
     flop_count, flops_error = count_flops(wl) if opts.count_flops else (None, None)
+    say(f"applying {case.variant}")
     pre, conv, convert_s = convert(wl, case.variant_obj)
     step = make_step(wl, conv.module, conv.inputs, case.variant_obj.context(device.type))
     return BuiltCase(
@@ -191,8 +203,20 @@ def build_case(case: Case, opts: RunOptions, *, prepared: tuple[Workload, Any] |
     )
 
 
+def first_call_phase(variant: Variant) -> str:
+    """What a variant's first call does, for the progress display."""
+    if variant.uses_cuda_graphs:
+        return "first call: compiling and capturing CUDA graphs" if variant.compiles else "first call: capturing"
+    return "first call: compiling" if variant.compiles else "first call"
+
+
 def measure_sampled(
-    step: Callable[[], Any], device: torch.device, opts: RunOptions, progress: Callable[[str], None] | None = None
+    step: Callable[[], Any],
+    device: torch.device,
+    opts: RunOptions,
+    progress: Callable[[str], None] | None = None,
+    *,
+    first_call: str = "first call",
 ) -> tuple[Measurement, telemetry.TelemetrySampler | None]:
     """`measure` under the options' stop and warm-up rules, with the telemetry sampler running."""
     sampler = (
@@ -208,7 +232,14 @@ def measure_sampled(
     try:
         reference = reference_step() if opts.reference and device.type == "cpu" else None
         m = measure(
-            step, device, stop=opts.stop, warmup=opts.warmup, progress=progress, reference=reference, probe=probe
+            step,
+            device,
+            stop=opts.stop,
+            warmup=opts.warmup,
+            progress=progress,
+            reference=reference,
+            first_call=first_call,
+            probe=probe,
         )
     finally:
         if sampler is not None:
@@ -276,7 +307,7 @@ def case_record(
     return rec
 
 
-def compile_facts(built: BuiltCase, opts: RunOptions) -> dict[str, Any]:
+def compile_facts(built: BuiltCase, opts: RunOptions, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """What compiling cost and did: CUDA-graph skips, graph breaks, cache hits, a warm recompile."""
     from torch._dynamo.utils import counters
 
@@ -288,20 +319,22 @@ def compile_facts(built: BuiltCase, opts: RunOptions) -> dict[str, Any]:
         )
     out: dict[str, Any] = {"cudagraph_skips": skips, "graph_breaks": _graph_breaks(), "compile_cache": _cache_hits()}
     if opts.warm_compile:
+        if progress:
+            progress("compiling again against the warm inductor cache (warm compile time)")
         out["warm_compile_s"] = warm_compile_s(built.workload, variant, built.prepared, built.device)
     return out
 
 
 def measure_case(built: BuiltCase, opts: RunOptions, *, progress: Callable[[str], None] | None = None) -> CaseResult:
     """Measure a built case and fill its record."""
-    m, sampler = measure_sampled(built.step, built.device, opts, progress)
+    m, sampler = measure_sampled(built.step, built.device, opts, progress, first_call=first_call_phase(built.variant))
     rec = case_record(built, m, opts, sampler.summary() if sampler is not None else None)
     if opts.energy_window_s > 0:
         fields = energy.case_energy(built.step, built.device, rec.items_per_step, min_window_s=opts.energy_window_s)
         for k, v in fields.items():
             setattr(rec, k, v)
     if built.variant.compiles:
-        for k, v in compile_facts(built, opts).items():
+        for k, v in compile_facts(built, opts, progress).items():
             setattr(rec, k, v)
     return CaseResult(
         case=built.case,
@@ -321,7 +354,7 @@ def run_case(
 ) -> CaseResult:
     """One case end to end: the suite's pipeline, and the profiler's (which keeps the BuiltCase)."""
     isolate(bind(case.device))  # CUDA: events, side streams and graph capture use the current device
-    return measure_case(build_case(case, opts, prepared=prepared), opts, progress=progress)
+    return measure_case(build_case(case, opts, prepared=prepared, progress=progress), opts, progress=progress)
 
 
 def warm_compile_s(wl: Workload, variant: Variant, prepared: Converted, device: torch.device) -> float:

@@ -109,6 +109,7 @@ class Session:
     verdict_file: Path | None = None  # where the verdicts JSON is written at the end; None: nowhere
     recorded: Path | None = None  # the baseline file this run recorded
     record_refused: str | None = None  # why this run was not recorded although asked to
+    compared_elsewhere: list[str] = field(default_factory=list)  # how --benchmark-compare files' machines differ
 
     def __post_init__(self) -> None:
         self.fingerprint = fingerprint(self.device)
@@ -116,6 +117,7 @@ class Session:
         self.env = Env.detect(self.device)
         self._baselines: baseline_store.Baselines | None = None  # read on first use
         self._eager_median: dict[tuple, tuple[str, float]] = {}  # group -> (basis, eager value)
+        self._eager_unreliable: set[tuple] = set()  # groups whose eager run was unreliable: no speedups
 
     @property
     def baseline_dir(self) -> Path:
@@ -159,15 +161,24 @@ class Session:
         # Eager and variant run minutes apart; on a CPU their reference-normalised medians cancel
         # the machine's drift in between, so the speedup compares code, not moments.
         basis = "normalised_median" if rec.normalised_median is not None else "median_ms"
+        group = self._group(case)
         if case.variant == "baseline":
             if rec.unreliable:
-                self._eager_median.pop(self._group(case), None)  # no speedups from a contended eager run
+                self._eager_median.pop(group, None)  # no speedups from a contended eager run
+                self._eager_unreliable.add(group)
             else:
-                self._eager_median[self._group(case)] = (basis, getattr(rec, basis))
-        eager = self._eager_median.get(self._group(case))
+                self._eager_median[group] = (basis, getattr(rec, basis))
+                self._eager_unreliable.discard(group)
+        eager = self._eager_median.get(group)
         if eager and eager[0] == basis:
             rec.speedup = eager[1] / getattr(rec, basis)
             rec.speedup_basis = basis
+        elif group in self._eager_unreliable:
+            rec.speedup_note = "the eager baseline of this run was unreliable (its verdict says why)"
+        elif eager:
+            rec.speedup_note = f"the eager baseline was timed as {eager[0]}, this case as {basis}: not comparable"
+        else:
+            rec.speedup_note = "no eager baseline of this model ran before it in this run"
         return result
 
     def case_options(self, case: Case) -> RunOptions:

@@ -20,10 +20,17 @@ ROOT = Path(__file__).resolve().parents[1]
 _NOT_FOR_SUB_RUNS = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID", "CI")
 
 
+def _sub_run_pythonpath() -> str:
+    """This checkout first on a sub-run's path: pytester puts only its own folder there, and an
+    editable install elsewhere (another worktree's) would otherwise be what the sub-run imports."""
+    return os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))
+
+
 @pytest.fixture(autouse=True)
 def _clean_sub_run_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in _NOT_FOR_SUB_RUNS:
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PYTHONPATH", _sub_run_pythonpath())
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,7 @@ def real_run(tmp_path_factory: pytest.TempPathFactory) -> RealRun:
         k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "PERFGATE_")) and k not in _NOT_FOR_SUB_RUNS
     }
     env["GITHUB_STEP_SUMMARY"] = str(folder / "step-summary.md")
+    env["PYTHONPATH"] = _sub_run_pythonpath()
     cmd = [
         sys.executable,
         "-m",

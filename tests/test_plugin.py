@@ -151,7 +151,11 @@ def test_record_then_compare_passes_unchanged_and_fails_on_edited_baselines(suit
         ]
     )
     r.stdout.no_fnmatch_line("*machine_info is different*")
-    r.stdout.fnmatch_lines(["*sleepy-tiny-baseline*latency*"])
+    # Judged: counted among the unchanged, or a row of its own where noise made it inconclusive.
+    assert any(
+        line.startswith("unchanged: ") and "latency" in line or "sleepy-tiny-baseline  latency" in line
+        for line in r.outlines
+    )
     r.stdout.no_fnmatch_line("*latency*regression*")
 
     data = json.loads(path.read_text())
@@ -297,6 +301,7 @@ def test_a_model_that_fails_to_build_is_one_line_and_its_traceback_only_with_v(f
     )
     r.stdout.no_fnmatch_line("*Traceback*")
     r.stdout.no_fnmatch_line("*raise RuntimeError*")
+    r.stdout.no_fnmatch_line("*Benchmark fixture was not used*")  # the failure's one line says it all
     r = flaky.runpytest_subprocess(*FLAKY, "--perfgate-sizes", "broken", "--perfgate-no-gate", "-v")
     r.stdout.fnmatch_lines(["*raise RuntimeError*"])
 

@@ -42,6 +42,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--ratchet", action="store_true", help="fail on an improvement too")
     p.add_argument(
+        "--show-unchanged",
+        action="store_true",
+        help="list the unchanged verdicts with their reasons too (default: counts)",
+    )
+    p.add_argument(
         "pytest_args",
         nargs=argparse.REMAINDER,
         help="after --: the selection both sides run, e.g. -- --perfgate-models owl-world-model "
@@ -110,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     result.new += [c for c in head_cases if c not in set(base_cases)]
     result.removed = [c for c in base_cases if c not in set(head_cases)]
     verdicts = gate.sort_verdicts(result.verdicts)
-    print("\n".join(verdict_table(verdicts)))
+    print("\n".join(verdict_table(verdicts, show_unchanged=args.show_unchanged)))
     for label, ids in (
         ("new (head only)", result.new),
         ("removed (base only)", result.removed),

@@ -32,6 +32,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="compare runs from different machines (speedups stay meaningful, milliseconds do not)",
     )
     p.add_argument("--ratchet", action="store_true", help="fail on an unexpected improvement too")
+    p.add_argument(
+        "--show-unchanged",
+        action="store_true",
+        help="list the unchanged verdicts with their reasons too (default: counts)",
+    )
     p.add_argument("--json", type=Path, default=None, help="also write the verdicts as JSON here")
 
 
@@ -67,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     except policy_mod.PolicyError as exc:
         raise CommandError(str(exc)) from None
     verdicts = compare_files(args.baseline, args.current, policy, allow_other=args.allow_other_fingerprint)
-    print("\n".join(verdict_table(verdicts)))
+    print("\n".join(verdict_table(verdicts, show_unchanged=args.show_unchanged)))
     if args.json:
         files.write_json(args.json, {"verdicts": [v.as_dict() for v in verdicts]})
     bad = gate.failing(verdicts, fail_on_improvement=args.ratchet)

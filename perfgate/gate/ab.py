@@ -118,7 +118,14 @@ def judge_logs(
     up, down = 1 + s.ab_min_effect, 1 / (1 + s.ab_min_effect)
     ci = f"95% CI {(lo - 1) * 100:+.1f}%..{(hi - 1) * 100:+.1f}%"
     what = f"head/base {(est - 1) * 100:+.1f}% ({ci}) over {len(logs)} {unit}s"
-    kw = dict(case=case, metric="latency", change_pct=(est - 1) * 100, baseline=baseline_ms, current=current_ms)
+    kw = dict(
+        case=case,
+        metric="latency",
+        change_pct=(est - 1) * 100,
+        baseline=baseline_ms,
+        current=current_ms,
+        compared=f"head/base per {unit}",
+    )
     p = min(p_slower, p_faster)
     if p_slower < s.alpha and est > up:
         return Verdict(**kw, verdict=REGRESSION, p_value=p_slower, message=f"{what}, p={p_slower:.2g}")

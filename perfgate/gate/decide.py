@@ -140,7 +140,8 @@ def compare(case: str, current: CaseRecord, baseline: CaseRecord | None, policy:
         else []
     )
     if baseline is None:
-        return out or [Verdict(case=case, metric="latency", verdict=NO_BASELINE, current=cur.median_ms)]
+        why = "no recorded baseline holds this case: nothing to compare with"
+        return out or [Verdict(case=case, metric="latency", verdict=NO_BASELINE, current=cur.median_ms, message=why)]
     for metric in GATED:
         if metric.timing and cur.unreliable:
             continue  # only timings depend on a busy machine: memory and accuracy are gated whatever the noise
@@ -201,6 +202,7 @@ def absolute_checks(
             if target is None or value is None:
                 continue
             verdict = UNCHANGED if ok(value, target) else BUDGET
+            what = f"{name} {value:.3g}, budget {word} {target:g}"
             out.append(
                 Verdict(
                     case=case,
@@ -208,7 +210,8 @@ def absolute_checks(
                     verdict=verdict,
                     baseline=target,
                     current=value,
-                    message="" if verdict == UNCHANGED else f"{name} {value:.3g}, budget {word} {target:g}",
+                    message=f"{what}: met" if verdict == UNCHANGED else f"{what}: missed",
+                    compared=f"{name} against its budget",
                 )
             )
     return out

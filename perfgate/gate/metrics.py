@@ -38,8 +38,14 @@ class GatedMetric:
     reads: str  # the record field it judges (for the reader: what the verdict is about)
     setting: str  # the GateSettings field that sizes its tolerance
     better: str  # "lower" or "higher"
+    unit: str  # of the verdict's baseline and current
     timing: bool  # a busy machine spoils it: not judged on an unreliable run
     judge: Judge
+
+
+# What a latency verdict's change_pct is of (its baseline and current are median milliseconds either way).
+NORMALISED = "step/reference ratio"
+RAW_MS = "median ms"
 
 
 def _pct(cur: float, base: float) -> float | None:
@@ -71,6 +77,7 @@ def judge_latency_samples(
     if reference is None:
         ratio, p_slower, p_faster = latency_test(current, baseline)
         what = f"median {cur_med:.3f} ms vs {base_med:.3f} ms"
+        compared = RAW_MS
     else:
         from perfgate.stats import ratios
 
@@ -80,18 +87,25 @@ def judge_latency_samples(
             f"median {cur_med:.3f} ms vs {base_med:.3f} ms ({(cur_med / base_med - 1) * 100:+.1f}% raw, "
             f"reference workload {ref_change:+.1f}%), normalised"
         )
-    kw = dict(case=case, metric="latency", baseline=base_med, current=cur_med, change_pct=(ratio - 1) * 100)
+        compared = NORMALISED
+    change = (ratio - 1) * 100
+    kw = dict(case=case, metric="latency", baseline=base_med, current=cur_med, change_pct=change, compared=compared)
+    tol = f"the {s.latency_tolerance:.0%} tolerance"
+    faster_pct = (1 / (1 + s.latency_tolerance) - 1) * 100  # the improvement threshold: ratio below 1/(1+tol)
     big_slow, big_fast = ratio > 1 + s.latency_tolerance, ratio < 1 / (1 + s.latency_tolerance)
     if big_slow and p_slower < s.alpha:
         return Verdict(
             **kw,
             verdict=REGRESSION,
             p_value=p_slower,
-            message=f"{what}: +{(ratio - 1) * 100:.1f}% > {s.latency_tolerance:.0%}, p={p_slower:.2g}",
+            message=f"{what}: +{change:.1f}% > {s.latency_tolerance:.0%}, p={p_slower:.2g}",
         )
     if big_fast and p_faster < s.alpha:
         return Verdict(
-            **kw, verdict=IMPROVEMENT, p_value=p_faster, message=f"{what}: {(ratio - 1) * 100:.1f}%, p={p_faster:.2g}"
+            **kw,
+            verdict=IMPROVEMENT,
+            p_value=p_faster,
+            message=f"{what}: {change:.1f}% < {faster_pct:.1f}% ({tol} as a speed-up), p={p_faster:.2g}",
         )
     if big_slow or big_fast:
         p = p_slower if big_slow else p_faster
@@ -99,10 +113,11 @@ def judge_latency_samples(
             **kw,
             verdict=INCONCLUSIVE,
             p_value=p,
-            message=f"{what}: moved {(ratio - 1) * 100:+.1f}% but not significantly (p={p:.2g} >= {s.alpha:g}): too "
-            "noisy to tell",
+            message=f"{what}: moved {change:+.1f}% but not significantly (p={p:.2g} >= {s.alpha:g}): too noisy to tell",
         )
-    return Verdict(**kw, verdict=UNCHANGED, p_value=min(p_slower, p_faster), message=what if reference else "")
+    return Verdict(
+        **kw, verdict=UNCHANGED, p_value=min(p_slower, p_faster), message=f"{what}: {change:+.1f}% within {tol}"
+    )
 
 
 def judge_latency(case: str, cur: CaseRecord, base: CaseRecord, s: GateSettings) -> Verdict:
@@ -167,17 +182,21 @@ def judge_memory(case: str, cur: CaseRecord, base: CaseRecord, s: GateSettings) 
     current, baseline = cur.peak_mem_mib, base.peak_mem_mib
     if current is None or baseline is None:
         return None
-    kw = dict(case=case, metric="memory", baseline=baseline, current=current, change_pct=_pct(current, baseline))
+    kw = dict(
+        case=case,
+        metric="memory",
+        baseline=baseline,
+        current=current,
+        change_pct=_pct(current, baseline),
+        compared="peak MiB",
+    )
+    what = f"peak {current:.1f} MiB vs {baseline:.1f} MiB"
+    allowance = f"{s.memory_tolerance:.0%} + {s.memory_slack_mib:g} MiB slack"
     if current > baseline * (1 + s.memory_tolerance) + s.memory_slack_mib:
-        return Verdict(
-            **kw,
-            verdict=REGRESSION,
-            message=f"peak {current:.1f} MiB vs {baseline:.1f} MiB (> {s.memory_tolerance:.0%} + "
-            f"{s.memory_slack_mib:g} MiB)",
-        )
+        return Verdict(**kw, verdict=REGRESSION, message=f"{what} (> {allowance})")
     if current < baseline * (1 - s.memory_tolerance) - s.memory_slack_mib:
-        return Verdict(**kw, verdict=IMPROVEMENT, message=f"peak {current:.1f} MiB vs {baseline:.1f} MiB")
-    return Verdict(**kw, verdict=UNCHANGED)
+        return Verdict(**kw, verdict=IMPROVEMENT, message=f"{what} (less by more than {allowance})")
+    return Verdict(**kw, verdict=UNCHANGED, message=f"{what}: within {allowance}")
 
 
 def judge_energy(case: str, cur: CaseRecord, base: CaseRecord, s: GateSettings) -> Verdict | None:
@@ -186,13 +205,20 @@ def judge_energy(case: str, cur: CaseRecord, base: CaseRecord, s: GateSettings) 
     current, baseline = cur.energy_j_per_step, base.energy_j_per_step
     if current is None or baseline is None:
         return None
-    kw = dict(case=case, metric="energy", baseline=baseline, current=current, change_pct=_pct(current, baseline))
+    kw = dict(
+        case=case,
+        metric="energy",
+        baseline=baseline,
+        current=current,
+        change_pct=_pct(current, baseline),
+        compared="J per step",
+    )
     what = f"{current:.4g} J/step vs {baseline:.4g} J/step"
     if current > baseline * (1 + s.energy_tolerance):
         return Verdict(**kw, verdict=REGRESSION, message=f"{what} (> {s.energy_tolerance:.0%})")
     if current < baseline / (1 + s.energy_tolerance):
-        return Verdict(**kw, verdict=IMPROVEMENT, message=what)
-    return Verdict(**kw, verdict=UNCHANGED)
+        return Verdict(**kw, verdict=IMPROVEMENT, message=f"{what} (less by more than {s.energy_tolerance:.0%})")
+    return Verdict(**kw, verdict=UNCHANGED, message=f"{what}: within the {s.energy_tolerance:.0%} tolerance")
 
 
 def judge_accuracy(case: str, cur: CaseRecord, base: CaseRecord, s: GateSettings) -> Verdict | None:
@@ -205,19 +231,28 @@ def judge_accuracy(case: str, cur: CaseRecord, base: CaseRecord, s: GateSettings
         baseline=baseline,
         current=current,
         change_pct=_pct(current, baseline) if baseline else None,
+        compared="relative L2 error",
     )
+    what = f"relative L2 error {current:.3g} vs {baseline:.3g} in the baseline"
+    allowance = f"{s.accuracy_factor:g}x the baseline's + {s.accuracy_slack:g}"
     if not math.isfinite(current) or current > baseline * s.accuracy_factor + s.accuracy_slack:
-        return Verdict(
-            **kw, verdict=REGRESSION, message=f"relative L2 error {current:.3g} vs {baseline:.3g} in the baseline"
-        )
-    return Verdict(**kw, verdict=UNCHANGED)
+        return Verdict(**kw, verdict=REGRESSION, message=f"{what} (> {allowance})")
+    return Verdict(**kw, verdict=UNCHANGED, message=f"{what}: within {allowance}")
 
 
 def judge_speedup(case: str, cur: CaseRecord, base: CaseRecord, s: GateSettings) -> Verdict | None:
     current, baseline = cur.speedup, base.speedup
     if not current or not baseline:
         return None
-    kw = dict(case=case, metric="speedup", baseline=baseline, current=current, change_pct=_pct(current, baseline))
+    kw = dict(
+        case=case,
+        metric="speedup",
+        baseline=baseline,
+        current=current,
+        change_pct=_pct(current, baseline),
+        compared="speedup over eager",
+    )
+    what = f"speedup over eager {current:.2f}x vs {baseline:.2f}x recorded"
     bases = (cur.speedup_basis or "median_ms", base.speedup_basis or "median_ms")
     if bases[0] != bases[1]:
         return Verdict(
@@ -227,14 +262,10 @@ def judge_speedup(case: str, cur: CaseRecord, base: CaseRecord, s: GateSettings)
             "baseline",
         )
     if current < baseline * (1 - s.speedup_tolerance):
-        return Verdict(
-            **kw, verdict=REGRESSION, message=f"speedup over baseline {current:.2f}x vs {baseline:.2f}x recorded"
-        )
+        return Verdict(**kw, verdict=REGRESSION, message=f"{what} (below -{s.speedup_tolerance:.0%})")
     if current > baseline * (1 + s.speedup_tolerance):
-        return Verdict(
-            **kw, verdict=IMPROVEMENT, message=f"speedup over baseline {current:.2f}x vs {baseline:.2f}x recorded"
-        )
-    return Verdict(**kw, verdict=UNCHANGED)
+        return Verdict(**kw, verdict=IMPROVEMENT, message=f"{what} (above +{s.speedup_tolerance:.0%})")
+    return Verdict(**kw, verdict=UNCHANGED, message=f"{what}: within the {s.speedup_tolerance:.0%} tolerance")
 
 
 GATED: tuple[GatedMetric, ...] = (
@@ -243,6 +274,7 @@ GATED: tuple[GatedMetric, ...] = (
         reads="samples_ms",
         setting="latency_tolerance",
         better="lower",
+        unit="ms",
         timing=True,
         judge=judge_latency,
     ),
@@ -251,6 +283,7 @@ GATED: tuple[GatedMetric, ...] = (
         reads="peak_mem_mib",
         setting="memory_tolerance",
         better="lower",
+        unit="MiB",
         timing=False,
         judge=judge_memory,
     ),
@@ -259,6 +292,7 @@ GATED: tuple[GatedMetric, ...] = (
         reads="energy_j_per_step",
         setting="energy_tolerance",
         better="lower",
+        unit="J",
         timing=True,  # clocks and neighbours move it as they move latency
         judge=judge_energy,
     ),
@@ -267,11 +301,19 @@ GATED: tuple[GatedMetric, ...] = (
         reads="accuracy.rel_l2",
         setting="accuracy_factor",
         better="lower",
+        unit="",
         timing=False,
         judge=judge_accuracy,
     ),
     GatedMetric(
-        name="speedup", reads="speedup", setting="speedup_tolerance", better="higher", timing=True, judge=judge_speedup
+        name="speedup",
+        reads="speedup",
+        setting="speedup_tolerance",
+        better="higher",
+        unit="x",
+        timing=True,
+        judge=judge_speedup,
     ),
 )
 METRIC_NAMES = tuple(m.name for m in GATED)
+METRIC_UNITS = {m.name: m.unit for m in GATED}

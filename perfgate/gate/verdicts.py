@@ -28,8 +28,11 @@ class Verdict:
     current: float | None = None
     change_pct: float | None = None
     p_value: float | None = None
-    message: str = ""
+    message: str = ""  # why the verdict is what it is, one line (every verdict the gate judged has one)
     baseline_file: str | None = None  # the recorded baseline this verdict judged against
+    # What change_pct is of, where it is not simply current vs baseline: on a CPU latency is judged
+    # on step/reference ratios while baseline and current stay milliseconds.
+    compared: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
