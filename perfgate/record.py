@@ -117,6 +117,9 @@ class CaseRecord:
     speedup: float | None = _f(None, history=("speedup over eager baseline", "higher"), unit="x")
     speedup_basis: str | None = _f()
     remeasured: int | None = _f()
+    # The case's wall time in its process, build to verdict (re-measurements included): what
+    # --perfgate-shard balances the shards by.
+    case_wall_s: float | None = _f(None, unit="s")
     pooled: dict[str, Any] | None = _f()
     evidence: dict[str, Any] | None = _f()
     # Keys this version does not know (another tool's, a distributed run's): kept as they were.
