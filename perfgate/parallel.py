@@ -57,6 +57,23 @@ def scope_of(nodeid: str, groups: Mapping[str, str]) -> str | None:
     return f"perfgate:{group}" if group is not None else None
 
 
+def gpu_workers(text: str, gpu_count: int, numprocesses: object) -> int:
+    """The workers `--perfgate-gpus N|auto` asks for (auto: one per GPU here); ValueError naming
+    the option and the fix for a bad value, no GPU, or a different `-n` beside it."""
+    option = "--perfgate-gpus"
+    if text.strip() == "auto":
+        if gpu_count < 1:
+            raise ValueError(f"{option} auto: no GPU here (torch.cuda.device_count() is 0); run without it")
+        n = gpu_count
+    elif text.strip().isdigit() and int(text) >= 1:
+        n = int(text)
+    else:
+        raise ValueError(f"{option} {text!r}: give the number of GPUs (one worker each) or auto, e.g. {option} 8")
+    if numprocesses not in (None, n):
+        raise ValueError(f"{option} {text} with -n {numprocesses}: give one of them ({option} sets -n {n})")
+    return n
+
+
 def worker_device(requested: str, gpu_count: int, in_use: Mapping[int, int]) -> str:
     """The device of a new worker: `cpu` or an explicit `cuda:N` as requested; for a bare `cuda`
     the GPU with the fewest workers (`in_use`: index -> workers), the lowest index first."""

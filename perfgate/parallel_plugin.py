@@ -1,7 +1,8 @@
 """pytest plugin for runs in several processes: options and hooks only; the logic is
 perfgate.parallel (xdist workers, merging) and perfgate.shard (the split across runners).
 
-    pytest benchmarks -n 8 --dist loadgroup          # one worker per GPU of this machine
+    pytest benchmarks --perfgate-gpus auto           # one worker per GPU of this machine
+    pytest benchmarks -n 8 --dist loadgroup          # the same, spelt in xdist's options
     pytest benchmarks --perfgate-shard 2/4           # the second of four runners (a CI matrix)
     perfgate aggregate .perfgate/shards              # the four shards' files -> one run
 
@@ -55,6 +56,13 @@ class MergedCase:
 def pytest_addoption(parser: pytest.Parser) -> None:
     g = parser.getgroup("perfgate-parallel", "perfgate: xdist workers (one per GPU) and shards across runners")
     g.addoption(
+        "--perfgate-gpus",
+        default=None,
+        metavar="N|auto",
+        help="measure in N pytest-xdist workers, one per GPU (auto: every GPU here); the same as -n N --dist "
+        "loadgroup with --perfgate-device cuda",
+    )
+    g.addoption(
         "--perfgate-shard",
         default=None,
         metavar="I/N",
@@ -104,6 +112,19 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
             f"perfgate: --perfgate-record with {shard.OPTION}: a shard holds part of the cases; record from one "
             "unsharded run (-n <GPUs> --dist loadgroup spreads it over this machine's GPUs)"
         )
+    gpus = config.getoption("perfgate_gpus")
+    if gpus is not None and not _worker(config):  # workers get the same arguments: they must not start workers
+        # Set here and as xdist's own pytest_cmdline_main would (tx), whichever of the two runs first.
+        try:
+            n = parallel.gpu_workers(gpus, _gpu_count(), config.getoption("numprocesses", None))
+        except ValueError as exc:
+            raise pytest.UsageError(f"perfgate: {exc}") from None
+        if config.getoption("dist", "no") not in ("no", "loadgroup"):
+            raise pytest.UsageError(
+                f"perfgate: --perfgate-gpus with --dist {config.getoption('dist')}: drop --dist and -n "
+                "(--perfgate-gpus sets both)"
+            )
+        config.option.numprocesses, config.option.dist, config.option.tx = n, "loadgroup", ["popen"] * n
     if config.getoption("numprocesses", None) and topology().distributed:
         raise pytest.UsageError("perfgate: -n (pytest-xdist) under torchrun: use one or the other")
     folder = config.getoption("perfgate_shard_dir") or Path(config.rootpath) / ".perfgate" / "shards"
@@ -245,7 +266,8 @@ def _merge_workers(config: pytest.Config, state: ParallelState, s: Any, exitstat
     merged = parallel.merge_runs(runs)
     vs = parallel.merge_verdicts(vsets)
     merged["perfgate"]["workers"] = {
-        wid: {"device": state.outputs[wid]["device"], "cases": len(run["benchmarks"])} for wid, run in runs
+        wid: {"device": state.outputs[wid]["device"], "cases": [parallel.case_id(b["name"]) for b in run["benchmarks"]]}
+        for wid, run in runs
     }
     s.verdicts, s.skips = list(vs.verdicts), dict(vs.skipped)
     s.results = {b["fullname"]: MergedCase(b.get("extra_info") or {}) for b in merged["benchmarks"]}
@@ -349,7 +371,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         return
     if state.merged is not None:
         workers = state.merged["perfgate"].get("workers") or {}
-        shown = ", ".join(f"{wid} on {w['device']} ({w['cases']} case(s))" for wid, w in workers.items())
+        shown = ", ".join(f"{wid} on {w['device']} ({len(w['cases'])} case(s))" for wid, w in workers.items())
         terminalreporter.write_line(f"perfgate: {len(workers)} xdist worker(s) measured: {shown}")
     for line in state.lines:
         terminalreporter.write_line(line)
