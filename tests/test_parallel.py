@@ -158,6 +158,7 @@ def pytest_sessionfinish(session):
 """
 
 
+@pytest.mark.slow
 def test_perfgate_gpus_binds_one_worker_to_each_fake_gpu(tmp_path: Path) -> None:
     """Under tests/fake_cuda with two fake GPUs, `--perfgate-gpus auto` starts two workers and each
     builds its perfgate session (whose device every case is bound to, perfgate.device.bind) on its
@@ -193,6 +194,10 @@ latency_tolerance = 10.0
 memory_tolerance = 10.0
 speedup_tolerance = 1.0
 """
+
+
+def _counts(workers: dict) -> str:
+    return ", ".join(f"{w}: {len(v['cases'])}" for w, v in workers.items())
 
 
 def _latency_cases(vs) -> list[str]:
@@ -260,6 +265,12 @@ def test_xdist_workers_and_shards_merge_into_the_single_process_case_set(tmp_pat
         v.baseline_file and v.baseline_file.endswith("0001_xdist.json") for v in vs.verdicts if v.metric == "latency"
     )
     assert "merged 2 shard(s)" in out and "gate verdicts" in out
+    shard_workers = store.load(shards / "shard-1-of-2.json")["perfgate"]["workers"]
+    print(
+        f"\nselected {len(single)} cases; xdist run: {_counts(per_worker)} measured; shards {info['cases_per_shard']} "
+        f"of {info['selected']} (shard 1/2's workers {_counts(shard_workers)}); merged {len(merged['benchmarks'])} "
+        f"measured + {len(vs.skipped)} skipped, {len(vs.verdicts)} verdicts"
+    )
 
     # A missing shard, or shards of two machines, are refused with the fix.
     partial = tmp_path / "partial"
