@@ -17,6 +17,16 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def selection_device(pytest_args: list[str]) -> str | None:
+    """The --perfgate-device a pytest selection names, or None (then the default applies)."""
+    for i, arg in enumerate(pytest_args):
+        if arg == "--perfgate-device" and i + 1 < len(pytest_args):
+            return pytest_args[i + 1]
+        if arg.startswith("--perfgate-device="):
+            return arg.split("=", 1)[1]
+    return None
+
+
 def device_error(device: str) -> str | None:
     """Why `device` cannot be benchmarked here, or None."""
     try:

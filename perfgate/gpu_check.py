@@ -2,13 +2,15 @@
 
 Steps, each a subprocess with its own log and JUnit XML under the output folder:
 
-1. `perfgate doctor` on the device;
-2. the harness's tests (`pytest tests`; `-n auto` when pytest-xdist is installed);
-3. every variant of one small family (physicsnemo-block, full size: Linear layers, so int8 and FP8
+1. `perfgate health` of the device (persistence mode, clocks, other processes, ECC, free memory):
+   a failed check fails the acceptance but the steps after it still run, for the whole picture;
+2. `perfgate doctor` on the device;
+3. the harness's tests (`pytest tests`; `-n auto` when pytest-xdist is installed);
+4. every variant of one small family (physicsnemo-block, full size: Linear layers, so int8 and FP8
    run; 12.6 M parameters, so the compiled variants build in seconds) on the default device,
    recorded as a baseline in a folder of its own;
-4. the same selection again, unchanged, gated against that record: what a pull request sees;
-5. a summary of what passed (`summary.md`, `summary.json`), printed at the end.
+5. the same selection again, unchanged, gated against that record: what a pull request sees;
+6. a summary of what passed (`summary.md`, `summary.json`), printed at the end.
 
 Without CUDA it says so and exits 5 (perfgate's "cannot run here"), unless `--device cpu` asks for
 a rehearsal of the flow on the CPU (how this module is tested). Exit 0 when every step passed,
@@ -227,7 +229,12 @@ def main(argv: list[str] | None = None) -> int:
 
         shutil.rmtree(baselines)  # the record must be this run's own
     py = sys.executable
-    steps = [run_step("doctor", [py, "-m", "perfgate", "doctor", "--device", device], out)]
+    steps = [
+        run_step(
+            "health", [py, "-m", "perfgate", "health", "--device", device, "--json", str(out / "health.json")], out
+        ),
+        run_step("doctor", [py, "-m", "perfgate", "doctor", "--device", device], out),
+    ]
     if not args.skip_tests:
         try:
             import xdist  # noqa: F401

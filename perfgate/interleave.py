@@ -125,24 +125,40 @@ def load_family(path: Path, alias: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(alias, path)
     if spec is None or spec.loader is None:
         raise FileNotFoundError(f"{path}: no model family file there")
+    from perfgate.workload import MODELS
+
     module = importlib.util.module_from_spec(spec)
     sys.modules[alias] = module
-    spec.loader.exec_module(module)
+    # A user's model file registers itself (module=__name__) when it runs; the base's copy would
+    # register the same name from the alias module, which the registry refuses. So it runs against
+    # an empty registry, and the head's entries are put back: base_spec points a copy at the alias.
+    registered = dict(MODELS)
+    MODELS.clear()
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        MODELS.clear()
+        MODELS.update(registered)
     return module
 
 
 def base_spec(spec: Any, head_root: Path, base_root: Path) -> Any:
-    """The head's model spec pointed at the base revision's copy of its family file, or None when
-    the base has no such file (a new family)."""
+    """The head's model spec pointed at the base revision's copy of its family file (and of its
+    factory, when the file defines it), or None when the base has no such file or factory (new)."""
     origin = importlib.util.find_spec(spec.module).origin
     rel = Path(origin).resolve().relative_to(head_root.resolve())
     path = base_root / rel
     if not path.is_file():
         return None
     alias = f"perfgate_ab_base.{spec.module}"
-    if alias not in sys.modules:
-        load_family(path, alias)
-    return dataclasses.replace(spec, module=alias)
+    base = sys.modules.get(alias) or load_family(path, alias)
+    factory = spec.factory
+    if factory is not None and getattr(factory, "__module__", None) == spec.module:
+        # A factory defined in the family file: the base's own copy, else head's code would run on both sides.
+        factory = getattr(base, factory.__qualname__, None)
+        if factory is None:
+            return None
+    return dataclasses.replace(spec, module=alias, factory=factory)
 
 
 def measure_case(

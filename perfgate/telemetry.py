@@ -145,7 +145,8 @@ class NvmlReader:
         except (n.NVMLError, AttributeError):
             return float(n.nvmlDeviceGetTemperature(self.handle, n.NVML_TEMPERATURE_GPU))  # drivers before the V API
 
-    def _clock_events(self) -> int:
+    def clock_event_mask(self) -> int:
+        """The clock-event reasons active now (NVML bitmask; the deprecated throttle-reason call on old drivers)."""
         n = self.nvml
         try:
             return int(n.nvmlDeviceGetCurrentClocksEventReasons(self.handle))
@@ -177,7 +178,7 @@ class NvmlReader:
             "gpu_temp_c": self._safe(self._temperature, "temperature"),
             "gpu_power_w": power_mw / 1000.0 if power_mw is not None else None,
             "sm_clock_mhz": self._safe(lambda: float(n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM)), "sm_clock"),
-            "clock_event_mask": self._safe(self._clock_events, "clock_events"),
+            "clock_event_mask": self._safe(self.clock_event_mask, "clock_events"),
             "gpu_other_processes": self._safe(self._other_processes, "processes"),
         }
 

@@ -181,10 +181,10 @@ class Quantize:
         quantize_(module, self.torchao_config())
         converted, total = count_quantized_linears(module)
         if converted == 0:
+            why = "FP8 needs dims that are multiples of 16; " if self.scheme.startswith("fp8") else ""
             raise VariantError(
                 f"{self.scheme}: torchao converted none of the {total} Linear layers "
-                "(FP8 needs dims that are multiples of 16; conv layers are not quantised); timing it would time the "
-                "baseline"
+                f"({why}conv layers are not quantised); timing it would time the baseline"
             )
         if self.scheme.startswith("fp8"):
             unsupported_fp8_shape(module, inputs)

@@ -1,14 +1,17 @@
 """Model registry and workloads: what one benchmark step of a model family computes.
 
 A family lives in one file of model code that provides, by name: `CONFIGS` (size presets),
-the model class, `example_inputs(config, *, batch, seed, device, dtype, **options)`,
+`example_inputs(config, *, batch, seed, device, dtype, **options)`,
 `step_info(config, *, batch, **options)` (throughput items per step, primary unit first) and
-`OUTPUT_KIND` ("image", "audio" or "tensor"). A `ModelSpec` names that file; the spec's name is
-the pytest id and the baseline key, so it never changes once baselines exist.
+`OUTPUT_KIND` ("image", "audio" or "tensor"). A `ModelSpec` names that file and how a size's
+module is built: `model_class`, a class of the file called with the size's config, or `factory`,
+any callable returning the module (a third-party constructor such as timm's `create_model`),
+called with the size's config as keyword arguments when it is a dict, else as its one argument.
+The spec's name is the pytest id and the baseline key, so it never changes once baselines exist.
 
 perfgate registers no model itself: `load_registries` imports the registry modules and model
-files a project names (this repository's `models` package among them), and they call
-`register_model`.
+files a project names (the built-in families, `perfgate.models`, only where a project names
+them), and they call `register_model`.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from perfgate.steps import STEP_BUILDERS, is_training, make_batch_source, train_
 DATA_PATHS = ("static", "host", "device")
 NO_MODELS = (
     "no models are registered: name the modules that register them in pyproject.toml "
-    '[tool.perfgate] registries = ["models"] (or --perfgate-registry MODULE), or model files in '
+    '[tool.perfgate] registries = ["perfgate.models"] (or --perfgate-registry MODULE), or model files in '
     'model_files = ["my_model.py"] (or --perfgate-model-file PATH)'
 )
 
@@ -43,8 +46,9 @@ class RegistryError(ValueError):
 @dataclass(frozen=True, kw_only=True)
 class ModelSpec:
     name: str
-    module: str  # importable module holding the family's model code
-    model_class: str
+    module: str  # importable module holding the family's CONFIGS, example_inputs and step_info
+    model_class: str = ""  # a class of `module`, called with the size's config; or:
+    factory: Callable[..., nn.Module] | None = None  # called with the config (as kwargs when a dict)
     default_sizes: Mapping[str, str]  # device type -> size preset used when none is given
     step: str = "inference"  # a kind of perfgate.steps.STEP_BUILDERS; "train": forward, loss, backward, SGD
     data: str = "static"  # "host"/"device": a fresh batch generated each step (train only)
@@ -53,6 +57,10 @@ class ModelSpec:
     description: str = ""
 
     def __post_init__(self) -> None:
+        if bool(self.model_class) == (self.factory is not None):
+            raise ValueError(f"model {self.name!r}: give either model_class (a class name in {self.module}) or factory")
+        if self.factory is not None and not callable(self.factory):
+            raise ValueError(f"model {self.name!r}: factory must be callable, got {self.factory!r}")
         if self.step not in STEP_BUILDERS:
             raise ValueError(f"model {self.name!r}: step must be one of {', '.join(STEP_BUILDERS)}, got {self.step!r}")
         if self.data not in DATA_PATHS:
@@ -173,9 +181,16 @@ def config(spec: ModelSpec, size: str) -> Any:
 def build_module(spec: ModelSpec, size: str, *, device: torch.device | str = "cpu", seed: int = 0) -> nn.Module:
     """The model at `size` with deterministic random weights, on `device`, fp32."""
     fam = family(spec)
+    cfg = fam.CONFIGS[size]
     torch.manual_seed(seed)
     with torch.device(device):
-        module = getattr(fam, spec.model_class)(fam.CONFIGS[size])
+        if spec.factory is None:
+            module = getattr(fam, spec.model_class)(cfg)
+        else:
+            module = spec.factory(**cfg) if isinstance(cfg, Mapping) else spec.factory(cfg)
+    if not isinstance(module, nn.Module):
+        made_by = spec.model_class or getattr(spec.factory, "__qualname__", repr(spec.factory))
+        raise TypeError(f"model {spec.name!r}: {made_by} returned a {type(module).__name__}, not a torch nn.Module")
     return module.train() if is_training(spec.step) else module.eval()
 
 

@@ -25,7 +25,7 @@ else
   stamp="$VENV/.perfgate-installed"
   want="$(sha256sum pyproject.toml | cut -c1-16) $spec $("$PY" -c 'import sys; print(sys.version.split()[0])')"
   if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-    echo "perfgate: installing $spec into $VENV (torch==2.13.0 and friends; about a minute)" >&2
+    echo "perfgate: installing $spec into $VENV (torch==2.13.0 and friends: about 2 minutes with a CPU torch at hand, much longer where pip downloads CUDA wheels; see README)" >&2
     "$PY" -m pip install --disable-pip-version-check -q -e "$spec"
     echo "$want" > "$stamp"
   fi

@@ -41,7 +41,7 @@ class RealRun:
 # in-run speedup (a contended eager run gives none), and the report's speedup chart would vanish.
 REAL_RUN_PYPROJECT = """
 [tool.perfgate]
-registries = ["models"]
+registries = ["perfgate.models"]
 [tool.perfgate.gate]
 contention_max = 1000.0
 """

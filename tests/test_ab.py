@@ -183,6 +183,23 @@ def test_bisect_finds_the_commit_that_made_the_case_slower(tmp_path: Path) -> No
     assert "regression" in r.stdout  # the A/B evidence of the steps
 
 
+def test_the_bisect_harness_runs_the_bisected_commits_built_in_families(tmp_path: Path) -> None:
+    from perfgate.commands.bisect import copy_harness
+
+    repo = tmp_path / "repo"
+    (repo / "perfgate" / "models").mkdir(parents=True)
+    (repo / "perfgate" / "models" / "__init__.py").write_text("WHERE = 'the checked-out commit'\n")
+    harness = tmp_path / "harness"
+    copy_harness(ROOT / "perfgate", harness / "perfgate", repo)
+    assert (harness / "perfgate" / "commands" / "models.py").is_file()  # only the top folder `models` is linked
+    code = "import perfgate.models as m, perfgate.plugin as p; print(m.WHERE); print(p.__file__)"
+    env = {**os.environ, "PYTHONPATH": str(harness)}
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    where, plugin = r.stdout.splitlines()
+    assert where == "the checked-out commit" and Path(plugin).parent == harness / "perfgate"
+
+
 def test_injected_slowdowns_are_what_they_say(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ValueError, match="write local:K or shared:K"):
         inject.parse("model:5")
@@ -199,3 +216,40 @@ def test_injected_slowdowns_are_what_they_say(monkeypatch: pytest.MonkeyPatch) -
     x = torch.randn(16, 64)
     step = inject.local_slowdown_step(lambda: model(x), model, 10.0)
     assert torch.equal(step(), model(x))  # the model's own result: the extra work is discarded
+
+
+FACTORY_FAMILY = """
+import torch
+from perfgate import ModelSpec, register_model
+
+CONFIGS = {{"tiny": {{"width": 2}}}}
+
+
+def {name}(width):
+    return torch.nn.Linear(width, {out})
+
+
+register_model(ModelSpec(name="factory-ab", module=__name__, factory={name}, default_sizes={{"cpu": "tiny"}}))
+"""
+
+
+def test_the_interleaved_base_builds_with_its_own_copy_of_a_factory(tmp_path: Path, monkeypatch) -> None:
+    from perfgate import interleave, workload
+
+    monkeypatch.setattr(workload, "MODELS", {})
+    head, base, new = tmp_path / "head", tmp_path / "base", tmp_path / "new"
+    for root, name, out in ((head, "make", 4), (base, "make", 8), (new, "other", 8)):
+        root.mkdir()
+        (root / "factory_ab_family.py").write_text(FACTORY_FAMILY.format(name=name, out=out))
+    module = workload.load_model_file(head / "factory_ab_family.py")
+    try:
+        spec = workload.MODELS["factory-ab"]
+        base_spec = interleave.base_spec(spec, head, base)
+        assert workload.build_module(spec, "tiny").out_features == 4
+        assert workload.build_module(base_spec, "tiny").out_features == 8  # the base's code, not the head's
+        assert list(workload.MODELS) == ["factory-ab"]  # the base's copy registered nothing
+        del sys.modules[f"perfgate_ab_base.{module.__name__}"]  # one base per process: loaded once
+        assert interleave.base_spec(spec, head, new) is None  # no such factory in the base: a new model
+    finally:
+        for name in [n for n in sys.modules if n.endswith(module.__name__)]:
+            del sys.modules[name]

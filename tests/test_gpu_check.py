@@ -59,7 +59,7 @@ def test_the_flow_rehearsed_on_the_cpu_records_reruns_and_summarises(tmp_path: P
     )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     data = json.loads((out / "summary.json").read_text())
-    assert data["passed"] and [s["name"] for s in data["steps"]] == ["doctor", "record", "rerun"]
+    assert data["passed"] and [s["name"] for s in data["steps"]] == ["health", "doctor", "record", "rerun"]
     record = {s["name"]: s for s in data["steps"]}["record"]
     assert record["outcomes"] == {"passed": 2, "failed": 0, "skipped": 1, "errors": 0}
     assert sorted(c["case"] for c in data["record_cases"]) == [

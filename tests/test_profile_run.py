@@ -82,6 +82,11 @@ def test_run_folder_holds_json_and_self_contained_html(profiled: tuple[Path, dic
     assert rows["bf16"]["speedup"] > 0 and rows["bf16"]["interpretation"] in p["precision"]["bands"].values()
     assert rows["bf16"]["accuracy"]["rel_l2"] < 0.05
     assert all({"rule", "severity", "finding", "fixes"} <= set(s) for s in p["suggestions"])
+    # A CPU profile reads its precision bands and suggestions for the CPU and cites perfgate's own docs.
+    assert "little gain on this CPU" in p["precision"]["bands"].values() and "tensor core" not in page
+    said = json.dumps(p["suggestions"]).lower()
+    assert p["suggestions"] and not any(w in said for w in ("tensor core", "cuda", "cudnn", "gpu", "seed 0"))
+    assert all(s["source"].startswith("docs/profiling.md#") for s in p["suggestions"])
 
 
 def test_trace_parses_and_has_events(profiled: tuple[Path, dict[str, Any], str]) -> None:

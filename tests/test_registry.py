@@ -43,7 +43,7 @@ def test_perfgate_does_not_import_models_and_knows_every_step_kind(tmp_path: Pat
         import perfgate.cli, perfgate.dist_plugin, perfgate.distributed, perfgate.plugin, perfgate.session
         import perfgate.workload as w
         from perfgate.distributed import DATA_PARALLEL_STEPS
-        assert "models" not in sys.modules, "perfgate imported the models package"
+        assert "perfgate.models" not in sys.modules, "perfgate imported its built-in families unasked"
         assert not w.MODELS, sorted(w.MODELS)
         assert DATA_PARALLEL_STEPS <= set(w.STEP_BUILDERS)  # complete without any registration call
         w.ModelSpec(name="x", module="x", model_class="X", default_sizes={}, step="ddp-train", data="device")
@@ -55,7 +55,7 @@ def test_perfgate_does_not_import_models_and_knows_every_step_kind(tmp_path: Pat
     p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "unknown model 'physicsnemo-block': no models are registered" in p.stdout
-    assert 'registries = ["models"]' in p.stdout and "--perfgate-registry" in p.stdout
+    assert 'registries = ["perfgate.models"]' in p.stdout and "--perfgate-registry" in p.stdout
 
 
 def test_a_registry_module_from_the_option_and_a_model_file_are_loaded(pytester: pytest.Pytester) -> None:
@@ -91,7 +91,7 @@ def test_a_registry_module_from_the_option_and_a_model_file_are_loaded(pytester:
             '[tool.perfgate]\nregistries = "models"\n',
             {},
             "*pyproject.toml [[]tool.perfgate[]] registries: must be a list of strings, e.g. registries = "
-            "[[]\"models\"[]], got 'models'",
+            "[[]\"perfgate.models\"[]], got 'models'",
         ),
         (
             '[tool.perfgate]\nmodel_files = ["bad_model.py"]\n',
@@ -170,3 +170,33 @@ def test_one_exit_code_table_for_pytest_runs_and_the_cli():
     with pytest.raises(SystemExit) as exc:
         main(["--version"])
     assert exc.value.code == 0
+
+
+def test_a_model_is_built_by_its_class_or_by_any_factory(monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    import torch
+
+    from perfgate.workload import ModelSpec, build_module
+
+    fam = types.ModuleType("perfgate_test_factory_family")
+    fam.CONFIGS = {"dict": {"width": 3}, "object": 5, "linear": {"in_features": 3, "out_features": 2}}
+    fam.Wide = lambda n: torch.nn.Linear(n, 2)  # a "class" taking the config object
+    monkeypatch.setitem(sys.modules, fam.__name__, fam)
+
+    def spec(**how):
+        return ModelSpec(name="f", module=fam.__name__, default_sizes={"cpu": "dict"}, **how)
+
+    by_kwargs = build_module(spec(factory=lambda width: torch.nn.Linear(width, 1)), "dict")
+    assert by_kwargs.in_features == 3 and not by_kwargs.training  # a dict config: keyword arguments
+    assert build_module(spec(factory=lambda n: torch.nn.Linear(n, 1)), "object").in_features == 5  # else one argument
+    assert build_module(spec(model_class="Wide"), "object").in_features == 5
+    a, b = (build_module(spec(factory=torch.nn.Linear), "linear", seed=1) for _ in range(2))  # a library's own
+    assert a.in_features == 3 and torch.equal(a.weight, b.weight)  # seeded before the factory runs
+    with pytest.raises(TypeError, match=r"model 'f': .*<lambda> returned a int, not a torch nn.Module"):
+        build_module(spec(factory=lambda width: 7), "dict")
+    for how in ({}, {"model_class": "Wide", "factory": torch.nn.Linear}):
+        with pytest.raises(ValueError, match="give either model_class .* or factory"):
+            spec(**how)
+    with pytest.raises(ValueError, match="factory must be callable"):
+        spec(factory="timm.create_model")

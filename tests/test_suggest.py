@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from perfgate.profile import suggest
@@ -44,15 +46,24 @@ def test_patch_embedding_share_fires_above_ten_percent() -> None:
         (3.2, "excellent tensor core usage"),
     ],
 )
-def test_speedup_bands_of_the_vjepa_guide(speedup: float, band: str) -> None:
-    assert suggest.speedup_band(speedup) == band
+def test_speedup_bands_on_a_gpu(speedup: float, band: str) -> None:
+    assert suggest.speedup_band(speedup, "cuda") == band
+
+
+def test_speedup_bands_on_a_cpu_say_nothing_of_gpus() -> None:
+    assert [suggest.speedup_band(s, "cpu") for s in (1.0, 1.5, 2.5)] == [
+        "little gain on this CPU",
+        "the CPU's reduced-precision units help",
+        "large gain on this CPU",
+    ]
+    assert list(suggest.speedup_bands("cpu")) == ["< 1.5x", "1.5-2x", "> 2x"]
 
 
 def test_precision_speedup_reading_depends_on_the_device() -> None:
     gpu = suggest.precision_speedup("fp16", 1.2, "cuda")
     assert gpu and gpu.severity == "warning" and "1.20x" in gpu.finding
     cpu = suggest.precision_speedup("bf16", 1.2, "cpu")
-    assert cpu and cpu.severity == "info" and "AMX" in cpu.why
+    assert cpu and cpu.severity == "info" and "AMX" in cpu.why and "amx_bf16" in cpu.fixes[0]
     good = suggest.precision_speedup("bf16", 1.8, "cuda")
     assert good and good.severity == "info" and "adopt bf16" in good.fixes[0]
     assert suggest.precision_speedup("bf16", None, "cuda") is None
@@ -107,3 +118,51 @@ def test_timing_rules_are_marked_when_the_measurement_was_unreliable() -> None:
     assert out["block_variance"].finding.endswith("(timings unreliable)")
     assert not out["memory_headroom"].finding.endswith("(timings unreliable)")
     assert out["unreliable"].severity == "warning"
+
+
+# Advice that only applies on a GPU; none of it may reach a CPU run's suggestions.
+GPU_ONLY = ("tensor core", "cuda", "cudnn", "gpu", "nvidia-smi", "graph")
+
+
+def _every_rule_fires(device_type: str) -> list[suggest.Suggestion]:
+    out = suggest.suggest(
+        device_type=device_type,
+        blocks_share_=0.95,
+        n_blocks=24,
+        block_std_ms=2.0,
+        attention_share_=0.8,
+        patch_embedding_share_=0.5,
+        speedups={"bf16": 1.1, "fp16": 2.5},
+        peak_mem_mib=9 * 1024,
+        headroom=0.05,
+        gpu_util_mean_pct=10.0,
+        unreliable="busy neighbours",
+    )
+    return out
+
+
+def test_a_cpu_run_gets_no_gpu_advice() -> None:
+    cpu = _every_rule_fires("cpu")
+    assert {s.rule for s in cpu} == {
+        "unreliable",
+        "attention_share",
+        "block_variance",
+        "patch_embedding_share",
+        "blocks_share",
+        "peak_memory",
+        "memory_headroom",
+        "precision_speedup",
+    }  # every rule but the GPU's utilisation
+    for s in cpu:
+        text = " ".join([s.finding, s.why, *s.fixes]).lower()
+        assert not [w for w in GPU_ONLY if w in text], (s.rule, text)
+    # The same numbers on a GPU do get the GPU's advice: the check above can fail.
+    gpu = " ".join(" ".join([s.why, *s.fixes]) for s in _every_rule_fires("cuda")).lower()
+    assert all(w in gpu for w in ("tensor core", "cuda graphs", "cudnn", "nvidia-smi"))
+
+
+def test_every_suggestion_names_its_section_of_perfgates_docs() -> None:
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "profiling.md").read_text()
+    for s in _every_rule_fires("cuda") + _every_rule_fires("cpu"):
+        assert s.source == f"docs/profiling.md#{s.rule}" and "seed" not in s.source
+        assert f'<a id="{s.rule}"></a>' in doc, f"docs/profiling.md has no section for {s.rule}"

@@ -141,10 +141,18 @@ def test_a_gemm_cublas_refuses_skips_the_case_naming_the_layer():
         unsupported_fp8_shape(c.module, c.inputs)
 
 
-def test_a_variant_that_converts_nothing_says_so():
+@pytest.mark.parametrize("variant", ["int8-weight-only", "int8-dynamic"])
+def test_a_variant_that_converts_nothing_says_so_naming_only_its_own_scheme(variant):
     # A conv-only decoder has nothing for a Linear quantiser to convert: timing it would time eager.
-    with pytest.raises(VariantError, match="converted none of the 0 Linear"):
-        get_variant("int8-weight-only").convert(nn.Sequential(nn.Conv1d(4, 4, 3)), (torch.randn(1, 4, 8),))
+    with pytest.raises(VariantError, match="converted none of the 0 Linear") as exc:
+        get_variant(variant).convert(nn.Sequential(nn.Conv1d(4, 4, 3)), (torch.randn(1, 4, 8),))
+    assert str(exc.value).startswith(f"{variant}: ") and "conv layers are not quantised" in str(exc.value)
+    assert "FP8" not in str(exc.value)  # an int8 skip says nothing of FP8's shape rules
+
+
+def test_an_fp8_variant_that_converts_nothing_names_fp8s_shape_rule():
+    with pytest.raises(VariantError, match=r"^fp8-tensorwise: .*\(FP8 needs dims that are multiples of 16; conv"):
+        get_variant("bf16+fp8-tensorwise+compile").convert(nn.Sequential(nn.Conv1d(4, 4, 3)), (torch.randn(1, 4, 8),))
 
 
 def test_bf16_cast_casts_floating_inputs_only():

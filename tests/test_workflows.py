@@ -303,7 +303,8 @@ def test_ci_benchmark_ab_mode_judges_head_against_base_in_one_job(tmp_path: Path
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
 
     ab = json.loads((out / "ab.json").read_text())
-    assert [v["case"] for v in ab["verdicts"] if v["metric"] == "latency"] == ["physicsnemo-block-tiny-baseline"]
+    latency = [v["case"] for v in ab["verdicts"] if v["metric"] == "latency"]  # named as the stored gate names them
+    assert latency == ["benchmarks/test_models.py::test_step[physicsnemo-block-tiny-baseline]"]
     assert ab["processes"] >= 2 and not ab["new"] and not ab["removed"]
     summary = (out / "summary.md").read_text()
     assert summary.startswith("### perfgate ab: no regression") and "physicsnemo-block" in summary

@@ -51,6 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from perfgate import ab_run, gate
+    from perfgate.device import selection_device
     from perfgate.gate import policy as policy_mod
     from perfgate.output import files, markdown
     from perfgate.output.terminal import verdict_table
@@ -89,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
                 policy,
                 max_processes=args.max_processes,
                 budget_s=args.budget_s,
-                device=_device(selection),
+                device=selection_device(selection),
                 progress=progress,
             )
         else:
@@ -142,13 +143,3 @@ def family_files(repo: Path) -> set[str]:
             except ValueError:  # a family installed elsewhere: not this repository's change
                 continue
     return out
-
-
-def _device(selection: list[str]) -> str | None:
-    """--perfgate-device from the selection, for the interleaved processes."""
-    for i, arg in enumerate(selection):
-        if arg == "--perfgate-device" and i + 1 < len(selection):
-            return selection[i + 1]
-        if arg.startswith("--perfgate-device="):
-            return arg.split("=", 1)[1]
-    return None

@@ -44,9 +44,7 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="perfgate-bisect-") as tmp:
         # This perfgate judges every step: the commits being bisected may predate `perfgate ab`.
         harness = Path(tmp) / "harness"
-        shutil.copytree(
-            Path(__file__).resolve().parents[1], harness / "perfgate", ignore=shutil.ignore_patterns("__pycache__")
-        )
+        copy_harness(Path(__file__).resolve().parents[1], harness / "perfgate", repo)
         log = Path(tmp) / "steps.log"
         step = [
             sys.executable,
@@ -80,3 +78,15 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError("git bisect found no first bad commit: " + " / ".join(tail), code=1)
     print(f"perfgate bisect: {first.strip()} ({args.case})")
     return 0
+
+
+def copy_harness(package: Path, dest: Path, repo: Path) -> None:
+    """This perfgate copied to `dest`, but for its built-in families: `perfgate.models` is model
+    code, so the copy's is a link to the repository's perfgate/models, which `git bisect` checks
+    out at each commit (a commit without one registers its models elsewhere)."""
+    shutil.copytree(
+        package,
+        dest,
+        ignore=lambda folder, names: {"__pycache__"} | ({"models"} if Path(folder) == package else set()),
+    )
+    (dest / "models").symlink_to(repo.resolve() / "perfgate" / "models", target_is_directory=True)

@@ -17,14 +17,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--ab",
         action="store_true",
-        help="measure on real suite cases (--cases): interleaved A/B against the stored-baseline gate, slowdowns "
-        "injected in the model alone and in F.linear (shared); --comparisons for unchanged code, "
-        "--detect-comparisons for each slowdown",
+        help="measure on real suite cases (--cases): same-job A/B (interleaved for a slowdown injected in the model "
+        "alone, processes for one in F.linear, shared) against the stored-baseline gate; --comparisons for "
+        "unchanged code, --detect-comparisons for each model-local slowdown, --shared-comparisons for each shared one",
     )
     p.add_argument(
         "--cases",
         default="owl-world-model-tiny-baseline,owl-audio-decoder-tiny-baseline,wan-vae-decoder-tiny-baseline",
         help="--ab: case ids measured together in every process (default: three tiny cases of 1 ms or more)",
+    )
+    p.add_argument(
+        "--shared-comparisons",
+        type=int,
+        default=None,
+        metavar="N",
+        help="--ab: comparisons per shared slowdown (processes mode, the slowest; default --detect-comparisons)",
     )
     p.add_argument(
         "--detect-comparisons", type=int, default=10, metavar="N", help="--ab: comparisons per slowdown (default 10)"
@@ -331,7 +338,11 @@ def _run_ab(args: argparse.Namespace) -> int:
     from perfgate.output.text import text_table
 
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
-    counts = {c: (args.comparisons if c[1] == 0 else args.detect_comparisons) for c in quality_ab.CONDITIONS}
+    shared = args.detect_comparisons if args.shared_comparisons is None else args.shared_comparisons
+    counts = {
+        c: args.comparisons if c[1] == 0 else args.detect_comparisons if c[0] == "local" else shared
+        for c in quality_ab.CONDITIONS
+    }
 
     def progress(msg: str) -> None:
         print(f"gate-quality: {msg}", file=sys.stderr, flush=True)
@@ -340,7 +351,7 @@ def _run_ab(args: argparse.Namespace) -> int:
     rows = [
         [
             f"{r['kind']} +{r['slowdown_pct']:g}%",
-            r["rule"],
+            f"{r['rule']} ({r['mode']})" if r["mode"] else r["rule"],
             f"{r['alarms']}/{r['n']}",
             str(r["unreliable"]),
             f"{r['wall_s_per_comparison']:.0f}",

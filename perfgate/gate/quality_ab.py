@@ -3,8 +3,12 @@
 Per comparison and condition (no slowdown, or K% injected by `perfgate.gate.inject`, in the model
 alone or in `F.linear`, an op everything shares):
 
-- interleaved A/B (`perfgate ab --mode interleaved`): fresh processes of this checkout each timing
-  the base and the head model of every case round by round, the head's model doing K% more work;
+- same-job A/B as `perfgate ab --mode auto` would run it: a slowdown in the model alone is a
+  model-file change, so interleaved mode (fresh processes of this checkout each timing the base and
+  the head model of every case round by round, the head's model doing K% more work); a slowdown of
+  an op everything shares is a change outside the model files (the harness, torch), so processes
+  mode (whole revisions in alternating fresh processes, the head's processes slowed), which is the
+  only mode that can see it;
 - the stored-baseline gate, as a pull request meets it: a baseline recorded by one `pytest` process,
   then a second process with the slowdown, gated by the session against it (this repository's
   policy, its re-measurement included), and the same two runs judged again at the default policy
@@ -15,6 +19,7 @@ Slowdowns round-robin, every process fresh, every verdict and wall time kept (`-
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -56,6 +61,37 @@ def interleaved(
     res = ab_run.run_interleaved(side, side, cases, policy, max_processes=max_processes, env=env)
     estimates = {c: [r["ratio"] for r in rows if "ratio" in r] for c, rows in res.interleaved.items()}
     return {
+        "mode": "interleaved",
+        "verdicts": _latency(res.verdicts),
+        "processes": res.processes,
+        "wall_s": time.perf_counter() - t0,
+        "ratios": estimates,
+    }
+
+
+def processes(
+    repo: Path, cases: Sequence[str], k: float, policy: Policy, *, max_pairs: int, device: str
+) -> dict[str, Any]:
+    """One processes-mode A/B comparison of `cases`, base = head = this checkout, every head process
+    with `F.linear` K% slower (`-p perfgate.gate.inject`)."""
+    head = ab_run.working_tree(repo)
+    base = dataclasses.replace(head, name="base")  # the same checkout: the injection is the only change
+    selection = ["--perfgate-device", device]
+    inject = {"PERFGATE_INJECT": f"shared:{k:g}"} if k else {}
+
+    def measure(s: ab_run.Side, ids: Sequence[str]) -> dict[str, CaseRecord]:
+        if s is head:
+            return ab_run.measure(s, ids, [*selection, "-p", "perfgate.gate.inject"], env=inject)
+        return ab_run.measure(s, ids, selection)
+
+    t0 = time.perf_counter()
+    res = ab_run.run_ab(base, head, cases, policy, measure_fn=measure, max_pairs=max_pairs)
+    estimates = {
+        c: [h.median_ms / b.median_ms for b, h in ((p.base, p.head) for p in pairs) if b and h]
+        for c, pairs in res.pairs.items()
+    }
+    return {
+        "mode": "processes",
         "verdicts": _latency(res.verdicts),
         "processes": res.processes,
         "wall_s": time.perf_counter() - t0,
@@ -145,6 +181,7 @@ def run(
     comparisons: dict[tuple[str, float], int],
     device: str,
     max_processes: int = 6,
+    max_pairs: int = 8,
     out: Path | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> list[dict[str, Any]]:
@@ -161,7 +198,11 @@ def run(
             row = {
                 "kind": kind,
                 "slowdown_pct": k,
-                "interleaved": interleaved(repo, cases, kind, k, policy, max_processes=max_processes),
+                "interleaved": (
+                    interleaved(repo, cases, kind, k, policy, max_processes=max_processes)
+                    if kind == "local"
+                    else processes(repo, cases, k, policy, max_pairs=max_pairs, device=device)
+                ),
                 "stored": stored(repo, cases, kind, k, device=device),
             }
             done.append(row)
@@ -169,7 +210,7 @@ def run(
             if progress:
                 i, s = row["interleaved"], row["stored"]
                 progress(
-                    f"[{len(done)}] {kind} +{k:g}%: interleaved {i['verdicts']} "
+                    f"[{len(done)}] {kind} +{k:g}%: {i.get('mode', 'interleaved')} {i['verdicts']} "
                     f"({i['processes']} processes, {i['wall_s']:.0f} s); "
                     f"stored {s.get('repo_policy')} / default {s.get('default_policy')} ({s['wall_s']:.0f} s)"
                 )
@@ -188,16 +229,18 @@ def rates(done: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         if not rows:
             continue
         for rule, get in (
-            ("interleaved A/B", lambda r: r["interleaved"]["verdicts"]),
+            ("same-job A/B", lambda r: r["interleaved"]["verdicts"]),
             ("stored, repo policy", lambda r: r["stored"].get("repo_policy", {})),
             ("stored, default 5% (first judgement)", lambda r: r["stored"].get("default_policy", {})),
         ):
             verdicts = [v for r in rows for v in get(r).values()]
             judged = [v for v in verdicts if v != gate.UNRELIABLE]
-            wall = [r["interleaved" if rule.startswith("inter") else "stored"]["wall_s"] for r in rows]
+            wall = [r["interleaved" if rule.startswith("same") else "stored"]["wall_s"] for r in rows]
+            modes = {r["interleaved"].get("mode", "interleaved") for r in rows} if rule.startswith("same") else set()
             out.append(
                 {
                     "kind": kind,
+                    "mode": "/".join(sorted(modes)),
                     "slowdown_pct": k,
                     "rule": rule,
                     "alarms": sum(v == gate.REGRESSION for v in judged),

@@ -4,6 +4,7 @@ the other verdicts (their table folded), the fastest variant per model, links to
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -13,10 +14,42 @@ from perfgate.output.report_data import case_name, fastest_per_model, labels_by_
 from perfgate.output.text import fmt_num
 from perfgate.results import VerdictSet, as_verdict_set
 
+# Names (models, variants, cases) and messages come from the code under test, so from the pull
+# request: shown as they are, `<img src=x>`, `[link](url)` or `@someone` would render as HTML, a link
+# or a mention in the job summary and the pull-request comment. No Markdown library escapes text for
+# GitHub's dialect, hence these few rules: HTML's three characters as entities; the inline markup
+# characters backslash-escaped (`_` only where it can open or close emphasis, so `median_ms` stays
+# readable); the link opener `](` broken (brackets alone link nothing, so `[tiny]` stays); and a
+# zero-width space after `@`, so no one is mentioned.
+_MD_ESCAPES = [
+    (re.compile(r"&"), "&amp;"),
+    (re.compile(r"<"), "&lt;"),
+    (re.compile(r">"), "&gt;"),
+    (re.compile(r"([\\`*~|])"), r"\\\1"),
+    (re.compile(r"\]\("), r"]\\("),
+    (re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])"), r"\\_"),
+    (re.compile(r"@(?=\w)"), "@&#8203;"),
+    (re.compile(r"\s*\n\s*"), " "),
+]
 
-def _md(text: Any) -> str:
-    """Table-safe Markdown text: pipes escaped, newlines flattened."""
-    return str(text).replace("|", "\\|").replace("\n", " ")
+
+def md_text(text: Any) -> str:
+    """`text` as literal Markdown text, safe in a table cell: no HTML, links, mentions or emphasis."""
+    out = str(text)
+    for pattern, repl in _MD_ESCAPES:
+        out = pattern.sub(repl, out)
+    return out
+
+
+_md = md_text  # the short name the tables below use
+
+
+def _code(text: Any) -> str:
+    """`text` as an inline code span: a backtick fence longer than any backtick run inside it."""
+    text = str(text).replace("\n", " ")
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def _change(v: gate.Verdict) -> str:
@@ -131,5 +164,5 @@ def ab_summary(result: Any, verdicts: Sequence[gate.Verdict], *, max_rows: int =
         ("Skipped in both", result.skipped),
     ):
         if ids:
-            out.append(f"{label}: " + ", ".join(f"`{_md(i)}`" for i in ids))
+            out.append(f"{label}: " + ", ".join(_code(i) for i in ids))
     return "\n".join(out).rstrip() + "\n"

@@ -1,5 +1,6 @@
-"""fp32 against bf16 / fp16 autocast on the same module and inputs, read with the V-JEPA guide's
-bands. Each precision is the runner's case with that autocast variant, measured by its pipeline."""
+"""fp32 against bf16 / fp16 autocast on the same module and inputs, read in the device's bands
+(perfgate.profile.suggest.speedup_bands). Each precision is the runner's case with that autocast
+variant, measured by its pipeline."""
 
 from __future__ import annotations
 
@@ -9,11 +10,9 @@ from typing import Any
 
 from perfgate import runner
 from perfgate.profile.config import PRECISIONS
-from perfgate.profile.suggest import speedup_band
+from perfgate.profile.suggest import speedup_band, speedup_bands
 from perfgate.variant_steps import Cast, Env, Quantize
 from perfgate.variants import Variant, get_variant
-
-BANDS = {"< 1.5x": "CPU-bound or memory-bound", "1.5-2x": "good GPU utilisation", "> 2x": "excellent tensor core usage"}
 
 
 def mutates(variant: Variant) -> bool:
@@ -33,6 +32,7 @@ def precision_comparison(
     case = dataclasses.replace(built.case, variant="baseline")
     workload = runner.prepare(case, opts) if mutates(built.variant) else (built.workload, built.reference)
     env = Env.detect(built.device)
+    device_type = str(built.device).split(":")[0]
     rows: dict[str, dict[str, Any]] = {}
     fp32_ms = None
     for p in precisions:
@@ -58,5 +58,5 @@ def precision_comparison(
     for p, row in rows.items():
         if fp32_ms and "median_ms" in row and p != "fp32":
             row["speedup"] = fp32_ms / row["median_ms"]
-            row["interpretation"] = speedup_band(row["speedup"])
-    return {"autocast": True, "rows": rows, "bands": dict(BANDS)}
+            row["interpretation"] = speedup_band(row["speedup"], device_type)
+    return {"autocast": True, "rows": rows, "bands": speedup_bands(device_type)}

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from models.owl_image_decoder import (
+from perfgate.models.owl_image_decoder import (
     CONFIGS,
     OUTPUT_KIND,
     OwlImageDecoder,

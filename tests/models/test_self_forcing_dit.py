@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models.self_forcing_dit import (
+from perfgate.models.self_forcing_dit import (
     CONFIGS,
     DEFAULT_BLOCK_INDEX,
     OUTPUT_KIND,

@@ -1,7 +1,7 @@
 """PhysicsNeMo profiling tutorial workload: one pre-norm transformer block.
 
-Source: NVIDIA/physicsnemo `docs/test_scripts/profiling/` (the profiling tutorial and the
-performance guide, ../shared/seeds/001 and 004). Block(dim 1024, 32 heads, qkv_bias False,
+Source: NVIDIA/physicsnemo `docs/test_scripts/profiling/` (its profiling tutorial and
+performance guide). Block(dim 1024, 32 heads, qkv_bias False,
 dropout 0): x + attn(LayerNorm(x)), then x + mlp(LayerNorm(x)), MLP hidden 4 * dim with GELU
 after both fc1 and fc2 as the tutorial writes it (~12.59M parameters).
 

@@ -1,16 +1,18 @@
-"""The model families the seeds profile, registered under the names users type.
+"""perfgate's built-in model families, registered under the names users type.
 
-Each name is the pytest id and the baseline key: never rename one that has baselines.
-Model code lives one family per file beside this one; this registry is the only glue.
+An optional registry: perfgate never imports it; a project registers these families by naming it,
+`[tool.perfgate] registries = ["perfgate.models"]` (this repository does). Each name is the pytest
+id and the baseline key: never rename one that has baselines. Model code lives one family per
+file beside this one; this registry is the only glue.
 """
 
 from perfgate.workload import ModelSpec, register_model
 
-# Default sizes: the CPU gets the tiny CI size, a GPU the full size the seeds profile.
+# Default sizes: the CPU gets the tiny CI size, a GPU the full size of the upstream model.
 register_model(
     ModelSpec(
         name="owl-world-model",
-        module="models.owl_world_model",
+        module="perfgate.models.owl_world_model",
         model_class="OwlWorldModel",
         default_sizes={"cpu": "tiny", "cuda": "1b"},
         sweep={"cache_frames": (0, None)},  # empty cache and the full window: cost grows with the fill
@@ -20,7 +22,7 @@ register_model(
 register_model(
     ModelSpec(
         name="owl-image-decoder",
-        module="models.owl_image_decoder",
+        module="perfgate.models.owl_image_decoder",
         model_class="OwlImageDecoder",
         default_sizes={"cpu": "tiny", "cuda": "full"},
         description="Owl image VAE decoder: latent [1,128,4,4] -> image [1,3,360,640]",
@@ -29,7 +31,7 @@ register_model(
 register_model(
     ModelSpec(
         name="owl-audio-decoder",
-        module="models.owl_audio_decoder",
+        module="perfgate.models.owl_audio_decoder",
         model_class="OwlAudioDecoder",
         default_sizes={"cpu": "tiny", "cuda": "full"},
         description="Owl audio VAE decoder (Oobleck-style): latent [1,64,120] -> 2 s of stereo 44.1 kHz",
@@ -38,7 +40,7 @@ register_model(
 register_model(
     ModelSpec(
         name="vjepa2-encoder",
-        module="models.vjepa2_encoder",
+        module="perfgate.models.vjepa2_encoder",
         model_class="VJEPA2Encoder",
         default_sizes={"cpu": "tiny", "cuda": "large"},
         description="V-JEPA 2 ViT video encoder with 3D RoPE: clip [B,3,T,H,W] -> tokens",
@@ -47,7 +49,7 @@ register_model(
 register_model(
     ModelSpec(
         name="self-forcing-dit",
-        module="models.self_forcing_dit",
+        module="perfgate.models.self_forcing_dit",
         model_class="SelfForcingDiT",
         default_sizes={"cpu": "tiny", "cuda": "1.3b"},
         sweep={"block_index": (0, None)},  # first block and the default, later block: cache fill grows
@@ -57,7 +59,7 @@ register_model(
 register_model(
     ModelSpec(
         name="wan-vae-decoder",
-        module="models.wan_vae_decoder",
+        module="perfgate.models.wan_vae_decoder",
         model_class="WanVAEDecoder",
         default_sizes={"cpu": "tiny", "cuda": "full"},
         description="Wan causal 3D-conv VAE decoder: one latent frame with its feature cache",
@@ -66,7 +68,7 @@ register_model(
 register_model(
     ModelSpec(
         name="physicsnemo-block",
-        module="models.physicsnemo_block",
+        module="perfgate.models.physicsnemo_block",
         model_class="PhysicsNeMoBlock",
         default_sizes={"cpu": "tiny", "cuda": "full"},
         description="PhysicsNeMo tutorial attention block, inference",
@@ -75,7 +77,7 @@ register_model(
 register_model(
     ModelSpec(
         name="physicsnemo-train",
-        module="models.physicsnemo_block",
+        module="perfgate.models.physicsnemo_block",
         model_class="PhysicsNeMoBlock",
         default_sizes={"cpu": "tiny", "cuda": "full"},
         step="train",
@@ -86,7 +88,7 @@ register_model(
 register_model(
     ModelSpec(
         name="physicsnemo-train-host-data",
-        module="models.physicsnemo_block",
+        module="perfgate.models.physicsnemo_block",
         model_class="PhysicsNeMoBlock",
         default_sizes={"cpu": "tiny", "cuda": "full"},
         step="train",
@@ -100,7 +102,7 @@ register_model(
 register_model(
     ModelSpec(
         name="physicsnemo-ddp-train",
-        module="models.physicsnemo_block",
+        module="perfgate.models.physicsnemo_block",
         model_class="PhysicsNeMoBlock",
         default_sizes={"cpu": "tiny", "cuda": "full"},
         step="ddp-train",
@@ -112,7 +114,7 @@ register_model(
 register_model(
     ModelSpec(
         name="vjepa2-dp-inference",
-        module="models.vjepa2_encoder",
+        module="perfgate.models.vjepa2_encoder",
         model_class="VJEPA2Encoder",
         default_sizes={"cpu": "tiny", "cuda": "large"},
         step="dp-inference",

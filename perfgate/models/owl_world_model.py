@@ -110,7 +110,7 @@ CONFIGS: dict[str, OwlWorldModelConfig] = {
     "medium": OwlWorldModelConfig(d_model=768, n_layers=10, n_heads=12, n_frames=30),
     # The released "av_dfot_85k_ema_200m" checkpoint (262,250,816 parameters despite its name).
     "200m": OwlWorldModelConfig(d_model=1024, n_layers=13, n_heads=16, n_frames=30),
-    # configs/av.yml, the model profiled in seed 000: 1,093,823,296 parameters.
+    # configs/av.yml, the full audio-visual world model: 1,093,823,296 parameters.
     "1b": OwlWorldModelConfig(d_model=1536, n_layers=25, n_heads=24, n_frames=60),
 }
 

@@ -17,7 +17,7 @@ Architecture:
   head_dim 24 (tiny): 8 / 8 / 8 + 0.
 - Final LayerNorm.
 
-One step (what seed 003 profiles): encoder forward of a clip
+One step (what a V-JEPA 2 profile times): encoder forward of a clip
 video [B, 3, T, H, W] -> tokens [B, (T / 2) * (H / 16) * (W / 16), D]; at the full-size defaults
 [B, 3, 16, 256, 256] -> [B, 2048, D]. Masking, `out_layers` and dropout / drop-path (training only)
 are not part of the benchmarked step and are left out.
