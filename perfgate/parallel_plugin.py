@@ -356,7 +356,17 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     controller writes what the user asked pytest-benchmark to write, from the merged run."""
     config = session.config
     bs = getattr(config, "_benchmarksession", None)
-    if not _worker(config) or bs is None:
+    if bs is None:
+        return
+    state = config.stash.get(_STATE, None)
+    if _controller(config) and state is not None and bs.compare:
+        # The controller measures nothing, so pytest-benchmark would print no compared table.
+        bs.compare, config.option.benchmark_compare = None, None
+        state.lines.append(
+            "perfgate: --benchmark-compare has no table under xdist (pytest-benchmark shows none for the "
+            "workers' cases); perfgate's tables and the gate's verdicts above cover them"
+        )
+    if not _worker(config):
         return
     bs.disabled = bool(config.getoption("benchmark_disable")) and not config.getoption("benchmark_enable")
     bs.xdist_warning = False
