@@ -1,7 +1,8 @@
 """Several processes, one run: pytest-xdist workers bound to one GPU each, and the merge of their
 (or of `--perfgate-shard` runners') results into one result file and one verdict set.
 
-The engine is pytest-xdist: `pytest benchmarks -n <GPUs> --dist loadgroup`. perfgate only
+The engine is pytest-xdist: `pytest benchmarks --perfgate-gpus auto` (`-n <GPUs> --dist loadgroup`).
+perfgate only
 - gives each worker its own device through xdist's `workerinput` (the controller hands out GPU
   indices in `pytest_configure_node`, so a replacement for a crashed worker gets the freed GPU
   back, whatever xdist names it);
