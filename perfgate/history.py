@@ -23,6 +23,7 @@ import numpy as np
 
 from perfgate.record import HISTORY_FIELDS
 from perfgate.results import ResultFileError, read_benchmark_json
+from perfgate.stats import TAIL_MIN_SAMPLES
 
 
 @dataclass(frozen=True)
@@ -249,6 +250,8 @@ def metric_value(bench: Mapping[str, Any], metric: str) -> float | None:
     """One metric of one benchmark entry: perfgate's extra_info first, pytest-benchmark's stats
     (seconds) for plain files; None when the entry does not have it."""
     info = bench.get("extra_info") or {}
+    if metric in TAIL_MIN_SAMPLES and (_sample_count(bench) or 0) < TAIL_MIN_SAMPLES[metric]:
+        return None  # older files computed tails from any number of samples: too few to support one
     if metric in _ACCURACY:
         v = _number((info.get("accuracy") or {}).get(metric))
     elif metric == "throughput":
@@ -266,6 +269,16 @@ def metric_value(bench: Mapping[str, Any], metric: str) -> float | None:
     if metric == "fps" and info.get("unit") == "frames":
         return _number((info.get("throughput") or {}).get("frames"))
     return None
+
+
+def _sample_count(bench: Mapping[str, Any]) -> int | None:
+    """How many timed samples an entry's figures come from (extra_info n, else pytest-benchmark's rounds)."""
+    info, stats = bench.get("extra_info") or {}, bench.get("stats") or {}
+    for v in (info.get("n"), info.get("rounds"), stats.get("rounds")):
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+    data = info.get("samples_ms") or stats.get("data")
+    return len(data) if isinstance(data, list) and data else None
 
 
 def case_label(bench: Mapping[str, Any]) -> str:
@@ -305,6 +318,7 @@ class Series:
     variant: str | None
     unit: str
     points: list[SeriesPoint] = field(default_factory=list)
+    change_points: list[dict[str, Any]] | None = None  # perfgate.changepoints.annotate fills it on request
 
     def values(self) -> list[float]:
         return [p.value for p in self.points]

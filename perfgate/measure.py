@@ -164,6 +164,7 @@ class Measurement:
     timer: str
     contention_cores: float = 0.0
     reference_ms: list[float] | None = None  # the reference workload's time in each round (CPU)
+    throttle: dict[str, Any] | None = None  # GPU: rounds dropped as throttled (perfgate.throttle.throttle_block)
     output: Any = field(default=None, repr=False)
 
     @property
@@ -179,12 +180,18 @@ def measure(
     warmup: WarmupRule = WarmupRule(),
     progress: Callable[[str], None] | None = None,
     reference: Callable[[], Any] | None = None,
+    probe: Any = None,
 ) -> Measurement:
     """Measure `step` on `device`; returns raw samples in ms and the first-call time in s.
 
     With `reference` (CPU only) every round times the reference, runs the step once untimed and
     then times it; the stop rule asks for precision of the step/reference ratio, the quantity the
     gate then judges, and the peak memory is tracked over two further steps alone.
+
+    With `probe` (a perfgate.throttle.ClockProbe, CUDA) every round is checked after its sample is
+    taken: a throttled round is dropped and the next waits the probe's recovery delay; after
+    `stop.max_rounds` drops the measurement stops, and if fewer than `stop.min_rounds` rounds
+    remain all are kept, flagged `too_few` (the gate then calls the case unreliable).
     """
     device = torch.device(device)
     if reference is not None and device.type != "cpu":
@@ -216,13 +223,26 @@ def measure(
             cpu0 = _busy_cpu_s()
             t0 = time.perf_counter()
             reason = None
+            every: list[float] = []  # kept and dropped rounds in order (for a case left with too few)
+            drops: dict[str, int] = {}
             while reason is None:
                 if reference is not None and ref_ms is not None:
                     ref_ms.append(timer.time_ms(reference)[0])
                     # Right after the reference a short step measured 0.1-0.3 ms slower (cold caches,
                     # idle threads; physicsnemo tiny +37%): this untimed call warms them again.
                     step()
-                samples.append(timer.time_ms(step)[0])
+                sample = timer.time_ms(step)[0]
+                every.append(sample)
+                why = probe.throttled() if probe is not None else []  # after the sample: outside the timing
+                if why:
+                    drops.update({w: drops.get(w, 0) + 1 for w in why})
+                    if ref_ms:
+                        ref_ms.pop()
+                    if len(every) - len(samples) >= stop.max_rounds:
+                        reason = "throttled"
+                    time.sleep(probe.rule.recovery_delay_s)
+                    continue
+                samples.append(sample)
                 judged = samples if ref_ms is None else ratios(samples, ref_ms)
                 reason = stop_reason(judged, time.perf_counter() - t0, stop)
                 if progress is not None and len(samples) % 20 == 0:
@@ -237,6 +257,13 @@ def measure(
         if gc_was_enabled:
             gc.enable()
     assert mem.result is not None
+    throttle = None
+    if probe is not None:
+        from perfgate.throttle import throttle_block
+
+        throttle = throttle_block(drops, len(every) - len(samples), len(samples), stop.min_rounds, probe.rule)
+        if throttle["too_few"]:
+            samples = every  # too few clean rounds: report them all; the case is unreliable
     return Measurement(
         samples_ms=samples,
         first_call_s=first_ms / 1e3,
@@ -247,5 +274,6 @@ def measure(
         timer=type(timer).__name__,
         contention_cores=contention(cpu0, cpu1, wall_s),
         reference_ms=ref_ms,
+        throttle=throttle,
         output=output,
     )

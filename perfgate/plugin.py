@@ -107,6 +107,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     g.addoption("--perfgate-no-flops", action="store_true", help="do not count FLOPs or time the matmul peak")
     g.addoption(
+        "--perfgate-energy-window-s",
+        type=float,
+        default=None,
+        help="seconds of repeated steps over which the energy counter (NVML on a GPU, RAPL on a CPU) is read after "
+        "the timed rounds; 0 turns it off (default 1, 0 with --perfgate-smoke)",
+    )
+    g.addoption(
         "--perfgate-no-reference",
         action="store_true",
         help="CPU: do not time the reference workload in each round (the gate then judges raw ms)",
@@ -169,8 +176,12 @@ def _run_options(config: pytest.Config, table: dict[str, Any]) -> RunOptions:
         raise pytest.UsageError(
             f"perfgate: --perfgate-telemetry-interval-ms must be a number >= 0, got {interval_ms:g}"
         )
+    window_s = _given(config, "perfgate_energy_window_s", 0.0 if smoke else 1.0)
+    if not (window_s >= 0 and math.isfinite(window_s)):
+        raise pytest.UsageError(f"perfgate: --perfgate-energy-window-s must be a number >= 0, got {window_s:g}")
     return RunOptions(
         stop=stop,
+        energy_window_s=window_s,
         checkpoint=config.getoption("perfgate_checkpoint"),
         tolerances=tolerances,
         warm_compile=not smoke,

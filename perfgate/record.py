@@ -61,7 +61,7 @@ class CaseRecord:
     samples_ms: list[float] = _f([], required=True)
     reference_ms: list[float] | None = _f()  # CPU: the reference workload, timed in the same rounds
     reference_median_ms: float | None = _f()
-    normalised_median: float | None = _f()
+    normalised_median: float | None = _f(None, history=("latency / reference workload (the CPU gate's ratio)", "lower"))
     n: int | None = _f(None, always=True)
     mean_ms: float | None = _f(None, history=("mean latency", "lower"), always=True)
     std_ms: float | None = _f(None, history=("latency std", "lower"), always=True)
@@ -70,6 +70,7 @@ class CaseRecord:
     median_ms: float | None = _f(None, required=True, history=("median latency", "lower"))
     p90_ms: float | None = _f(None, required=True, history=("p90 latency", "lower"))
     p99_ms: float | None = _f(None, required=True, history=("p99 latency", "lower"))
+    tail_note: str | None = _f()  # why p90 / p99 are None: too few samples (perfgate.stats.TAIL_MIN_SAMPLES)
     iqr_ms: float | None = _f(None, always=True)
     noise_iqr_rel: float | None = _f(None, always=True)
     median_ci_lo_ms: float | None = _f(None, always=True)
@@ -98,6 +99,12 @@ class CaseRecord:
     cudagraph_skips: int | None = _f()
     graph_breaks: int | None = _f(None, history=("graph breaks", "lower"))
     compile_cache: dict[str, int] | None = _f()
+    # Energy from the hardware's cumulative counter (perfgate.energy), or why there is none.
+    energy_j_per_step: float | None = _f(None, history=("energy per step", "lower"), unit="J")
+    energy_j_per_frame: float | None = _f(None, history=("energy per frame", "lower"), unit="J")
+    frames_per_j: float | None = _f(None, history=("frames per joule", "higher"), unit="frames/J")
+    energy: dict[str, Any] | None = _f()  # the window: source, joules, window_s, steps, error_bound_pct
+    energy_skipped: str | None = _f()
     # FLOPs and the roofline.
     gflop_per_step: float | None = _f()
     achieved_tflops: float | None = _f()
@@ -112,6 +119,7 @@ class CaseRecord:
     # Telemetry summary (sampler's own schema) and reliability.
     telemetry: dict[str, Any] | None = _f()
     contention_cores: float | None = _f()
+    throttle: dict[str, Any] | None = _f()  # GPU: rounds dropped as throttled, why, how many remain
     unreliable: str | None = _f()
     # In-run comparisons and the gate's bookkeeping.
     speedup: float | None = _f(None, history=("speedup over eager baseline", "higher"), unit="x")

@@ -21,12 +21,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from perfgate import accuracy, flops, telemetry
+from perfgate import accuracy, energy, flops, telemetry, throttle
 from perfgate.device import bind
 from perfgate.gate.policy import Tolerance, tolerance_for
 from perfgate.measure import Measurement, StopRule, WarmupRule, measure, reference_step
 from perfgate.record import CaseRecord
-from perfgate.stats import ratios
+from perfgate.stats import ratios, tail_note
 from perfgate.steps import is_training
 from perfgate.variant_steps import Converted, Env, VariantError
 from perfgate.variants import Variant, get_variant
@@ -76,6 +76,8 @@ class RunOptions:
     warm_compile: bool = True  # also time a second compile against the warm inductor cache
     telemetry_interval_s: float | None = 0.1  # background GPU/CPU sampler during measure(); None: off
     count_flops: bool = True  # GFLOP per step, achieved TFLOP/s and the share of a measured matmul peak
+    energy_window_s: float = 1.0  # energy counter window after the timed rounds (perfgate.energy); 0: off
+    drop_throttled: bool = True  # CUDA: drop rounds the GPU ran throttled (perfgate.throttle)
     reference: bool = True  # CPU: time the reference workload in every round (machine-speed normalisation)
 
 
@@ -196,14 +198,23 @@ def measure_sampled(
     sampler = (
         telemetry.TelemetrySampler(device, interval_s=opts.telemetry_interval_s) if opts.telemetry_interval_s else None
     )
+    probe = None
+    if opts.drop_throttled and device.type == "cuda":
+        probe, why_not = throttle.open_probe(device.index or 0)
+        if probe is None:
+            telemetry.notice_once("throttle", f"perfgate: throttled rounds cannot be detected: {why_not}")
     if sampler is not None:
         sampler.start()
     try:
         reference = reference_step() if opts.reference and device.type == "cpu" else None
-        m = measure(step, device, stop=opts.stop, warmup=opts.warmup, progress=progress, reference=reference)
+        m = measure(
+            step, device, stop=opts.stop, warmup=opts.warmup, progress=progress, reference=reference, probe=probe
+        )
     finally:
         if sampler is not None:
             sampler.stop()
+        if probe is not None:
+            probe.close()
     return m, sampler
 
 
@@ -242,6 +253,8 @@ def case_record(
         **{k: v for k, v in conv.info.items() if k != "dtype"},
         **summary,
     )
+    rec.tail_note = tail_note(len(m.samples_ms))
+    rec.throttle = m.throttle
     if m.reference_ms:
         rec.reference_ms = m.reference_ms
         rec.reference_median_ms = float(np.median(m.reference_ms))
@@ -283,6 +296,10 @@ def measure_case(built: BuiltCase, opts: RunOptions, *, progress: Callable[[str]
     """Measure a built case and fill its record."""
     m, sampler = measure_sampled(built.step, built.device, opts, progress)
     rec = case_record(built, m, opts, sampler.summary() if sampler is not None else None)
+    if opts.energy_window_s > 0:
+        fields = energy.case_energy(built.step, built.device, rec.items_per_step, min_window_s=opts.energy_window_s)
+        for k, v in fields.items():
+            setattr(rec, k, v)
     if built.variant.compiles:
         for k, v in compile_facts(built, opts).items():
             setattr(rec, k, v)

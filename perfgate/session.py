@@ -152,7 +152,7 @@ class Session:
     def run(self, case: Case, progress: Callable[[str], None] | None = None) -> CaseResult:
         """Measure a case: its reliability as the gate sees it, and its speedup over the eager
         baseline of this run when there is one."""
-        result = run_case(case, self.run_options, progress=progress)
+        result = run_case(case, self.case_options(case), progress=progress)
         rec = result.record
         rec.unreliable = gate.unreliable_reason(
             rec, self.policy.settings(case.model, case.variant, "latency", case.device)
@@ -170,6 +170,15 @@ class Session:
             rec.speedup = eager[1] / getattr(rec, basis)
             rec.speedup_basis = basis
         return result
+
+    def case_options(self, case: Case) -> RunOptions:
+        """The run options for one case: at least as many rounds as its real-time budgets need to be
+        judged (a p90 budget: MLPerf LoadGen's 64 samples), whatever the stop rule would stop at."""
+        need = gate.budget_min_rounds(self.policy, case.model, case.size, case.variant, self.hardware)
+        stop = self.run_options.stop
+        if need <= stop.min_rounds:
+            return self.run_options
+        return replace(self.run_options, stop=replace(stop, min_rounds=need, max_rounds=max(stop.max_rounds, need)))
 
     @property
     def hardware(self) -> str:

@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as sps
 
 
 def median_ci(samples: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
@@ -19,6 +18,8 @@ def median_ci(samples: Sequence[float], confidence: float = 0.95) -> tuple[float
     Timing samples are skewed with heavy right tails, so a normal-theory interval around the
     mean would be wrong; the binomial order-statistic interval makes no assumption.
     """
+    from scipy import stats as sps  # here: the gate's tail floors import this module, scipy is slow to load
+
     x = np.sort(np.asarray(samples, dtype=float))
     n = len(x)
     if n == 0:
@@ -92,12 +93,36 @@ def ratios(samples_ms: Sequence[float], reference_ms: Sequence[float]) -> list[f
     return [s / r for s, r in zip(samples_ms, reference_ms)]
 
 
-def summarize(samples_ms: Sequence[float], confidence: float = 0.95) -> dict[str, float]:
-    """Summary of samples in ms: location, spread and the tail real-time users care about."""
+# The fewest samples a tail percentile is reported from: MLPerf LoadGen's early-stopping floors
+# (loadgen/early_stopping.cc, the SingleStream minimum query counts: 64 for p90, 662 for p99). Below
+# them the estimate is not bounded at LoadGen's confidence: the "p99" of 20 samples is their maximum.
+TAIL_MIN_SAMPLES: dict[str, int] = {"p90_ms": 64, "p99_ms": 662}
+_TAIL_Q = {"p90_ms": 90, "p99_ms": 99}
+
+
+def tail_ms(samples_ms: Sequence[float], key: str) -> float | None:
+    """The tail percentile `key` ("p90_ms" or "p99_ms") of the samples, or None when there are fewer
+    than TAIL_MIN_SAMPLES[key] of them (insufficient samples)."""
+    if len(samples_ms) < TAIL_MIN_SAMPLES[key]:
+        return None
+    return float(np.percentile(np.asarray(samples_ms, dtype=float), _TAIL_Q[key]))
+
+
+def tail_note(n: int) -> str | None:
+    """Why a tail is missing from n samples (None when both are reported)."""
+    missing = [f"{k[:3]} needs >= {m}" for k, m in TAIL_MIN_SAMPLES.items() if n < m]
+    if not missing:
+        return None
+    return f"insufficient samples for tails: {', '.join(missing)} (MLPerf LoadGen), have {n}"
+
+
+def summarize(samples_ms: Sequence[float], confidence: float = 0.95) -> dict[str, float | None]:
+    """Summary of samples in ms: location, spread and the tail real-time users care about (p90 and
+    p99 None where too few samples support them: `tail_note`)."""
     x = np.asarray(samples_ms, dtype=float)
     if x.size == 0:
         raise ValueError("summarize needs at least one sample")
-    q1, med, q3, p90, p99 = np.percentile(x, [25, 50, 75, 90, 99])
+    q1, med, q3 = np.percentile(x, [25, 50, 75])
     lo, hi = median_ci(x, confidence)
     return {
         "n": int(x.size),
@@ -106,8 +131,8 @@ def summarize(samples_ms: Sequence[float], confidence: float = 0.95) -> dict[str
         "min_ms": float(x.min()),
         "max_ms": float(x.max()),
         "median_ms": float(med),
-        "p90_ms": float(p90),
-        "p99_ms": float(p99),
+        "p90_ms": tail_ms(x, "p90_ms"),
+        "p99_ms": tail_ms(x, "p99_ms"),
         "iqr_ms": float(q3 - q1),
         "noise_iqr_rel": float((q3 - q1) / med) if med > 0 else math.inf,
         "median_ci_lo_ms": lo,

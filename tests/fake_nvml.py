@@ -42,6 +42,8 @@ class FakeGpu:
     remapped_rows: tuple[int, int, int, int] | None = (0, 0, 0, 0)  # (corrected, uncorrected, pending, failed)
     total_bytes: int = 80 * GIB
     used_bytes: int = GIB // 2
+    sm_mhz: int = 1980  # the SM clock now (perfgate.throttle reads it after every timed round)
+    energy_mj: int | None = 123_456_789  # total energy since the driver loaded (Volta and later)
 
 
 class FakeLibNvml:
@@ -112,6 +114,13 @@ class FakeLibNvml:
             pynvml.NVML_CLOCK_ID_APP_CLOCK_DEFAULT: gpu.default_app_sm_mhz,
         }.get(clock_id.value)
         return pynvml.NVML_ERROR_NOT_SUPPORTED if mhz is None else self._out(ref, mhz)
+
+    def nvmlDeviceGetClockInfo(self, handle: Any, clock_type: Any, ref: Any) -> int:
+        return self._out(ref, self._gpu(handle).sm_mhz)
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: Any, ref: Any) -> int:
+        mj = self._gpu(handle).energy_mj
+        return pynvml.NVML_ERROR_NOT_SUPPORTED if mj is None else self._out(ref, mj)
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any, ref: Any) -> int:
         mask = self._gpu(handle).clock_events

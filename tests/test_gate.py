@@ -89,17 +89,29 @@ def test_compare_case_end_to_end_and_ordering():
 
 
 def test_every_gated_metric_is_one_row_the_policy_knows():
-    assert METRIC_NAMES == tuple(m.name for m in metrics.GATED) == ("latency", "memory", "accuracy", "speedup")
+    names = ("latency", "memory", "energy", "accuracy", "speedup")
+    assert METRIC_NAMES == tuple(m.name for m in metrics.GATED) == names
     for m in metrics.GATED:
         assert hasattr(S, m.setting) and m.better in ("lower", "higher")
 
 
 def test_budgets_are_asserted_whatever_the_baseline():
     policy = parse({"budget": [{"model": "m", "gpu": "*Test*", "min_fps": 30, "max_p90_ms": 33}]})
-    cur = rec([40.0] * 5, fps=25.0)
+    cur = rec([40.0] * 64, fps=25.0)
     v = {x.metric: x.verdict for x in gate.absolute_checks("a", cur, policy, "Test GPU")}
     assert v == {"budget:fps": gate.BUDGET, "budget:p90_ms": gate.BUDGET}
     assert gate.absolute_checks("a", cur, policy, "Other GPU") == []
+
+
+def test_a_p90_budget_needs_64_rounds_and_is_not_judged_from_fewer():
+    policy = parse({"budget": [{"model": "m", "gpu": "*Test*", "max_p90_ms": 33}]})
+    assert gate.budget_min_rounds(policy, "m", "tiny", "baseline", "Test GPU") == 64
+    assert gate.budget_min_rounds(policy, "m", "tiny", "baseline", "Other GPU") == 0
+    assert gate.budget_min_rounds(parse({"budget": [{"min_fps": 30}]}), "m", "tiny", "baseline", "x") == 0
+    (v,) = gate.absolute_checks("a", rec([40.0] * 63), policy, "Test GPU")
+    assert v.verdict == gate.INCONCLUSIVE and v.metric == "budget:p90_ms" and v.current is None
+    assert "insufficient samples (63 < 64" in v.message and "--perfgate-min-rounds 64" in v.message
+    assert not gate.failing([v])
 
 
 def test_accuracy_outside_the_variants_tolerance_and_graph_breaks_fail_without_a_baseline():

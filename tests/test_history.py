@@ -281,8 +281,16 @@ def test_plain_pytest_benchmark_files_fall_back_to_stats(tmp_path):
     (s,) = hist.series
     assert s.fingerprint_id == "unknown" and s.label == "test_step[physicsnemo-block-tiny-baseline]"
     assert s.values() == pytest.approx([20.0])
+    # 12 samples support no p90 (MLPerf LoadGen: 64): not shown, though the file's data would give one
+    assert collect(tmp_path, fingerprint_id=None, metric="p90_ms").series == []
+    b64 = bench(median_ms=20.0, n=64)
+    del b64["extra_info"]
+    write(
+        tmp_path / ".benchmarks" / "Linux-CPython-3.11-64bit" / "0002_plain.json",
+        run_json([b64], fp_id=None, when="2026-11-02T00:00:00+00:00"),
+    )
     (p90,) = collect(tmp_path, fingerprint_id=None, metric="p90_ms").series
-    assert p90.values() == pytest.approx([np.percentile(np.linspace(0.95, 1.05, 12) * 20.0, 90)])
+    assert p90.values() == pytest.approx([np.percentile(np.linspace(0.95, 1.05, 64) * 20.0, 90)])
     assert collect(tmp_path, fingerprint_id=None, metric="peak_mem_mib").series == []
 
 

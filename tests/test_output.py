@@ -254,3 +254,48 @@ def test_lean_loading_drops_only_sample_arrays(tmp_path):
         "samples_ms"
     ] == [1, 2, 3]
     assert lean["benchmarks"][0]["extra_info"]["note"] == full["benchmarks"][0]["extra_info"]["note"]
+
+
+def test_the_optimisation_table_says_when_a_p90_has_too_few_samples():
+    from perfgate.output.terminal import OPT_HEADERS, optimisation_rows
+    from perfgate.record import CaseRecord
+    from perfgate.stats import tail_note
+
+    col = OPT_HEADERS.index("p90 ms")
+    few, enough = ([1.0 + i / 100 for i in range(n)] for n in (17, 64))
+    records = [
+        CaseRecord.from_extra_info({**bench("a", s)["extra_info"], "tail_note": tail_note(len(s))})
+        for s in (few, enough)
+    ]
+    rows = optimisation_rows(records)
+    assert rows[0][col] == "n<64" and rows[1][col] == f"{records[1].p90_ms:.3f}"
+
+
+def test_the_end_of_run_table_shows_energy_and_explains_dashes_and_dropped_rounds():
+    from types import SimpleNamespace
+
+    from perfgate.output.terminal import energy_cell, session_lines
+    from perfgate.record import CaseRecord
+    from perfgate.stats import tail_note
+
+    base = bench("a", [1.0] * 17)["extra_info"]
+    gpu = {**base, "frames_per_j": 41.7, "energy_j_per_step": 0.024, "throttle": {"dropped": 3, "kept": 17}}
+    cpu = {
+        **base,
+        "variant": "bf16",
+        "energy_skipped": "no RAPL energy counter on this CPU",
+        "tail_note": tail_note(17),
+    }
+    assert energy_cell(CaseRecord.from_extra_info(gpu)) == "41.7 frames/J"
+    assert energy_cell(CaseRecord.from_extra_info({**base, "energy_j_per_step": 2.5})) == "2.5 J/step"
+    session = SimpleNamespace(
+        results={k: SimpleNamespace(extra_info=v) for k, v in (("g", gpu), ("c", cpu))},
+        fingerprint_id="fp",
+        verdicts=[],
+        gate_enabled=False,
+        skips={},
+    )
+    text = "\n".join(session_lines(session))
+    assert "(p90 n<64: too few timed rounds for a p90 (MLPerf LoadGen's floor: 64 samples, p99 662)" in text
+    assert "(GPU: 3 throttled round(s) dropped in 1 case(s); see `throttle`)" in text
+    assert "(energy '-': no RAPL energy counter on this CPU)" in text

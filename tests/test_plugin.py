@@ -122,6 +122,10 @@ def test_run_writes_json_with_extra_info_and_fingerprint(suite):
     assert info["median_ms"] >= 20.0 and info["unit"] == "frames" and info["params"] == 4
     assert info["reserved_mem_mib"] is None  # no CUDA figure from a CPU run
     assert len(info["samples_ms"]) == 15 == len(data["benchmarks"][0]["stats"]["data"])
+    # 15 rounds support no tail (MLPerf LoadGen: 64 for p90): None, with the reason
+    assert info["p90_ms"] is None and info["p99_ms"] is None and "p90 needs >= 64" in info["tail_note"]
+    # Energy from the CPU's RAPL counter where readable, else skipped with the reason: never a zero
+    assert ("energy_skipped" in info) != ("energy_j_per_step" in info) and info.get("energy_j_per_step", 1) > 0
     fp = data["machine_info"]["perfgate"]["fingerprint"]
     assert fp["device_type"] == "cpu" and "cpu_flags" in fp and fp["threads"] >= 1
     assert data["perfgate"]["schema"] == 1

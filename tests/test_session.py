@@ -89,3 +89,22 @@ def test_a_suspected_regression_is_re_measured_pooled_or_each(tmp_path, monkeypa
     assert ("pooled" in result.extra_info) == pooled and (
         not pooled or len(result.extra_info["pooled"]["samples_ms"]) == 120
     )
+
+
+def test_a_p90_budget_raises_the_rounds_so_the_budget_is_judged(tmp_path, monkeypatch):
+    from perfgate.gate.policy import parse
+    from perfgate.measure import measure
+    from perfgate.stats import summarize
+
+    seen = []
+    monkeypatch.setattr(sess, "run_case", lambda case, opts, progress=None: seen.append(opts) or _result(case, 1, None))
+    policy = parse({"budget": [{"model": "m", "variant": "bf16", "max_p90_ms": 33}]})
+    s = sess.Session(device="cpu", baselines_root=tmp_path, policy=policy)
+    s.run(Case(model="m", size="tiny", variant="bf16", device="cpu"))
+    s.run(Case(model="m", size="tiny", variant="baseline", device="cpu"))
+    budgeted, plain = seen
+    assert (budgeted.stop.min_rounds, budgeted.stop.max_rounds) == (64, 200)
+    assert plain.stop == s.run_options.stop and plain.stop.min_rounds == 10
+    # The measurement honours it: a precise step stops at 64 rounds, enough for a p90.
+    m = measure(lambda: sum(range(100)), "cpu", stop=budgeted.stop)
+    assert len(m.samples_ms) >= 64 and summarize(m.samples_ms)["p90_ms"] is not None

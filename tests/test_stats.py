@@ -1,7 +1,16 @@
 import numpy as np
 import pytest
 
-from perfgate.stats import StopRule, median_ci, relative_ci_halfwidth, stop_reason, summarize
+from perfgate.stats import (
+    TAIL_MIN_SAMPLES,
+    StopRule,
+    median_ci,
+    relative_ci_halfwidth,
+    stop_reason,
+    summarize,
+    tail_ms,
+    tail_note,
+)
 
 
 def test_summary_on_known_samples():
@@ -10,8 +19,20 @@ def test_summary_on_known_samples():
     assert s["min_ms"] == 1.0 and s["max_ms"] == 100.0
     assert s["mean_ms"] == pytest.approx(22.0)
     assert s["iqr_ms"] == pytest.approx(2.0)
-    assert s["p90_ms"] == pytest.approx(np.percentile([1, 2, 3, 4, 100], 90))
+    assert s["p90_ms"] is None and s["p99_ms"] is None  # 5 samples support no tail
     assert s["n"] == 5
+
+
+def test_tails_are_reported_only_from_mlperf_loadgen_sample_floors():
+    x = list(np.random.default_rng(3).lognormal(0.0, 0.3, 700))
+    for key, q, floor in (("p90_ms", 90, 64), ("p99_ms", 99, 662)):
+        assert TAIL_MIN_SAMPLES[key] == floor
+        assert tail_ms(x[: floor - 1], key) is None
+        assert tail_ms(x[:floor], key) == pytest.approx(np.percentile(x[:floor], q))
+    s = summarize(x[:100])
+    assert s["p90_ms"] == pytest.approx(np.percentile(x[:100], 90)) and s["p99_ms"] is None
+    assert tail_note(100) == "insufficient samples for tails: p99 needs >= 662 (MLPerf LoadGen), have 100"
+    assert "p90 needs >= 64, p99 needs >= 662" in tail_note(17) and tail_note(662) is None
 
 
 def test_median_ci_covers_the_true_median_at_the_stated_rate():

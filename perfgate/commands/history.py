@@ -41,6 +41,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--brief", action="store_true", help="one line per case: sparkline, last value and change")
     p.add_argument("--json", action="store_true", help="print the history as JSON")
+    p.add_argument(
+        "--change-points",
+        action="store_true",
+        help="mark where each case's level changed (PELT via ruptures; [tool.perfgate] accepted_changes marks "
+        "intended steps); on the CPU follow the gate's quantity with --metric normalised_median",
+    )
+    p.add_argument(
+        "--min-change",
+        type=float,
+        default=5.0,
+        metavar="PCT",
+        help="smallest step reported by --change-points, in %% (default 5)",
+    )
+    p.add_argument(
+        "--pyproject",
+        default="pyproject.toml",
+        metavar="FILE",
+        help="where accepted_changes are read (default pyproject.toml)",
+    )
     p.add_argument("--baselines", default="baselines", metavar="DIR", help="baseline folder (default baselines)")
     p.add_argument(
         "--storage",
@@ -112,13 +131,32 @@ def run(args: argparse.Namespace) -> int:
         )
     if not hist.series:
         raise CommandError(_nothing_matched(hist, args))
+    unplaced = _change_points(hist, args) if args.change_points else []
     if args.json:
         print(json.dumps({"fingerprint_id": fp_id, **hist.as_dict()}, indent=1))
         return 0
     print("\n".join(history_lines(hist, last=args.last, brief=args.brief)))
+    if args.change_points:
+        from perfgate.output.change_points import change_point_lines
+
+        print("\n".join(change_point_lines(hist, min_change=args.min_change / 100, unplaced=unplaced)))
     if hist.other_fingerprints:
         print(f"\n({hist.other_fingerprints} file(s) of other fingerprints left out; --all-fingerprints shows them)")
     return 0
+
+
+def _change_points(hist, args: argparse.Namespace) -> list:
+    """Fill each series' change points; the accepted changes that match no commit of their case."""
+    from perfgate.changepoints import AcceptedChangeError, annotate, load_accepted
+    from perfgate.cli import CommandError
+
+    if not 0 < args.min_change < 1000:
+        raise CommandError(f"--min-change {args.min_change:g}: give a step in %, e.g. 5")
+    try:
+        accepted = load_accepted(args.pyproject)
+    except AcceptedChangeError as exc:
+        raise CommandError(str(exc)) from None
+    return annotate(hist, accepted, min_change=args.min_change / 100)
 
 
 def _nothing_matched(hist, args: argparse.Namespace) -> str:

@@ -30,6 +30,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="pytest-benchmark storage folders for the history (default .benchmarks)",
     )
     p.add_argument("--no-history", action="store_true", help="leave the history trends out")
+    p.add_argument(
+        "--pyproject",
+        default="pyproject.toml",
+        metavar="FILE",
+        help="where the history's accepted_changes (intended steps) are read (default pyproject.toml)",
+    )
     p.add_argument("--title", default="perfgate report", help="the page title")
     p.add_argument(
         "--markdown",
@@ -90,8 +96,14 @@ def run(args: argparse.Namespace) -> int:
     # The Markdown first: a pull request gets its summary even if drawing the HTML fails.
     if args.markdown:
         _write_markdown(args.markdown, markdown.job_summary(runs, verdicts, links))
-    history, unreadable = (None, [])
+    history, unreadable, accepted = (None, [], ())
     if not args.no_history:
+        from perfgate.changepoints import AcceptedChangeError, load_accepted
+
+        try:
+            accepted = load_accepted(args.pyproject)
+        except AcceptedChangeError as exc:
+            raise CommandError(str(exc)) from None
         history, unreadable = history_for(
             runs,
             baselines_root=args.baselines,
@@ -100,7 +112,10 @@ def run(args: argparse.Namespace) -> int:
         for line in unreadable:
             print(f"perfgate report: history skipped {line}", file=sys.stderr)
     out = files.write_text(
-        args.output, html.benchmark_report(runs, verdicts, history, title=args.title, unreadable=unreadable)
+        args.output,
+        html.benchmark_report(
+            runs, verdicts, history, title=args.title, unreadable=unreadable, accepted_changes=accepted
+        ),
     )
     print(
         f"perfgate report: wrote {out} ({out.stat().st_size / 1024:.0f} KiB, {sum(len(r.benchmarks) for r in runs)} "

@@ -9,7 +9,15 @@
 Everything else (the session, the profiler, the reports) asks these functions; none decides itself.
 """
 
-from perfgate.gate.decide import Decision, absolute_checks, compare, decide, pool, unreliable_reason
+from perfgate.gate.decide import (
+    Decision,
+    absolute_checks,
+    budget_min_rounds,
+    compare,
+    decide,
+    pool,
+    unreliable_reason,
+)
 from perfgate.gate.verdicts import (
     BUDGET,
     ERROR,
@@ -43,6 +51,7 @@ __all__ = [
     "Decision",
     "Verdict",
     "absolute_checks",
+    "budget_min_rounds",
     "compare",
     "decide",
     "failing",

@@ -18,8 +18,9 @@ from typing import Any
 
 from perfgate.gate.metrics import GATED
 from perfgate.gate.policy import GateSettings, Policy
-from perfgate.gate.verdicts import BUDGET, NO_BASELINE, REGRESSION, UNCHANGED, UNRELIABLE, Verdict
+from perfgate.gate.verdicts import BUDGET, INCONCLUSIVE, NO_BASELINE, REGRESSION, UNCHANGED, UNRELIABLE, Verdict
 from perfgate.record import CaseRecord
+from perfgate.stats import TAIL_MIN_SAMPLES
 
 # --- reliability --------------------------------------------------------------------------------
 
@@ -43,17 +44,21 @@ class TelemetryRule:
     other_gpu_processes_max: int = 0
 
 
-def telemetry_reason(summary: Mapping[str, Any], rule: TelemetryRule = TelemetryRule()) -> str | None:
-    """Why a measurement with this telemetry summary (the sampler's schema) is not trustworthy, or None."""
+def telemetry_reason(
+    summary: Mapping[str, Any], rule: TelemetryRule = TelemetryRule(), *, clocks: bool = True
+) -> str | None:
+    """Why a measurement with this telemetry summary (the sampler's schema) is not trustworthy, or
+    None. `clocks=False`: the rounds were checked for throttling one by one (perfgate.throttle), so
+    the sampler's clock shares say nothing about the samples kept."""
     reasons = []
-    events = summary.get("clock_events") or {}
+    events = (summary.get("clock_events") or {}) if clocks else {}
     slow = {r: events[r] for r in SLOWDOWN_REASONS if events.get(r, 0.0) > rule.slowdown_share_max}
     if slow:
         listed = ", ".join(f"{r} in {share:.0%} of samples" for r, share in slow.items())
         reasons.append(f"GPU clocks were slowed ({listed})")
     gpu = summary.get("gpu") or {}
     busy_clock, max_clock = (summary.get("busy_sm_clock_mhz") or {}).get("mean"), gpu.get("max_sm_clock_mhz")
-    if busy_clock and max_clock and busy_clock < rule.clock_ratio_min * max_clock:
+    if clocks and busy_clock and max_clock and busy_clock < rule.clock_ratio_min * max_clock:
         reasons.append(
             f"mean SM clock while busy {busy_clock:.0f} MHz is {busy_clock / max_clock:.0%} of the maximum "
             f"{max_clock:.0f} MHz (< {rule.clock_ratio_min:.0%})"
@@ -75,7 +80,14 @@ def unreliable_reason(record: CaseRecord, settings: GateSettings) -> str | None:
             f"(> {settings.contention_max:g}): timings are not trustworthy"
         )
     if record.telemetry:
-        problems.append(telemetry_reason(record.telemetry))
+        problems.append(telemetry_reason(record.telemetry, clocks=record.throttle is None))
+    throttle = record.throttle or {}
+    if throttle.get("too_few"):
+        problems.append(
+            f"{throttle['dropped']} of {throttle['dropped'] + throttle['kept']} rounds ran throttled "
+            f"({', '.join(f'{k} {v}x' for k, v in throttle.get('reasons', {}).items())}); "
+            f"only {throttle['kept']} clean rounds remain: timings are not trustworthy"
+        )
     return "; ".join(p for p in problems if p) or None
 
 
@@ -183,6 +195,9 @@ def absolute_checks(
             ("peak_mem_mib", b.max_peak_mem_mib, record.peak_mem_mib, lambda v, t: v <= t, "at most"),
         )
         for name, target, value, ok, word in checks:
+            if target is not None and value is None and name in TAIL_MIN_SAMPLES:
+                out.append(_tail_unjudged(case, record, name, target))
+                continue
             if target is None or value is None:
                 continue
             verdict = UNCHANGED if ok(value, target) else BUDGET
@@ -197,6 +212,28 @@ def absolute_checks(
                 )
             )
     return out
+
+
+def budget_min_rounds(policy: Policy, model: str, size: str, variant: str, hardware: str) -> int:
+    """The fewest timed rounds the case's budgets need to be judged: a p90 budget needs as many
+    samples as a p90 is reported from (MLPerf LoadGen's 64); 0 when no budget asks for a tail.
+    The session raises the stop rule's minimum to it, so a real-time budget is judged, not skipped."""
+    needs = [TAIL_MIN_SAMPLES["p90_ms"] for b in policy.budgets_for(model, size, variant, hardware) if b.max_p90_ms]
+    return max(needs, default=0)
+
+
+def _tail_unjudged(case: str, record: CaseRecord, name: str, target: float) -> Verdict:
+    """A tail budget that cannot be judged: the run has too few samples for the percentile (a smoke
+    run, fixed rounds under torchrun, or --perfgate-max-rounds below the floor)."""
+    need = TAIL_MIN_SAMPLES[name]
+    return Verdict(
+        case=case,
+        metric=f"budget:{name}",
+        verdict=INCONCLUSIVE,
+        baseline=target,
+        message=f"{name[:3]} budget not judged: insufficient samples ({len(record.samples_ms)} < {need}, "
+        f"MLPerf LoadGen's floor for {name[:3]}); measure at least {need} rounds (--perfgate-min-rounds {need})",
+    )
 
 
 # --- the decision -------------------------------------------------------------------------------

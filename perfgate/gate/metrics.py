@@ -180,6 +180,21 @@ def judge_memory(case: str, cur: CaseRecord, base: CaseRecord, s: GateSettings) 
     return Verdict(**kw, verdict=UNCHANGED)
 
 
+def judge_energy(case: str, cur: CaseRecord, base: CaseRecord, s: GateSettings) -> Verdict | None:
+    """Energy per step against the baseline's, by tolerance like memory: each side is one counter
+    window of at least a second, whose own error is recorded (`energy.error_bound_pct`, <= 5%)."""
+    current, baseline = cur.energy_j_per_step, base.energy_j_per_step
+    if current is None or baseline is None:
+        return None
+    kw = dict(case=case, metric="energy", baseline=baseline, current=current, change_pct=_pct(current, baseline))
+    what = f"{current:.4g} J/step vs {baseline:.4g} J/step"
+    if current > baseline * (1 + s.energy_tolerance):
+        return Verdict(**kw, verdict=REGRESSION, message=f"{what} (> {s.energy_tolerance:.0%})")
+    if current < baseline / (1 + s.energy_tolerance):
+        return Verdict(**kw, verdict=IMPROVEMENT, message=what)
+    return Verdict(**kw, verdict=UNCHANGED)
+
+
 def judge_accuracy(case: str, cur: CaseRecord, base: CaseRecord, s: GateSettings) -> Verdict | None:
     current, baseline = cur.accuracy.get("rel_l2"), base.accuracy.get("rel_l2")
     if current is None or baseline is None:
@@ -238,6 +253,14 @@ GATED: tuple[GatedMetric, ...] = (
         better="lower",
         timing=False,
         judge=judge_memory,
+    ),
+    GatedMetric(
+        name="energy",
+        reads="energy_j_per_step",
+        setting="energy_tolerance",
+        better="lower",
+        timing=True,  # clocks and neighbours move it as they move latency
+        judge=judge_energy,
     ),
     GatedMetric(
         name="accuracy",

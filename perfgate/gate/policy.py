@@ -45,6 +45,7 @@ class GateSettings:
     alpha: float = 0.01  # one-sided Mann-Whitney U significance level
     memory_tolerance: float = 0.05
     memory_slack_mib: float = 16.0  # absolute slack: allocator granularity and RSS noise
+    energy_tolerance: float = 0.10  # relative growth of the energy per step (one counter window, no test)
     accuracy_factor: float = 2.0  # rel_l2 may grow by this factor over the baseline's ...
     accuracy_slack: float = 1e-6  # ... plus this absolute slack before it regresses
     speedup_tolerance: float = 0.10  # relative drop of a variant's speedup over the baseline
@@ -144,6 +145,7 @@ _RANGES: dict[str, tuple[float, float, bool, str]] = {  # (low, high, low inclus
     "alpha": (0.0, 0.2, False, "a significance level above 0, e.g. 0.01"),
     "memory_tolerance": (0.0, 10.0, True, "a relative growth, e.g. 0.05 for 5%"),
     "memory_slack_mib": (0.0, 1e6, True, "MiB"),
+    "energy_tolerance": (0.0, 10.0, True, "a relative growth, e.g. 0.10 for 10%"),
     "accuracy_factor": (1.0, 1e6, True, "a factor of at least 1 on the baseline's error"),
     "accuracy_slack": (0.0, 1.0, True, "an absolute relative-L2 slack"),
     "speedup_tolerance": (0.0, 1.0, True, "a relative drop below 1, e.g. 0.10 for 10%"),
@@ -261,6 +263,7 @@ TABLE_KEYS = (
     "tier",
     "tiers",
     "case_timeout_s",
+    "accepted_changes",  # intended steps in the history: perfgate.changepoints (not read by the gate)
 )
 
 

@@ -125,6 +125,7 @@ def _notes(e: Entry) -> list[dict[str, str]]:
     for value, name in ((r.warm_compile_s, "compile"), (r.engine_build_s, "engine build")):
         if isinstance(value, (int, float)):
             notes.append({"text": f"{name} {value:.1f} s", "title": "", "badge": ""})
+    notes += _energy_notes(r) + _throttle_notes(r)
     if isinstance(r.quantized_linears, int):
         notes.append(
             {
@@ -134,6 +135,27 @@ def _notes(e: Entry) -> list[dict[str, str]]:
             }
         )
     return notes
+
+
+def _energy_notes(r: Any) -> list[dict[str, str]]:
+    """Frames per joule (else joules per step) with the counter window's error bound; a skipped
+    figure as a dash whose hover says why, never a zero (perfgate.energy)."""
+    if r.energy_j_per_step is not None:
+        value = f"{r.frames_per_j:.3g} frames/J" if r.frames_per_j is not None else f"{r.energy_j_per_step:.3g} J/step"
+        bound = (r.energy or {}).get("error_bound_pct")
+        return [{"text": value + (f" (±{bound:.1f}%)" if bound is not None else ""), "title": "", "badge": ""}]
+    if r.energy_skipped:
+        return [{"text": "energy -", "title": r.energy_skipped, "badge": "muted"}]
+    return []
+
+
+def _throttle_notes(r: Any) -> list[dict[str, str]]:
+    """GPU: how many timed rounds were dropped as throttled (perfgate.throttle), why on hover."""
+    t = r.throttle or {}
+    if not t.get("dropped"):
+        return []
+    why = ", ".join(f"{k} {v}x" for k, v in (t.get("reasons") or {}).items())
+    return [{"text": f"{t['dropped']} throttled round(s) dropped", "title": why, "badge": "muted"}]
 
 
 def optimisation_rows(entries: Sequence[Entry]) -> list[dict[str, Any]]:
@@ -354,6 +376,7 @@ def benchmark_report(
     title: str = "perfgate report",
     unreadable: Sequence[str] = (),
     generated_at: datetime | None = None,
+    accepted_changes: Sequence[Any] = (),
 ) -> str:
     """The whole report as one HTML string. `history`: series of median_ms per (fingerprint, case)
     from the saved runs (perfgate.history.build_series), or None to leave trends out."""
@@ -388,6 +411,8 @@ def benchmark_report(
         for r in runs
     ]
     telemetry = [b for t, entries in groups.items() if (b := telemetry_block(t, entries))]
+    from perfgate.output.report_data import change_point_block  # here: imported by the one report that marks steps
+
     return (
         environment()
         .get_template("report.html.j2")
@@ -401,6 +426,7 @@ def benchmark_report(
             verdicts=verdict_block(verdicts, runs),
             headers=OPT_HEADERS,
             models=models,
+            change_points=change_point_block(history, accepted_changes),
             telemetry=telemetry,
             fingerprint=fingerprint_block(runs),
             sources=sources,

@@ -201,3 +201,44 @@ def session_verdicts(session: Any) -> VerdictSet:
         fail_on_improvement=session.fail_on_improvement,
         notices=notices,
     )
+
+
+# ----------------------------------------------------------------------------- change points
+
+
+def change_point_block(
+    history: Sequence[Series] | None, accepted: Sequence[Any] = (), *, metric: str = "median_ms"
+) -> dict[str, Any] | None:
+    """The report's change points (perfgate.changepoints, as `perfgate history --change-points`
+    finds them) over the history series it draws: one row per step, accepted ones with their
+    reason; None without history. `metric` names what the series follow, for accepted_changes'
+    `metric` glob; every history figure the report draws is a latency, lower is better."""
+    from perfgate.changepoints import MIN_CHANGE, MIN_SIZE, change_points, unplaced
+    from perfgate.output.text import fmt_num
+
+    if history is None:
+        return None
+    judged = [s for s in history if len(s.points) >= 2 * MIN_SIZE]
+    rows = []
+    for s in sorted(judged, key=lambda s: s.label):
+        for c in change_points(s, "lower", accepted, metric=metric):
+            rows.append(
+                {
+                    "case": s.label,
+                    "entry": f"{c.index + 1} of {len(s.points)}",
+                    "commit": (c.commit or "-")[:7],
+                    "run_time": (c.run_time or "-")[:16].replace("T", " "),
+                    "level": f"{fmt_num(c.before)} → {fmt_num(c.after)} {s.unit}".rstrip(),
+                    "change": f"{c.change_pct:+.1f}%",
+                    "direction": c.direction,
+                    "accepted": c.accepted or "",
+                }
+            )
+    return {
+        "rows": rows,
+        "judged": len(judged),
+        "short": len(history) - len(judged),
+        "min_change_pct": MIN_CHANGE * 100,
+        "min_size": MIN_SIZE,
+        "unplaced": [f"{a.case} at {a.commit} ({a.reason})" for a in unplaced(accepted, judged, metric)],
+    }

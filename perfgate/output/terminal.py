@@ -12,6 +12,7 @@ from perfgate import gate
 from perfgate.output.report_data import group_title
 from perfgate.output.text import fmt, sparkline, text_table, value_format
 from perfgate.record import CaseRecord
+from perfgate.stats import TAIL_MIN_SAMPLES
 
 OPT_HEADERS = (
     "variant",
@@ -25,6 +26,11 @@ OPT_HEADERS = (
     "TFLOP/s (of peak)",
     "speedup",
     "accuracy",
+    "energy",
+)
+TAIL_NOTE = (
+    f"too few timed rounds for a p90 (MLPerf LoadGen's floor: {TAIL_MIN_SAMPLES['p90_ms']} samples, "
+    f"p99 {TAIL_MIN_SAMPLES['p99_ms']}); --perfgate-min-rounds {TAIL_MIN_SAMPLES['p90_ms']} measures one"
 )
 VERDICT_HEADERS = ("case", "metric", "baseline", "current", "change %", "p-value", "verdict")
 
@@ -60,15 +66,24 @@ def optimisation_rows(records: Sequence[CaseRecord]) -> list[list[str]]:
                 fmt(r.min_ms),
                 fmt(r.max_ms),
                 fmt(r.std_ms),
-                fmt(r.p90_ms),
+                fmt(r.p90_ms) if r.p90_ms is not None or not r.tail_note else f"n<{TAIL_MIN_SAMPLES['p90_ms']}",
                 fmt(r.peak_mem_mib, ".1f"),
                 f"{thr:.1f} {r.unit}/s" if thr else "-",
                 _tflops(r),
                 f"{r.speedup:.2f}x" if r.speedup else "-",
                 " ".join(accuracy_parts(r)),
+                energy_cell(r),
             ]
         )
     return rows
+
+
+def energy_cell(rec: CaseRecord) -> str:
+    """Frames per joule where the model counts frames, else joules per step; '-' when skipped
+    (the reason is in extra_info's energy_skipped)."""
+    if rec.frames_per_j is not None:
+        return f"{rec.frames_per_j:.3g} frames/J"
+    return f"{rec.energy_j_per_step:.3g} J/step" if rec.energy_j_per_step is not None else "-"
 
 
 def verdict_rows(verdicts: Sequence[gate.Verdict]) -> list[list[str]]:
@@ -104,6 +119,14 @@ def session_lines(session: Any) -> list[str]:
     lines = ["", "=" * 30 + " perfgate " + "=" * 30, f"fingerprint: {session.fingerprint_id}"]
     for title, records in groups.items():
         lines += ["", title, *text_table(OPT_HEADERS, optimisation_rows(records))]
+    if any(r.p90_ms is None and r.tail_note for recs in groups.values() for r in recs):
+        lines += [f"(p90 n<{TAIL_MIN_SAMPLES['p90_ms']}: {TAIL_NOTE})"]
+    throttled = [r.throttle["dropped"] for recs in groups.values() for r in recs if (r.throttle or {}).get("dropped")]
+    if throttled:
+        lines += [f"(GPU: {sum(throttled)} throttled round(s) dropped in {len(throttled)} case(s); see `throttle`)"]
+    skipped = {r.energy_skipped for recs in groups.values() for r in recs if r.energy_skipped}
+    if skipped:
+        lines += [f"(energy '-': {'; '.join(sorted(skipped))})"]
     if session.verdicts:
         lines += ["", "gate verdicts (regressions first):", *verdict_table(session.verdicts)]
     if session.gate_enabled and session.results and session.load_baseline() is None:
