@@ -297,14 +297,16 @@ def case_label(bench: Mapping[str, Any]) -> str:
 @dataclass(frozen=True)
 class SeriesPoint:
     value: float
-    change_pct: float | None  # against the previous point of the same series, after filtering
+    # Against the previous reliable point of the same series, after filtering; None on an
+    # unreliable point: a contended run's number once read "+82989% vs previous" on unchanged code.
+    change_pct: float | None
     commit: str | None
     commit_time: str | None
     run_time: str | None
     dirty: bool
     branch: str | None
     source: str
-    unreliable: bool = False  # the run flagged its own timing (contention): read the change with care
+    unreliable: bool = False  # the run flagged its own timing (contention): shown, never compared
 
 
 @dataclass
@@ -388,7 +390,8 @@ class History:
 
 def build_series(runs: Sequence[Run], metric: str, filters: Filters = Filters()) -> list[Series]:
     """Group entries by (fingerprint, case), ordered by commit time then run time, with the change
-    from the previous entry. The same run seen twice (a baseline also passed by path) counts once."""
+    from the previous reliable entry (unreliable ones are kept but neither get nor give a change).
+    The same run seen twice (a baseline also passed by path) counts once."""
     m = metric_info(metric)
     series: dict[tuple[str, str], Series] = {}
     seen: set[tuple[str, str, str, str]] = set()
@@ -423,18 +426,19 @@ def build_series(runs: Sequence[Run], metric: str, filters: Filters = Filters())
                     variant=info.get("variant"),
                     unit=m.unit,
                 )
-            prev = s.points[-1].value if s.points else None
+            unreliable = bool((bench.get("extra_info") or {}).get("unreliable"))
+            prev = next((p.value for p in reversed(s.points) if not p.unreliable), None)
             s.points.append(
                 SeriesPoint(
                     value=value,
-                    change_pct=(value / prev - 1) * 100 if prev else None,
+                    change_pct=(value / prev - 1) * 100 if prev and not unreliable else None,
                     commit=commit,
                     commit_time=commit_iso,
                     run_time=run_iso,
                     dirty=dirty,
                     branch=branch,
                     source=run.path,
-                    unreliable=bool((bench.get("extra_info") or {}).get("unreliable")),
+                    unreliable=unreliable,
                 )
             )
     return sorted(series.values(), key=lambda s: (s.fingerprint_id, s.model or "~", s.size or "", s.label))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import importlib.util
 import math
 import os
 from pathlib import Path
@@ -275,6 +276,22 @@ def _point_pytest_benchmark(config: pytest.Config, session: Session) -> None:
     )
     if config.getoption("benchmark_compare", None) is True and session.gate_enabled and session.baselines.files:
         config.option.benchmark_compare = str(session.baselines.files[0].resolve())
+    prefixes = config.getoption("benchmark_histogram", None)
+    if prefixes:
+        config.option.benchmark_histogram = histogram_prefixes(prefixes, Path(config.rootpath))
+
+
+def histogram_prefixes(prefixes: list[str], rootpath: Path) -> list[str]:
+    """--benchmark-histogram's SVGs go to FILENAME-PREFIX-group.svg relative to the working folder:
+    a bare prefix (its default is benchmark_<time>) is put under .perfgate/histograms instead of
+    littering the repository's root; a prefix with a folder in it is where the user asked. pygal is
+    checked here: a missing one crashed pytest-benchmark after the whole run."""
+    if importlib.util.find_spec("pygal") is None:
+        raise pytest.UsageError(
+            "perfgate: --benchmark-histogram needs pygal: pip install -e . (perfgate's dependencies hold it) "
+            "or pip install 'pytest-benchmark[histogram]'"
+        )
+    return [p if Path(p).parent != Path(".") else str(rootpath / ".perfgate" / "histograms" / p) for p in prefixes]
 
 
 def _expand(config: pytest.Config, session: Session) -> list[Case]:

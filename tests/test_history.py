@@ -137,6 +137,20 @@ def test_entries_follow_commit_time_not_file_names(tmp_path):
     assert [p.change_pct for p in s.points[1:]] == pytest.approx([20.0, 25.0])
 
 
+def test_unreliable_points_are_kept_but_never_compared(tmp_path):
+    """A contended run stays on the line (marked), but neither it nor the run after it is measured
+    against it: the change skips to the previous reliable run."""
+    d = fp_dir(tmp_path)
+    contended = "other processes used 1.2 cores during the measurement (> 0.25)"
+    write(d / "1.json", run_json([bench(median_ms=10.0)], commit="1" * 40, commit_time=day(1)))
+    write(d / "2.json", run_json([bench(median_ms=900.0, unreliable=contended)], commit="2" * 40, commit_time=day(2)))
+    write(d / "3.json", run_json([bench(median_ms=11.0)], commit="3" * 40, commit_time=day(3)))
+    (s,) = collect(tmp_path).series
+    assert [p.unreliable for p in s.points] == [False, True, False]
+    assert s.points[1].change_pct is None  # not "+8900%"
+    assert s.points[2].change_pct == pytest.approx(10.0)  # against 10 ms, not against 900 ms
+
+
 def test_runs_of_one_commit_are_ordered_by_run_time(tmp_path):
     d = fp_dir(tmp_path)
     write(d / "b.json", run_json([bench(median_ms=11.0)], commit_time=day(1), when=day(5, 9)))

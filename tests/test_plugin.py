@@ -96,8 +96,12 @@ def _baseline_file(pytester) -> Path:
 
 
 def test_run_writes_json_with_extra_info_and_fingerprint(suite):
-    r = suite.runpytest_subprocess(*ARGS, "--benchmark-json", "out.json")
+    r = suite.runpytest_subprocess(*ARGS, "--benchmark-json", "out.json", "--benchmark-histogram")
     r.assert_outcomes(passed=1)
+    # pytest-benchmark's histogram (pygal) under .perfgate/, not in the project's root.
+    (svg,) = suite.path.joinpath(".perfgate", "histograms").glob("benchmark_*.svg")
+    assert svg.read_text().lstrip().startswith("<?xml") and "<svg" in svg.read_text()
+    assert list(suite.path.glob("*.svg")) == []
     data = json.loads(suite.path.joinpath("out.json").read_text())
     info = data["benchmarks"][0]["extra_info"]
     for key in (
@@ -342,3 +346,18 @@ def test_a_plugin_chooses_the_device_through_the_declared_hook(suite):
     r = suite.runpytest_subprocess(*ARGS)  # ARGS name --perfgate-device cpu: the hook's answer wins
     assert r.ret == pytest.ExitCode.USAGE_ERROR
     r.stderr.fnmatch_lines(["*perfgate: --perfgate-device cuda:99: no such CUDA device here*"])
+
+
+def test_histogram_prefix_with_a_folder_is_kept_and_missing_pygal_is_a_usage_error(tmp_path, monkeypatch):
+    from perfgate import plugin
+
+    assert plugin.histogram_prefixes(["out/h", "bench"], tmp_path) == [
+        "out/h",
+        str(tmp_path / ".perfgate" / "histograms" / "bench"),
+    ]
+    real_find_spec = plugin.importlib.util.find_spec
+    monkeypatch.setattr(
+        plugin.importlib.util, "find_spec", lambda name: None if name == "pygal" else real_find_spec(name)
+    )
+    with pytest.raises(pytest.UsageError, match="--benchmark-histogram needs pygal"):
+        plugin.histogram_prefixes(["bench"], tmp_path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from perfgate import gate
 from perfgate.cli import EXIT_BAD_INPUT, main
 from perfgate.gate import quality as q
+from perfgate.gate import quality_ab
 from perfgate.gate import quality_rates as qr
 from perfgate.gate.policy import GateSettings
 
@@ -409,3 +411,24 @@ def test_quiet_measurer_waits_out_neighbours_before_the_first_run_and_after_a_co
     assert len(said) == 1 and "0.90 cores" in said[0]
     # A machine that never quietens: the wait gives up after the timeout and measures anyway.
     assert q.wait_for_quiet(0.25, timeout_s=0.0, probe=lambda: 2.0) >= 0.0
+
+
+@pytest.mark.slow
+def test_ab_on_a_real_case_writes_both_gates_verdicts_and_rates(tmp_path, capsys, monkeypatch):
+    # One unchanged comparison of a real tiny case: interleaved A/B and the stored gate, side by side.
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    out = tmp_path / "ab.json"
+    args = ["--ab", "--cases", "physicsnemo-block-tiny-baseline", "--comparisons", "1", "--detect-comparisons", "0"]
+    assert main(["gate-quality", *args, "--json", str(out)]) == 0
+    (row,) = json.loads(out.read_text())["comparisons"]
+    assert (row["kind"], row["slowdown_pct"], row["interleaved"]["mode"]) == ("local", 0.0, "interleaved")
+    assert row["interleaved"]["processes"] >= 3  # a verdict rests on several fresh processes
+    (ratios,) = row["interleaved"]["ratios"].values()
+    assert all(0.5 < r < 2 for r in ratios)  # both sides run the same code
+    # Identical code on both sides: no alarm (0 of 51 unchanged comparisons alarmed in docs/gate-quality.md).
+    assert row["interleaved"]["verdicts"]["physicsnemo-block-tiny-baseline"] in (gate.UNCHANGED, gate.INCONCLUSIVE)
+    assert row["stored"]["repo_policy"]["physicsnemo-block-tiny-baseline"] in gate.VERDICT_ORDER
+    rules = {r["rule"]: r for r in quality_ab.rates([row])}
+    assert set(rules) == {"same-job A/B", "stored, repo policy", "stored, default 5% (first judgement)"}
+    assert rules["same-job A/B"]["mode"] == "interleaved" and rules["same-job A/B"]["n"] == 1
+    assert "same-job A/B (interleaved)" in capsys.readouterr().out

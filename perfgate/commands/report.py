@@ -7,6 +7,8 @@ import os
 import sys
 from pathlib import Path
 
+# Where saved runs for the history live: the plugin's pytest-benchmark storage, then pytest-benchmark's own default.
+STORAGE_DIRS = [".perfgate/benchmarks", ".benchmarks"]
 HELP = "write a self-contained HTML report (tables, plots, history, telemetry) of result JSON files"
 
 
@@ -27,7 +29,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         default=None,
         metavar="DIR",
-        help="pytest-benchmark storage folders for the history (default .benchmarks)",
+        help="pytest-benchmark storage folders for the history (default .perfgate/benchmarks, where the plugin "
+        "points --benchmark-save/--benchmark-autosave, and .benchmarks)",
     )
     p.add_argument("--no-history", action="store_true", help="leave the history trends out")
     p.add_argument(
@@ -107,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         history, unreadable = history_for(
             runs,
             baselines_root=args.baselines,
-            storage_dirs=args.storage if args.storage is not None else [".benchmarks"],
+            storage_dirs=args.storage if args.storage is not None else STORAGE_DIRS,
         )
         for line in unreadable:
             print(f"perfgate report: history skipped {line}", file=sys.stderr)

@@ -51,9 +51,15 @@ _METADATA = {
 
 
 def _figure(width_px: float, height_px: float) -> Any:
+    from matplotlib.backends.backend_svg import FigureCanvasSVG
     from matplotlib.figure import Figure  # lazily: about a second to import
 
-    return Figure(figsize=(width_px / PX_PER_IN, height_px / PX_PER_IN), layout="constrained")
+    fig = Figure(figsize=(width_px / PX_PER_IN, height_px / PX_PER_IN), layout="constrained")
+    # Browsers set text a few px wider than matplotlib measures it: a wider margin keeps the edge
+    # labels inside the SVG's box.
+    fig.get_layout_engine().set(w_pad=8 / 72, h_pad=4 / 72)
+    FigureCanvasSVG(fig)  # layout and text are measured by the SVG renderer the page is drawn from
+    return fig
 
 
 def _svg(fig: Any, title: str) -> str:
@@ -78,7 +84,41 @@ def _draw(width_px: float, height_px: float, title: str, paint: Any) -> str:
         fig.suptitle(title, x=0.01, ha="left", fontsize=10, fontweight="bold")
         ax = fig.add_subplot()
         paint(ax)
+        _thin_ticks(ax)
         return _svg(fig, title)
+
+
+def _overlapping(labels: Sequence[Any], gap_px: float = 4.0, slack: float = 0.15) -> bool:
+    """Whether any two labels come closer than `gap_px`, each taken `slack` wider than matplotlib
+    measures it: a browser without DejaVu Sans sets the text in a wider fallback font."""
+    boxes = [t.get_window_extent().expanded(1 + slack, 1.0) for t in labels if t.get_visible() and t.get_text()]
+    return any(
+        a.x1 + gap_px > b.x0 and b.x1 + gap_px > a.x0 and a.y1 + gap_px / 2 > b.y0 and b.y1 + gap_px / 2 > a.y0
+        for i, a in enumerate(boxes)
+        for b in boxes[i + 1 :]
+    )
+
+
+def _thin_ticks(ax: Any) -> None:
+    """Fewer ticks on a linear axis whose labels touch. matplotlib's 'auto' tick count assumes
+    labels three characters wide, so '705.25' labels overlapped on a narrow telemetry chart; the
+    labels are measured with matplotlib's own font metrics (the page draws them in the same font)."""
+    from matplotlib import ticker
+
+    axes = [
+        a
+        for a in (ax.xaxis, ax.yaxis)
+        if a.get_scale() == "linear" and not isinstance(a.get_major_locator(), ticker.FixedLocator)
+    ]
+    for _ in range(6):
+        ax.figure.draw_without_rendering()
+        crowded = [a for a in axes if len(a.get_ticklabels()) > 2 and _overlapping(a.get_ticklabels())]
+        if not crowded:
+            return
+        for a in crowded:
+            a.set_major_locator(
+                ticker.MaxNLocator(nbins=max(2, len(a.get_ticklabels()) // 2), steps=[1, 2, 2.5, 5, 10])
+            )
 
 
 def _note(ax: Any, text: str) -> None:
@@ -280,3 +320,116 @@ def range_chart(
         _note(ax, "line: min-max over the timed rounds · dot: mean")
 
     return _draw(width, _row_height(len(rows), 20, 100), title, paint)
+
+
+def _clip_marks(ax: Any, xs: Sequence[float], ys: Sequence[float], lo: float, hi: float, **style: Any) -> None:
+    """Points inside [lo, hi] as crosses, those outside as triangles on the axis' edge (so one
+    wild value cannot flatten the rest of the plot)."""
+    for marker, keep, clip in (
+        ("x", lambda y: lo <= y <= hi, lambda y: y),
+        ("^", lambda y: y > hi, lambda y: hi),
+        ("v", lambda y: y < lo, lambda y: lo),
+    ):
+        pts = [(x, clip(y)) for x, y in zip(xs, ys) if keep(y)]
+        if pts:
+            ax.scatter([p[0] for p in pts], [p[1] for p in pts], marker=marker, clip_on=False, zorder=3, **style)
+
+
+def history_y_range(
+    values: Sequence[float], unreliable: Sequence[bool], *, min_rel_span: float = 0.2, wild: float = 1.5
+) -> tuple[float, float]:
+    """The y axis of a history chart: the reliable values, and the unreliable ones within `wild`
+    times their middle, with a margin; at least `min_rel_span` of the middle wide, never below 0."""
+    basis = [v for v, bad in zip(values, unreliable) if not bad] or list(values)
+    mid = (min(basis) + max(basis)) / 2
+    basis += [v for v, bad in zip(values, unreliable) if bad and mid / wild <= v <= mid * wild]
+    mid = (min(basis) + max(basis)) / 2
+    half = max((max(basis) - min(basis)) / 2 * 1.15, abs(mid) * min_rel_span / 2, 1e-12)
+    return max(0.0, mid - half), mid + half
+
+
+def history_chart(
+    values: Sequence[float],
+    *,
+    unreliable: Sequence[bool],
+    current: Sequence[bool],
+    x_tick_labels: Sequence[str],
+    title: str,
+    note: str,
+    x_label: str,
+    y_label: str,
+    width: int = 300,
+    height: int = 210,
+    min_rel_span: float = 0.2,
+    wild: float = 1.5,
+) -> str:
+    """One case's history, oldest first: reliable runs joined by a line, unreliable runs as grey
+    crosses off the line, this report's runs ringed. The y axis spans the reliable runs and the
+    unreliable ones within `wild` times their middle; a wilder one (a contended run once measured
+    800x its usual time) sits on the edge as a triangle instead of flattening the line. The axis
+    spans at least `min_rel_span` of the middle value: a 2% wobble on an axis of its own looks like
+    a cliff. No legend (the page says how to read it once)."""
+    n = len(values)
+    ok = [i for i in range(n) if not unreliable[i]]
+    lo, hi = history_y_range(values, unreliable, min_rel_span=min_rel_span, wild=wild)
+
+    def paint(ax: Any) -> None:
+        ax.plot(ok, [values[i] for i in ok], color=PALETTE[0], linewidth=1.6, marker="o", markersize=3)
+        bad = [i for i in range(n) if unreliable[i]]
+        _clip_marks(ax, bad, [values[i] for i in bad], lo, hi, s=28, color=NEUTRAL, linewidths=1.5)
+        ring = [i for i in range(n) if current[i]]
+        ring_y = [min(max(values[i], lo), hi) for i in ring]
+        ax.scatter(ring, ring_y, s=70, facecolors="none", edgecolors=BAD, linewidths=1.6, zorder=4, clip_on=False)
+        ax.set_ylim(lo, hi)
+        ax.set_xlim(-0.5, n - 0.5)
+        ax.set_xlabel(x_label)
+        ax.set_ylabel(y_label)
+        _note(ax, note)
+        # Commit labels, as many as fit apart (newest kept); _thin_ticks leaves fixed ticks alone.
+        for most in range(max(2, int(width / 75)), 1, -1):
+            ticks = _spaced([float(i) for i in range(n)], most)
+            ax.set_xticks(ticks, [x_tick_labels[int(t)] for t in ticks])
+            ax.figure.draw_without_rendering()
+            if not _overlapping(ax.xaxis.get_ticklabels()):
+                break
+
+    return _draw(width, height, title, paint)
+
+
+def change_strip_chart(
+    rows: Sequence[tuple[str, float]],
+    *,
+    title: str,
+    axis_label: str,
+    colors: Mapping[str, str],
+    note: str = "",
+    width: int = 760,
+    clip: tuple[float, float] = (-75.0, 150.0),
+) -> str:
+    """Every case's change in % as a dot on one row per kind (verdict), kinds in the given order:
+    where the whole run moved at a glance. Changes beyond `clip` sit on the edge as triangles."""
+    kinds = list(dict.fromkeys(k for k, _ in rows))
+    lo = max(clip[0], min([0.0, *(c for _, c in rows)]) - 5)
+    hi = min(clip[1], max([0.0, *(c for _, c in rows)]) + 5)
+
+    def paint(ax: Any) -> None:
+        for i, kind in enumerate(kinds):
+            xs = [c for k, c in rows if k == kind]
+            jitter = [(((j * 7919) % 11) - 5) * 0.045 for j in range(len(xs))]  # deterministic
+            color = colors.get(kind, NEUTRAL)
+            inside = [(x, i + d) for x, d in zip(xs, jitter) if lo <= x <= hi]
+            ax.scatter([p[0] for p in inside], [p[1] for p in inside], s=22, color=color, alpha=0.8, linewidths=0)
+            for marker, edge, pick in (("<", lo, lambda x: x < lo), (">", hi, lambda x: x > hi)):
+                out = [i + d for x, d in zip(xs, jitter) if pick(x)]
+                if out:
+                    ax.scatter([edge] * len(out), out, marker=marker, s=30, color=color, clip_on=False, zorder=3)
+        ax.axvline(0, color="#222222", linewidth=1)
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(len(kinds) - 0.5, -0.5)
+        ax.set_yticks(range(len(kinds)), [f"{k} ({sum(1 for kk, _ in rows if kk == k)})" for k in kinds])
+        ax.grid(axis="y", visible=False)
+        ax.set_xlabel(axis_label)
+        if note:
+            _note(ax, note)
+
+    return _draw(width, _row_height(len(kinds), 30, 105 if note else 90), title, paint)

@@ -18,21 +18,14 @@ from perfgate import gate
 from perfgate.fingerprint import KEY_FIELDS
 from perfgate.history import Run, Series
 from perfgate.output import charts
-from perfgate.output.report_data import (
-    Entry,
-    case_name,
-    group_entries,
-    labels_by_fullname,
-    run_key,
-    telemetry_rows,
-    timeline_series,
-    verdict_counts,
-)
-from perfgate.output.terminal import accuracy_parts, skip_summary
+from perfgate.output.report_data import Entry, group_entries, run_key, timeline_series
+from perfgate.output.report_sections import history_block, svg_markup, telemetry_block, verdict_block
+from perfgate.output.terminal import accuracy_parts
 from perfgate.output.text import fmt_num
 from perfgate.results import VerdictSet
 
 VERDICT_CLASS = {
+    gate.ERROR: "bad",
     gate.REGRESSION: "bad",
     gate.BUDGET: "bad",
     gate.UNRELIABLE: "warn",
@@ -87,12 +80,6 @@ def _f(v: Any, spec: str = ".3f", unit: str = "") -> str:
 
 def _pct(v: Any) -> str:
     return "-" if v is None else f"{v:.1%}"
-
-
-def _svg(text: str) -> Any:
-    from markupsafe import Markup
-
-    return Markup(text)  # matplotlib's SVG: text in it is escaped by matplotlib
 
 
 def slug(text: str) -> str:
@@ -212,137 +199,7 @@ def model_charts(entries: Sequence[Entry]) -> list[Any]:
                 colors=[charts.PALETTE[i % len(charts.PALETTE)] for i in range(len(mem))],
             )
         )
-    return [_svg(c) for c in out]
-
-
-def trend_chart(series: Series, current: set[tuple[str | None, str | None]], last: int = 30) -> Any:
-    """One case's median over its saved runs by commit; this report's runs ringed."""
-    pts = series.points[-last:]
-    ticks = {float(i): (p.commit or "?")[:7] for i, p in enumerate(pts)}
-    highlight = [(float(i), p.value) for i, p in enumerate(pts) if (p.run_time, p.commit) in current]
-    change = f" ({pts[-1].change_pct:+.1f}% vs previous)" if pts[-1].change_pct is not None else ""
-    first, final = (pts[0].run_time or "")[:10], (pts[-1].run_time or "")[:10]
-    span = (
-        f"{first} … {final[5:]}"
-        if first and final and first[:4] == final[:4] and first != final
-        else f"{first} … {final}"
-        if first != final
-        else first
-    )
-    return _svg(
-        charts.line_chart(
-            [(series.label, [float(i) for i in range(len(pts))], [p.value for p in pts])],
-            title=f"{series.variant or series.label}: {fmt_num(pts[-1].value)} {series.unit}{change}",
-            x_label=f"saved runs by commit, {span}" if span else "saved runs by commit",
-            y_label=f"median ({series.unit})",
-            x_tick_labels=ticks,
-            highlight=highlight,
-            highlight_label="this report's run",
-            width=420,
-            height=220,
-        )
-    )
-
-
-def history_block(
-    entries: Sequence[Entry],
-    history: Mapping[tuple[str, str], Series] | None,
-    current: set[tuple[str | None, str | None]],
-) -> dict[str, Any] | None:
-    """Trend charts of the cases with two or more saved runs, the names of those without."""
-    if history is None:
-        return None
-    trends, single, seen = [], [], set()
-    for e in entries:
-        key = (e.run.fingerprint_id or "unknown", e.fullname)
-        if key in seen:
-            continue
-        seen.add(key)
-        s = history.get(key)
-        if s is not None and len(s.points) >= 2:
-            trends.append(trend_chart(s, current))
-        else:
-            single.append(e.record.variant or e.label)
-    return {"trends": trends, "single": single}
-
-
-def telemetry_block(title: str, entries: Sequence[Entry]) -> dict[str, Any] | None:
-    """The sampler's summaries of one model group: a table (mean and range per metric) and, per
-    unit, a chart of every case's min-mean-max."""
-    cases = [(e, telemetry_rows(e.record.telemetry)) for e in entries]
-    cases = [(e, rows) for e, rows in cases if rows]
-    if not cases:
-        return None
-    metrics = list(dict.fromkeys(r.metric for _, rows in cases for r in rows))
-    table = []
-    for e, rows in cases:
-        by = {r.metric: r for r in rows}
-        tel = e.record.telemetry or {}
-        cells = [
-            f"{fmt_num(by[m].mean, 3)} ({fmt_num(by[m].min, 3)}–{fmt_num(by[m].max, 3)})" if m in by else "-"
-            for m in metrics
-        ]
-        table.append(
-            {
-                "label": e.label,
-                "source": str(tel.get("source", "-")),
-                "samples": str(tel.get("n_samples", "-")),
-                "cells": cells,
-                "note": str(tel.get("gpu_unavailable") or ""),
-            }
-        )
-    by_unit: dict[str, list[tuple[tuple[str, float, float, float], str]]] = {}
-    for i, (e, rows) in enumerate(cases):  # one colour per case
-        for r in rows:
-            by_unit.setdefault(r.unit or "value", []).append(
-                ((f"{e.label} · {r.metric}", r.min, r.mean, r.max), charts.PALETTE[i % len(charts.PALETTE)])
-            )
-    units = {r.metric: r.unit for _, rows in cases for r in rows}
-    plots = [
-        _svg(
-            charts.range_chart(
-                [r for r, _ in rows],
-                colors=[c for _, c in rows],
-                axis_label=unit,
-                title=f"{title.split(' [')[0]}: telemetry in {unit}",
-            )
-        )
-        for unit, rows in by_unit.items()
-    ]
-    return {
-        "title": title,
-        "metrics": [f"{m} ({units[m]})" if units[m] else m for m in metrics],
-        "rows": table,
-        "charts": plots,
-    }
-
-
-def verdict_block(vs: VerdictSet | None, runs: Sequence[Run]) -> dict[str, Any] | None:
-    if vs is None:
-        return None
-    labels = labels_by_fullname(runs)
-    rows = [
-        {
-            "case": case_name(v.case, labels),
-            "metric": v.metric,
-            "baseline": fmt_num(v.baseline),
-            "current": fmt_num(v.current),
-            "change": "-" if v.change_pct is None else f"{v.change_pct:+.1f}%",
-            "p": "-" if v.p_value is None else f"{v.p_value:.2g}",
-            "verdict": v.verdict,
-            "message": v.message,
-        }
-        for v in gate.sort_verdicts(vs.verdicts)
-    ]
-    return {
-        "failing": len(vs.failing),
-        "gate_enabled": vs.gate_enabled,
-        "counts": verdict_counts(vs.verdicts),
-        "rows": rows,
-        "skipped": list(skip_summary(vs.skipped).items()),
-        "n_skipped": len(vs.skipped),
-        "notices": list(vs.notices),
-    }
+    return [svg_markup(c) for c in out]
 
 
 def fingerprint_block(runs: Sequence[Run]) -> dict[str, Any] | None:
@@ -378,8 +235,9 @@ def benchmark_report(
     generated_at: datetime | None = None,
     accepted_changes: Sequence[Any] = (),
 ) -> str:
-    """The whole report as one HTML string. `history`: series of median_ms per (fingerprint, case)
-    from the saved runs (perfgate.history.build_series), or None to leave trends out."""
+    """The whole report as one HTML string, what needs attention first. `history`: per (fingerprint,
+    case) the series of its gated figure (perfgate.output.report_data.history_for), or None to leave
+    trends out."""
     groups = group_entries(runs)
     hist = {(s.fingerprint_id, s.fullname): s for s in history} if history is not None else None
     current = {run_key(r) for r in runs}
@@ -390,7 +248,7 @@ def benchmark_report(
             {
                 "title": t,
                 "slug": slug(t),
-                "nav": t.split(" [")[0],
+                "nav": t.rsplit(" on ", 1)[0],  # the size and options too: a model can have several groups
                 "params": rec.params,
                 "step": rec.step,
                 "dtype": rec.dtype,
@@ -444,7 +302,7 @@ def _timeline_charts(point: Mapping[str, Any]) -> list[Any]:
     for unit, series in timeline_series(point.get("telemetry_timeline")).items():
         if any(len(xs) >= 2 for _, xs, _ in series):
             out.append(
-                _svg(
+                svg_markup(
                     charts.line_chart(
                         series,
                         title=f"telemetry ({unit})",

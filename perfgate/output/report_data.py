@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
@@ -74,22 +74,47 @@ def group_entries(runs: Sequence[Run]) -> dict[str, list[Entry]]:
     return groups
 
 
+# The figure the gate compares for latency: on the CPU the median of the per-round step/reference
+# ratios (perfgate.runner), elsewhere the median in ms. Its history is what the report draws: raw
+# ms on a shared machine move 20-30% between unchanged runs with the machine's speed.
+NORMALISED = "normalised_median"
+RATIO_UNIT = "× reference"
+
+
+def gated_metric(bench: Mapping[str, Any]) -> str:
+    """'normalised_median' where the entry has one (a CPU run timed the reference), else 'median_ms'."""
+    return NORMALISED if metric_value(bench, NORMALISED) is not None else "median_ms"
+
+
 def history_for(
     runs: Sequence[Run],
     *,
     baselines_root: str | os.PathLike[str] = "baselines",
     storage_dirs: Sequence[str | os.PathLike[str]] = (".benchmarks",),
-    metric: str = "median_ms",
 ) -> tuple[list[Series], list[str]]:
-    """Series of `metric` per case over the saved runs of these runs' fingerprints plus the runs
-    themselves; (series, one line per unreadable saved file)."""
+    """Per case of these runs, the history of its gated figure (`gated_metric` of its entry here)
+    over the saved runs of its fingerprint plus these runs: (series, one line per unreadable saved
+    file). A normalised series leaves out earlier runs without reference samples (older baselines);
+    its unit is RATIO_UNIT."""
     saved: list[Run] = []
     unreadable: list[str] = []
     for fp in sorted({r.fingerprint_id for r in runs if r.fingerprint_id}):
         g = gather(baselines_root=baselines_root, fingerprint_id=fp, storage_dirs=storage_dirs)
         saved += g.runs
         unreadable += g.unreadable
-    return build_series([*saved, *runs], metric), unreadable
+    every = [*saved, *runs]
+    by_metric = {
+        m: {(s.fingerprint_id, s.fullname): s for s in build_series(every, m)} for m in (NORMALISED, "median_ms")
+    }
+    out: dict[tuple[str, str], Series] = {}
+    for run in runs:
+        for b in run.benchmarks:
+            key = (run.fingerprint_id or "unknown", str(b.get("fullname") or b.get("name")))
+            metric = gated_metric(b)
+            s = by_metric[metric].get(key)
+            if s is not None and key not in out:
+                out[key] = replace(s, unit=RATIO_UNIT) if metric == NORMALISED else s
+    return list(out.values()), unreadable
 
 
 def verdict_counts(verdicts: Sequence[gate.Verdict]) -> dict[str, int]:
