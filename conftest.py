@@ -5,4 +5,4 @@ project with [tool.perfgate]); both use the module names, so together they regis
 This line keeps the suite working where autoloading is off (PYTEST_DISABLE_PLUGIN_AUTOLOAD).
 """
 
-pytest_plugins = ("perfgate.plugin", "perfgate.dist_plugin")
+pytest_plugins = ("perfgate.plugin", "perfgate.dist_plugin", "perfgate.parallel_plugin")

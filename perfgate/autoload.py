@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-PLUGINS = ("perfgate.plugin", "perfgate.dist_plugin")
+PLUGINS = ("perfgate.plugin", "perfgate.dist_plugin", "perfgate.parallel_plugin")
 
 
 def configured(rootpath: Path, args: Sequence[str]) -> bool:

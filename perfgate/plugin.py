@@ -396,10 +396,10 @@ def perfgate_block(session: Session, output_json: dict[str, Any]) -> dict[str, A
     }
 
 
-def _record(config: pytest.Config, session: Session) -> Path | None:
+def run_json(config: pytest.Config) -> dict[str, Any]:
+    """This process's results as pytest-benchmark writes them (with the raw data and the blocks the
+    pytest_benchmark_update_json hooks add), also when no case ran."""
     bs = config._benchmarksession  # type: ignore[attr-defined]
-    if not bs.benchmarks:
-        return None
     commit = config.hook.pytest_benchmark_generate_commit_info(config=config)
     data = config.hook.pytest_benchmark_generate_json(
         config=config,
@@ -408,8 +408,14 @@ def _record(config: pytest.Config, session: Session) -> Path | None:
         machine_info=bs.get_machine_info(),
         commit_info=commit,
     )
-    data["perfgate"] = perfgate_block(session, data)
-    return baseline_store.record(session.baseline_dir, data, session.record_label)
+    config.hook.pytest_benchmark_update_json(config=config, benchmarks=bs.benchmarks, output_json=data)
+    return data
+
+
+def _record(config: pytest.Config, session: Session) -> Path | None:
+    if not config._benchmarksession.benchmarks:  # type: ignore[attr-defined]
+        return None
+    return baseline_store.record(session.baseline_dir, run_json(config), session.record_label)
 
 
 def _judged_anything(s: Session) -> bool:

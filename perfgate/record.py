@@ -126,6 +126,9 @@ class CaseRecord:
     speedup_basis: str | None = _f()
     speedup_note: str | None = _f()  # why a case has no speedup (the eager run was unreliable, or none ran)
     remeasured: int | None = _f()
+    # The case's wall time in its process, build to verdict (re-measurements included): what
+    # --perfgate-shard balances the shards by.
+    case_wall_s: float | None = _f(None, unit="s")
     pooled: dict[str, Any] | None = _f()
     evidence: dict[str, Any] | None = _f()
     # Keys this version does not know (another tool's, a distributed run's): kept as they were.

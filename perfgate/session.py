@@ -9,6 +9,7 @@ from __future__ import annotations
 import fnmatch
 import itertools
 import os
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -199,6 +200,7 @@ class Session:
         self, case: Case, fullname: str, progress: Callable[[str], None] | None = None
     ) -> tuple[CaseResult, list[gate.Verdict]]:
         """Run a case and gate it, re-measuring while the gate asks to (`gate.decide`)."""
+        t0 = time.perf_counter()
         found = self.baseline_record(fullname) if self.gate_enabled else None
         baseline = found[0] if found else None
         result = self.run(case, progress)
@@ -225,6 +227,7 @@ class Session:
         )
         if self.trace == "all" or (self.trace == "regressed" and self.failing(verdicts, case)):
             verdicts = self.attach_evidence(case, fullname, result, verdicts, progress)
+        result.record.case_wall_s = time.perf_counter() - t0
         result.step = None  # the step holds the model: do not keep it past the case
         result.measurement.output = None  # device tensors would count in later cases' absolute peaks
         self.results[fullname] = result

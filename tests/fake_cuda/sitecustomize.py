@@ -4,7 +4,8 @@ Put this folder first on PYTHONPATH (`PYTHONPATH=tests/fake_cuda pytest tests`):
 process then sees one CUDA device, as on a GPU runner (availability, count, index, name and
 capability), while any real CUDA work still fails as on a CPU build. A test that silently depends
 on the default device (CUDA when present) fails under it; the first H100 run found such failures
-the hard way. PERFGATE_FAKE_CUDA=0 switches it off.
+the hard way. PERFGATE_FAKE_CUDA=0 switches it off; PERFGATE_FAKE_CUDA_COUNT=N fakes N devices (one
+GPU per xdist worker: tests/test_parallel.py).
 
 Its limit: the torch profiler's CUDA activity cannot be faked (test_profiling's trace test fails
 under it, and the failing profiler then slows every later op), so run the device-dependent tests:
@@ -22,7 +23,8 @@ if os.environ.get("PERFGATE_FAKE_CUDA", "1") == "1":
         name="Fake GPU (tests/fake_cuda)", major=9, minor=0, total_memory=80 * 2**30, multi_processor_count=132
     )
     torch.cuda.is_available = lambda: True
-    torch.cuda.device_count = lambda: 1
+    count = int(os.environ.get("PERFGATE_FAKE_CUDA_COUNT", "1"))
+    torch.cuda.device_count = lambda: count
     torch.cuda.current_device = lambda: 0
     torch.cuda.get_device_properties = lambda device=None: props
     torch.cuda.get_device_capability = lambda device=None: (props.major, props.minor)
