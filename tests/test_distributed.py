@@ -466,6 +466,7 @@ def test_two_rank_torchrun_run_aggregates_into_a_gateable_result(tmp_path, capsy
                 str(dist_dir / "aggregated.json"),
                 "--pyproject",
                 str(ROOT / "pyproject.toml"),
+                "--show-unchanged",  # every verdict listed, the unchanged ones too
             ]
         )
         == 0
