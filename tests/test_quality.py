@@ -432,3 +432,10 @@ def test_ab_on_a_real_case_writes_both_gates_verdicts_and_rates(tmp_path, capsys
     assert set(rules) == {"same-job A/B", "stored, repo policy", "stored, default 5% (first judgement)"}
     assert rules["same-job A/B"]["mode"] == "interleaved" and rules["same-job A/B"]["n"] == 1
     assert "same-job A/B (interleaved)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("option", ["--comparisons", "--detect-comparisons", "--shared-comparisons"])
+def test_ab_refuses_a_negative_count_in_one_line(option, capsys):
+    # A negative count never reached 0 in the round-robin: the experiment would never end.
+    assert main(["gate-quality", "--ab", option, "-1"]) == EXIT_BAD_INPUT
+    assert capsys.readouterr().err.strip().endswith(f"{option} -1: give a count of 0 or more")

@@ -334,11 +334,18 @@ def _print(data: dict[str, Any], rules: list[Any], *, precision: float, depth: i
 
 
 def _run_ab(args: argparse.Namespace) -> int:
+    from perfgate.cli import CommandError
     from perfgate.gate import quality_ab
     from perfgate.output.text import text_table
 
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     shared = args.detect_comparisons if args.shared_comparisons is None else args.shared_comparisons
+    given = {"--comparisons": args.comparisons, "--detect-comparisons": args.detect_comparisons}
+    for option, n in (given | {"--shared-comparisons": shared}).items():
+        if n < 0:
+            raise CommandError(f"{option} {n}: give a count of 0 or more")
+    if not cases:
+        raise CommandError("--cases is empty: give case ids, e.g. owl-world-model-tiny-baseline")
     counts = {
         c: args.comparisons if c[1] == 0 else args.detect_comparisons if c[0] == "local" else shared
         for c in quality_ab.CONDITIONS
