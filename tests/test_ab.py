@@ -87,7 +87,7 @@ def test_interleaved_worker_on_a_real_model_sees_an_injected_slowdown_and_not_it
     assert v.verdict in (gate.UNCHANGED, gate.INCONCLUSIVE), v.message  # never an alarm on unchanged code
     # A slowdown far beyond any machine's noise (the interleaved ratio cancels the machine's speed).
     slowed = [_worker([case], tmp_path, {"PERFGATE_INJECT_HEAD": "local:50"})[0] for _ in range(3)]
-    assert all(r["ratio"] > 1 for r in slowed), [r["ratio"] for r in slowed]
+    assert all(r.get("ratio", 0) > 1 for r in slowed), slowed
     (v, *_) = ab.interleaved_verdicts(f"x[{case}]", slowed, Policy(), final=True)
     # Direction, not significance: over 3 processes on a busy VM the t-test's p can land either side
     # of its threshold (+48.6%, p=0.011 read 'inconclusive' in CI); what it decides on given figures

@@ -56,6 +56,9 @@ model_files = ["user_model.py"]
 [tool.perfgate.gate]
 contention_max = 1000.0  # the test machine is shared; contention is tested elsewhere
 remeasure = 2  # as by default: a shared machine can fake one slowdown
+# The sleepy step read +35.6% between two unchanged runs while other jobs ran: these tests check the
+# plumbing, so no load can reach the tolerance, and a regression is a baseline claiming 10x faster.
+latency_tolerance = 3.0
 memory_slack_mib = 1.0
 """
 
@@ -161,7 +164,7 @@ def test_record_then_compare_passes_unchanged_and_fails_on_edited_baselines(suit
     data = json.loads(path.read_text())
     original = json.dumps(data)
     info = data["benchmarks"][0]["extra_info"]
-    info["samples_ms"] = [s / 2 for s in info["samples_ms"]]  # the baseline claims twice as fast
+    info["samples_ms"] = [s / 10 for s in info["samples_ms"]]  # the baseline claims 10x as fast
     path.write_text(json.dumps(data))
     r = suite.runpytest_subprocess(*ARGS, "--benchmark-compare")
     r.assert_outcomes(failed=1)

@@ -16,16 +16,16 @@ def _perfgate_block(lines: list[str]) -> list[str]:
     return lines[start:]
 
 
-def _halve_baseline_samples(path) -> None:
+def _speed_up_baseline_samples(path) -> None:
     data = json.loads(path.read_text())
     info = data["benchmarks"][0]["extra_info"]
-    info["samples_ms"] = [s / 2 for s in info["samples_ms"]]  # the baseline claims twice as fast
+    info["samples_ms"] = [s / 10 for s in info["samples_ms"]]  # the baseline claims 10x as fast
     path.write_text(json.dumps(data))
 
 
 def test_a_regression_leads_with_its_reason_and_the_unchanged_are_counted(suite):  # noqa: F811
     suite.runpytest_subprocess(*ARGS, "--perfgate-record").assert_outcomes(passed=1)
-    _halve_baseline_samples(_baseline_file(suite))
+    _speed_up_baseline_samples(_baseline_file(suite))
     r = suite.runpytest_subprocess(*ARGS)
     r.assert_outcomes(failed=1)
     lines = _perfgate_block(r.outlines)
@@ -37,7 +37,7 @@ def test_a_regression_leads_with_its_reason_and_the_unchanged_are_counted(suite)
     # Raw milliseconds both sides (ARGS: --perfgate-no-reference), and the change is of them.
     assert row.split()[:3] == ["regression", "sleepy-tiny-baseline", "latency"] and row.endswith("median ms")
     assert row.count(" ms ") == 2 and "+" in row.split()[-3]
-    assert reason.lstrip().startswith("median ") and "% > 5%, p=" in reason
+    assert reason.lstrip().startswith("median ") and "% > 300%, p=" in reason
     assert reason.index("median") == row.index("sleepy-tiny-baseline")  # under the case column
     (count,) = [line for line in lines if line.startswith("unchanged: ")]
     assert "1 memory" in count and count.endswith(
