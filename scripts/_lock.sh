@@ -5,8 +5,8 @@
 #   scripts/_lock.sh [UV_ARGS...]    (needs uv: pip install uv)
 #
 #   requirements/gpu.txt     perfgate's dependencies for the GPU runner image and jobs (CUDA torch
-#                            from PyPI), Linux x86-64, Python 3.11
-#   requirements/ci-cpu.txt  the same with the dev extra and the CPU build of torch, for tests.yml
+#                            from PyPI), Linux x86-64, Python 3.12 (the runner image's Ubuntu has it)
+#   requirements/ci-cpu.txt  the dev extra too and the CPU build of torch, Python 3.11, for tests.yml
 #
 # setuptools (the build backend) is locked too: scripts/_venv.sh installs perfgate itself with
 # --no-build-isolation, so that no unhashed build dependency is fetched.
@@ -26,14 +26,14 @@ if ! command -v "$uv" >/dev/null 2>&1; then
   echo "_lock.sh: uv is not on PATH; install it (pip install uv) or set UV=/path/to/uv" >&2
   exit 5
 fi
-common=(--generate-hashes --python-version 3.11 --python-platform x86_64-manylinux_2_28 --no-header --quiet)
+common=(--generate-hashes --python-platform x86_64-manylinux_2_28 --no-header --quiet)
 build_backend=requirements/build-backend.in  # pyproject.toml's [build-system] requires
 
-"$uv" pip compile pyproject.toml "$build_backend" "${common[@]}" --index-url https://pypi.org/simple \
+"$uv" pip compile pyproject.toml "$build_backend" "${common[@]}" --python-version 3.12 --index-url https://pypi.org/simple \
   -o requirements/gpu.txt "$@"
 
 cpu_index=(--extra-index-url https://download.pytorch.org/whl/cpu --index-strategy unsafe-best-match)
 if [[ -n ${PERFGATE_LOCK_FIND_LINKS:-} ]]; then cpu_index=(--find-links "$PERFGATE_LOCK_FIND_LINKS"); fi
-"$uv" pip compile pyproject.toml "$build_backend" --extra dev "${common[@]}" --index-url https://pypi.org/simple \
+"$uv" pip compile pyproject.toml "$build_backend" --extra dev "${common[@]}" --python-version 3.11 --index-url https://pypi.org/simple \
   "${cpu_index[@]}" -o requirements/ci-cpu.txt "$@"
 echo "_lock.sh: wrote requirements/gpu.txt and requirements/ci-cpu.txt" >&2
