@@ -33,7 +33,8 @@ PR_EDITABLE = {"pull_request", "pull_request_review", "pull_request_review_comme
 # The only job whose token may write, and what.
 WRITES = {("pr-comment.yml", "comment"): {"pull-requests"}}
 CACHEABLE = {"~/.cache/pip"}  # downloads checked against the lock's hashes; never an environment
-INSTALLING_SCRIPTS = ("./scripts/test", "./scripts/ci-benchmark", "./scripts/record-baselines", "./scripts/bench")
+# The scripts that install (through scripts/_venv.sh), called or sourced anywhere in a run: step.
+INSTALLING = re.compile(r"scripts/(?:test|ci-benchmark|record-baselines|bench|gpu-check|_venv\.sh)\b")
 DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
 PINNED_USES = re.compile(r"(?:[\w.-]+/[\w.-]+(?:/[\w./-]+)?@[0-9a-f]{40}|docker://[^@\s]+@sha256:[0-9a-f]{64}|\./.+)")
 # Top-level keys of the gha-runner-scale-set and gha-runner-scale-set-controller charts' values.yaml
@@ -485,12 +486,12 @@ def _hashed_installs(s: Setup) -> list[str]:
     for n, j, job, _ in all_jobs(s):
         for st in steps(job):
             cmd = str(st.get("run", ""))
-            if not cmd.startswith(INSTALLING_SCRIPTS) or "--from" in cmd:
+            if not INSTALLING.search(cmd) or "--from" in cmd:
                 continue
             env = {**(job.get("env") or {}), **(st.get("env") or {})}
             lock = env.get("PERFGATE_REQUIREMENTS")
             if lock not in s.locks:
-                found.append(f"{w(n, j)}: {cmd.split()[0]} installs without a lock (PERFGATE_REQUIREMENTS={lock!r})")
+                found.append(f"{w(n, j)}: {INSTALLING.search(cmd).group()} installs without a lock ({lock!r})")
             if env.get("PERFGATE_SKIP_INSTALL"):
                 found.append(f"{w(n, j)}: PERFGATE_SKIP_INSTALL uses an environment no lock checked")
     for path, text in s.locks.items():
@@ -518,7 +519,7 @@ def _no_queue(s: Setup) -> list[str]:
 
 @rule(
     "artifacts-downloaded-by-name",
-    "an artifact is downloaded by name into the runner's temp folder; the comment reads the PR job's only",
+    "artifacts go into the runner's temp folder; the comment reads the pull-request job's, by name",
 )
 def _downloads(s: Setup) -> list[str]:
     found = []
@@ -532,14 +533,13 @@ def _downloads(s: Setup) -> list[str]:
             if not uses(st, "actions/download-artifact"):
                 continue
             given = st.get("with") or {}
-            if "name" not in given or "pattern" in given or given.get("merge-multiple"):
-                found.append(f"{w(n, j)}: downloads {given.get('pattern') or 'every artifact'} (name one)")
             if not str(given.get("path", "")).startswith("${{ runner.temp }}"):
-                found.append(f"{w(n, j)}: downloads into {given.get('path')!r}, the workspace")
-            if (
-                "workflow_run" in triggers(s.workflows[n])
-                and str(given.get("name")) not in uploads[PR_SET] - uploads[MAIN_SET]
-            ):
+                found.append(f"{w(n, j)}: downloads into {given.get('path')!r}, over the checkout")
+            if "workflow_run" not in triggers(s.workflows[n]):
+                continue
+            if "name" not in given or "pattern" in given or given.get("merge-multiple"):
+                found.append(f"{w(n, j)}: downloads {given.get('pattern') or 'every artifact'} of another run")
+            if str(given.get("name")) not in uploads[PR_SET] - uploads[MAIN_SET]:
                 found.append(f"{w(n, j)}: reads artifact {given.get('name')!r}, not the pull-request job's")
     return found
 

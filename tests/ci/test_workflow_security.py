@@ -42,6 +42,18 @@ def test_the_rules_see_every_workflow_and_both_scale_sets() -> None:
     }
 
 
+def test_the_sharded_example_keeps_the_rules_once_copied_in() -> None:
+    """docs/examples/benchmark-sharded.yml, copied into .github/workflows/ as its comment says."""
+    setup = copy.deepcopy(REAL)
+    setup.workflows["benchmark-sharded.yml"] = rules.load_workflow(
+        (ROOT / "docs" / "examples" / "benchmark-sharded.yml").read_text()
+    )
+    assert set(failing(setup)) == {"runner-group-admits-job"}  # not admitted yet
+    main_group = next(g for g in setup.settings["runner_groups"] if g["name"] == MAIN_SET)
+    main_group["selected_workflows"].append("OWNER/REPO/.github/workflows/benchmark-sharded.yml@refs/heads/main")
+    assert failing(setup) == {}
+
+
 # --- the mistakes --------------------------------------------------------------------------------
 
 
