@@ -466,3 +466,15 @@ def test_zizmor_auditor_finds_nothing() -> None:
     """zizmor in its most suspicious persona, offline: this machine cannot reach GitHub's API, so
     the online audits (known-vulnerable actions, impostor commits, ref confusion) are not run."""
     assert [f["ident"] for f in zizmor_findings("auditor")] == []
+
+
+def test_the_docs_name_every_setting_a_maintainer_clicks() -> None:
+    """docs/gpu-runner.md tells an admin what to set: every runner group, environment, secret and
+    variable of deploy/github-settings.yml, and the fork-approval option, by the name GitHub shows."""
+    docs = " ".join((ROOT / "docs" / "gpu-runner.md").read_text().split())
+    names = [g["name"] for g in REAL.settings["runner_groups"]]
+    for env_name, env in REAL.settings["environments"].items():
+        names += [env_name, *env["secrets"], *env["variables"]]
+    names += [REAL.settings["github_app"]["name"], "Require approval for all external contributors"]
+    missing = [n for n in names if n not in docs]
+    assert missing == []
