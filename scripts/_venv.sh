@@ -5,6 +5,10 @@
 #   PERFGATE_SKIP_INSTALL=1  use $PERFGATE_PYTHON (default python3) as it is, install nothing
 #   PERFGATE_VENV=DIR        where the virtual environment lives (default .venv)
 #   PERFGATE_EXTRAS=a,b      extra extras (e.g. tensorrt on a GPU runner)
+#   PERFGATE_REQUIREMENTS=FILE  install exactly FILE, a hashed lock (requirements/*.txt, written by
+#                            scripts/_lock.sh), with pip's --require-hashes, then perfgate itself with
+#                            --no-deps: every file pip installs is checked against the lock. The extras
+#                            are the lock's (the variables above that name extras are not read).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -16,6 +20,14 @@ else
   if [ -n "${PERFGATE_EXTRAS:-}" ]; then extras="${extras:+$extras,}$PERFGATE_EXTRAS"; fi
   spec="."
   if [ -n "$extras" ]; then spec=".[$extras]"; fi
+  lock="${PERFGATE_REQUIREMENTS:-}"
+  if [ -n "$lock" ]; then
+    if [ ! -f "$lock" ]; then
+      echo "perfgate: PERFGATE_REQUIREMENTS=$lock is not a file; name a lock under requirements/ (scripts/_lock.sh writes them)" >&2
+      exit 4
+    fi
+    spec="--require-hashes -r $lock"
+  fi
   if [ ! -x "$VENV/bin/python" ]; then
     echo "perfgate: creating $VENV" >&2
     python3 -m venv "$VENV"
@@ -24,9 +36,15 @@ else
   # Re-install only when pyproject.toml or the extras changed: a no-op pip run still costs seconds.
   stamp="$VENV/.perfgate-installed"
   want="$(sha256sum pyproject.toml | cut -c1-16) $spec $("$PY" -c 'import sys; print(sys.version.split()[0])')"
+  if [ -n "$lock" ]; then want="$want $(sha256sum "$lock" | cut -c1-16)"; fi
   if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     echo "perfgate: installing $spec into $VENV (torch==2.13.0 and friends: about 2 minutes with a CPU torch at hand, much longer where pip downloads CUDA wheels; see README)" >&2
-    "$PY" -m pip install --disable-pip-version-check -q -e "$spec"
+    if [ -n "$lock" ]; then
+      "$PY" -m pip install --disable-pip-version-check -q --require-hashes -r "$lock"
+      "$PY" -m pip install --disable-pip-version-check -q --no-deps --no-build-isolation -e .
+    else
+      "$PY" -m pip install --disable-pip-version-check -q -e "$spec"
+    fi
     echo "$want" > "$stamp"
   fi
 fi

@@ -16,8 +16,8 @@ from markdown_it import MarkdownIt
 
 from perfgate import cli, health
 from perfgate.telemetry import open_nvml
+from tests.ci.helpers import SCRIPTS, SMALLEST, run, script_env
 from tests.fake_nvml import GIB, FakeGpu, install
-from tests.test_workflows import SCRIPTS, SMALLEST, run, script_env
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -9,7 +9,7 @@ GPU per xdist worker: tests/test_parallel.py).
 
 Its limit: the torch profiler's CUDA activity cannot be faked (test_profiling's trace test fails
 under it, and the failing profiler then slows every later op), so run the device-dependent tests:
-`PYTHONPATH=tests/fake_cuda pytest tests/test_plugin.py tests/test_workflows.py tests/test_session.py
+`PYTHONPATH=tests/fake_cuda pytest tests/test_plugin.py tests/ci/test_workflows.py tests/test_session.py
 tests/test_fingerprint.py tests/test_tiers.py tests/test_device.py tests/test_history.py`.
 """
 

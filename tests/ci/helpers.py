@@ -1,0 +1,142 @@
+"""What the tests of the workflows, their scripts and the deployment share: the project's paths, the
+smallest real benchmark selection, running a script as a workflow step would (this Python, no venv,
+no GitHub variables) and a fake `gh` that records its calls and keeps one pull request's comments."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPTS = ROOT / "scripts"
+WORKFLOWS = ROOT / ".github" / "workflows"
+DEPLOY = ROOT / "deploy"
+MARKER = "<!-- perfgate -->"
+BOT = "github-actions[bot]"  # the login of comments made with a workflow's own token
+# The smallest real selection: one eager case of the smallest model, a few rounds.
+SMALLEST = [
+    "--perfgate-device",
+    "cpu",
+    "--perfgate-models",
+    "physicsnemo-block",
+    "--perfgate-variants",
+    "baseline",
+    "--perfgate-smoke",
+]
+
+
+def tool(name: str) -> str | None:
+    """A console script installed beside this Python (the dev extra), else one on PATH."""
+    beside = Path(sys.executable).with_name(name)
+    return str(beside) if beside.exists() else shutil.which(name)
+
+
+def script_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """This Python as it is (no venv), no GitHub Actions variables, caches under tmp_path."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "PERFGATE_", "GH_"))}
+    env.update(
+        PERFGATE_SKIP_INSTALL="1",
+        PERFGATE_PYTHON=sys.executable,
+        PERFGATE_INDUCTOR_CACHE=str(tmp_path / "inductor"),
+        PATH=f"{tmp_path / 'bin'}{os.pathsep}{env.get('PATH', '')}",
+        FAKE_GH_STATE=str(tmp_path / "gh-state.json"),
+    )
+    env.update(extra)
+    return env
+
+
+def run(cmd: list[str], env: dict[str, str], cwd: Path = ROOT, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+FAKE_GH = r'''#!{python}
+"""A stand-in for the GitHub CLI: records each call and keeps one pull request's comments in a JSON
+file; a comment it creates is FAKE_GH_LOGIN's (default github-actions[bot]), as GitHub records the
+token's user."""
+import json, os, sys
+from pathlib import Path
+
+state_file = Path(os.environ["FAKE_GH_STATE"])
+state = json.loads(state_file.read_text())
+args = sys.argv[1:]
+state["calls"].append(args)
+
+
+def body():
+    value = args[args.index("-F") + 1]
+    assert value.startswith("body=@"), value
+    return Path(value[len("body=@"):]).read_text()
+
+
+if args[0] == "api":
+    method = args[args.index("--method") + 1] if "--method" in args else "GET"
+    path = next(a for a in args[1:] if a.startswith("repos/"))
+    comments = state["comments"]
+    if method == "GET":  # --paginate --slurp: one JSON array of pages, two comments a page
+        assert "--paginate" in args and "--slurp" in args, args
+        print(json.dumps([comments[i:i + 2] for i in range(0, len(comments), 2)] or [[]]))
+    elif method == "POST":
+        login = os.environ.get("FAKE_GH_LOGIN", "github-actions[bot]")
+        comments.append({"id": 9000 + len(comments), "user": {"login": login}, "body": body()})
+    elif method == "PATCH":
+        comment_id = int(path.rsplit("/", 1)[1])
+        next(c for c in comments if c["id"] == comment_id)["body"] = body()
+elif args[:2] == ["pr", "create"]:
+    state["pr_body"] = Path(args[args.index("--body-file") + 1]).read_text()
+    print("https://github.com/owner/repo/pull/1")
+else:
+    sys.exit(f"fake gh: unexpected call {args}")
+state_file.write_text(json.dumps(state))
+'''
+
+
+def install_fake_gh(tmp_path: Path, comments: list[dict] | None = None) -> Path:
+    """Put the fake `gh` on tmp_path/bin; returns the state file (calls, comments, pr_body)."""
+    (tmp_path / "bin").mkdir(exist_ok=True)
+    gh = tmp_path / "bin" / "gh"
+    gh.write_text(FAKE_GH.replace("{python}", sys.executable))
+    gh.chmod(0o755)
+    state = tmp_path / "gh-state.json"
+    state.write_text(json.dumps({"calls": [], "comments": comments or []}))
+    return state
+
+
+def project_copy(tmp_path: Path) -> Path:
+    """This project's files (no git, environment, caches or baselines) in tmp_path/project."""
+    copy = tmp_path / "project"
+    shutil.copytree(
+        ROOT,
+        copy,
+        ignore=shutil.ignore_patterns(
+            ".git",
+            ".venv",
+            ".perfgate",
+            ".benchmarks",
+            "baselines",
+            "tests",
+            "__pycache__",
+            "*.egg-info",
+            "node_modules",
+        ),
+    )
+    return copy
+
+
+def project_copy_with_origin(tmp_path: Path, env: dict[str, str]) -> Path:
+    """project_copy() as a git repository on `main`, pushed to a bare `origin`."""
+    copy = project_copy(tmp_path)
+    origin = tmp_path / "origin.git"
+    for cmd in (
+        ["git", "init", "-q", "--bare", str(origin)],
+        ["git", "init", "-q", "-b", "main"],
+        ["git", "add", "-A"],
+        ["git", "commit", "-q", "-m", "project"],
+        ["git", "remote", "add", "origin", str(origin)],
+        ["git", "push", "-q", "origin", "main"],
+    ):
+        subprocess.run(cmd, cwd=copy, env=env, check=True, capture_output=True)
+    return copy

@@ -1,0 +1,725 @@
+"""The security rules of the workflows and the GPU fleet's deployment, as data: each rule is a pure
+function of the set-up (the workflow files, deploy/github-settings.yml, the Helm values, the
+Kubernetes manifests, the runner image's Dockerfile, the locks) that returns its problems, one line
+each. tests/ci/test_workflow_security.py runs every rule on the real files (no problem allowed) and
+on realistic mistakes made to them (each must be caught). docs/gpu-runner.md explains the why.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+MAIN_SET, PR_SET = "perfgate-gpu-main", "perfgate-gpu-pr"
+SCALE_SETS = (MAIN_SET, PR_SET)
+PR_ENVIRONMENT = "gpu-pull-request"
+MAIN_REF = "github.ref == 'refs/heads/main'"
+NOT_PR_TARGET = "github.event_name != 'pull_request_target'"
+ONLY_PR_TARGET = "github.event_name == 'pull_request_target'"
+PR_HEAD = "${{ github.event.pull_request.head.sha }}"
+CHART_VERSION = "0.14.2"
+# GitHub-hosted runner labels: any other runs-on is a self-hosted machine.
+HOSTED = {
+    "ubuntu-latest", "ubuntu-slim", "ubuntu-24.04", "ubuntu-22.04", "ubuntu-24.04-arm", "ubuntu-22.04-arm",
+    "windows-latest", "windows-2025", "windows-2022", "macos-latest", "macos-15", "macos-14",
+}  # fmt: skip
+# Triggers whose workflow file GitHub takes from the pull request (or a merge of it).
+PR_EDITABLE = {"pull_request", "pull_request_review", "pull_request_review_comment", "merge_group"}
+# The only job whose token may write, and what.
+WRITES = {("pr-comment.yml", "comment"): {"pull-requests"}}
+CACHEABLE = {"~/.cache/pip"}  # downloads checked against the lock's hashes; never an environment
+# The scripts that install (through scripts/_venv.sh), called or sourced anywhere in a run: step.
+INSTALLING = re.compile(r"scripts/(?:test|ci-benchmark|record-baselines|bench|gpu-check|_venv\.sh)\b")
+DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
+PINNED_USES = re.compile(r"(?:[\w.-]+/[\w.-]+(?:/[\w./-]+)?@[0-9a-f]{40}|docker://[^@\s]+@sha256:[0-9a-f]{64}|\./.+)")
+# Top-level keys of the gha-runner-scale-set and gha-runner-scale-set-controller charts' values.yaml
+# at 0.14.2 (actions/actions-runner-controller, charts/*/values.yaml, commented keys included): the
+# charts ship no values.schema.json, and Helm ignores an unknown (misspelt) key without a word.
+SCALE_SET_KEYS = {
+    "githubConfigUrl", "scaleSetLabels", "githubConfigSecret", "proxy", "maxRunners", "minRunners", "runnerGroup",
+    "runnerScaleSetName", "githubServerTLS", "keyVault", "containerMode", "listenerTemplate", "listenerMetrics",
+    "template", "controllerServiceAccount", "namespaceOverride", "annotations", "labels", "resourceMeta",
+}  # fmt: skip
+CONTROLLER_KEYS = {
+    "labels", "replicaCount", "image", "imagePullSecrets", "nameOverride", "fullnameOverride", "env",
+    "serviceAccount", "podAnnotations", "podLabels", "podSecurityContext", "securityContext", "resources",
+    "nodeSelector", "tolerations", "affinity", "topologySpreadConstraints", "volumes", "volumeMounts",
+    "priorityClassName", "metrics", "pprof", "flags", "namespaceOverride",
+}  # fmt: skip
+PRIVATE_RANGES = {"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16"}
+
+
+@dataclass
+class Setup:
+    """Everything the rules read, loaded from the repository (tests mutate a copy)."""
+
+    workflows: dict[str, dict[str, Any]]  # file name -> the YAML as GitHub reads it
+    settings: dict[str, Any]  # deploy/github-settings.yml
+    charts: dict[str, Any]  # deploy/arc/charts.yaml
+    values: dict[str, dict[str, Any]]  # deploy/arc/*.yaml values file name -> values
+    k8s: list[dict[str, Any]]  # every document of deploy/k8s/*.yaml
+    dockerfile: str
+    locks: dict[str, str] = field(default_factory=dict)  # requirements/*.txt path -> text
+
+
+def load_workflow(text: str) -> dict[str, Any]:
+    data = yaml.safe_load(text)
+    data["on"] = data.pop(True, data.get("on"))  # YAML 1.1 reads the key `on` as true
+    return data
+
+
+def load_setup(root: Path) -> Setup:
+    deploy = root / "deploy"
+    return Setup(
+        workflows={
+            p.name: load_workflow(p.read_text()) for p in sorted((root / ".github" / "workflows").glob("*.yml"))
+        },
+        settings=yaml.safe_load((deploy / "github-settings.yml").read_text()),
+        charts=yaml.safe_load((deploy / "arc" / "charts.yaml").read_text()),
+        values={
+            p.name: yaml.safe_load(p.read_text())
+            for p in sorted((deploy / "arc").glob("*.yaml"))
+            if p.name != "charts.yaml"
+        },
+        k8s=[d for p in sorted((deploy / "k8s").glob("*.yaml")) for d in yaml.safe_load_all(p.read_text()) if d],
+        dockerfile=(deploy / "runner-image" / "Dockerfile").read_text(),
+        locks={str(p.relative_to(root)): p.read_text() for p in sorted((root / "requirements").glob("*.txt"))},
+    )
+
+
+# --- reading the YAML ----------------------------------------------------------------------------
+
+
+def triggers(wf: dict[str, Any]) -> set[str]:
+    on = wf.get("on") or {}
+    return {on} if isinstance(on, str) else set(on)
+
+
+def all_jobs(s: Setup) -> Iterator[tuple[str, str, dict[str, Any], dict[str, Any]]]:
+    for name, wf in s.workflows.items():
+        for job_id, job in (wf.get("jobs") or {}).items():
+            yield name, job_id, job, wf
+
+
+def labels(job: dict[str, Any]) -> list[str]:
+    runs_on = job.get("runs-on")
+    if isinstance(runs_on, str):
+        return [runs_on]
+    if isinstance(runs_on, list):
+        return [str(x) for x in runs_on]
+    return [yaml.safe_dump(runs_on)]  # a group or an expression: not a hosted label
+
+
+def hosted(job: dict[str, Any]) -> bool:
+    return len(labels(job)) == 1 and labels(job)[0] in HOSTED
+
+
+def scale_set(job: dict[str, Any]) -> str | None:
+    return job.get("runs-on") if job.get("runs-on") in SCALE_SETS else None
+
+
+def steps(job: dict[str, Any]) -> list[dict[str, Any]]:
+    return job.get("steps") or []
+
+
+def uses(step: dict[str, Any], action: str) -> bool:
+    return str(step.get("uses", "")).split("@")[0] == action
+
+
+def conjuncts(condition: Any) -> list[str] | None:
+    """An `if:` as its `&&`-joined terms, whitespace normalised; None when it has `||` or `!(`, whose
+    meaning a reader of the terms alone would get wrong."""
+    if condition is None:
+        return []
+    text = " ".join(str(condition).replace("${{", "").replace("}}", "").split())
+    if "||" in text or "!(" in text:
+        return None
+    return [t.strip() for t in text.split("&&")]
+
+
+def env_of(job: dict[str, Any]) -> dict[str, Any]:
+    env = dict(job.get("env") or {})
+    for step in steps(job):
+        env.update(step.get("env") or {})
+    return env
+
+
+def w(name: str, job_id: str) -> str:
+    return f"{name}:{job_id}"
+
+
+# --- the rules -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    summary: str
+    check: Callable[[Setup], list[str]]
+
+
+RULES: list[Rule] = []
+
+
+def rule(rule_id: str, summary: str) -> Callable[[Callable[[Setup], list[str]]], Callable[[Setup], list[str]]]:
+    def register(fn: Callable[[Setup], list[str]]) -> Callable[[Setup], list[str]]:
+        RULES.append(Rule(rule_id, summary, fn))
+        return fn
+
+    return register
+
+
+@rule("actions-pinned", "every action is pinned to a full commit SHA (a Docker action to a digest)")
+def _actions_pinned(s: Setup) -> list[str]:
+    return [
+        f"{w(n, j)}: uses {step['uses']}"
+        for n, j, job, _ in all_jobs(s)
+        for step in steps(job)
+        if "uses" in step and not PINNED_USES.fullmatch(str(step["uses"]))
+    ]
+
+
+@rule("top-permissions-none", "every workflow's top-level token permissions are {}: each job asks for its own")
+def _top_permissions(s: Setup) -> list[str]:
+    return [
+        f"{n}: permissions {wf.get('permissions')!r}" for n, wf in s.workflows.items() if wf.get("permissions") != {}
+    ]
+
+
+@rule("job-permissions-minimal", "every job names its scopes; only the comment job may write, and only pull requests")
+def _job_permissions(s: Setup) -> list[str]:
+    found = []
+    for n, j, job, _ in all_jobs(s):
+        perms = job.get("permissions")
+        if not isinstance(perms, dict):
+            found.append(f"{w(n, j)}: permissions {perms!r} (name each scope)")
+            continue
+        writes = {k for k, v in perms.items() if v == "write"}
+        if writes - WRITES.get((n, j), set()):
+            found.append(f"{w(n, j)}: writes {sorted(writes)}")
+    return found
+
+
+@rule("gpu-jobs-on-scale-sets", "a self-hosted job runs on one of the two scale sets, by name (labels are no boundary)")
+def _on_scale_sets(s: Setup) -> list[str]:
+    return [
+        f"{w(n, j)}: runs-on {job.get('runs-on')!r}"
+        for n, j, job, _ in all_jobs(s)
+        if not hosted(job) and scale_set(job) is None
+    ]
+
+
+@rule("no-gpu-in-pr-editable-workflow", "no workflow a pull request can edit (pull_request, ...) has a self-hosted job")
+def _pr_editable(s: Setup) -> list[str]:
+    return [
+        f"{w(n, j)}: self-hosted under {sorted(triggers(wf) & PR_EDITABLE)}"
+        for n, j, job, wf in all_jobs(s)
+        if not hosted(job) and triggers(wf) & PR_EDITABLE
+    ]
+
+
+def _groups(s: Setup) -> dict[str, dict[str, Any]]:
+    return {g["name"]: g for g in s.settings.get("runner_groups") or []}
+
+
+def _set_values(s: Setup) -> dict[str, dict[str, Any]]:
+    return {v.get("runnerScaleSetName"): v for v in s.values.values() if "runnerScaleSetName" in v}
+
+
+@rule("runner-group-admits-job", "each scale-set job's workflow file at main is admitted by that set's runner group")
+def _group_admits(s: Setup) -> list[str]:
+    found, groups, sets = [], _groups(s), _set_values(s)
+    for n, j, job, _ in all_jobs(s):
+        name = scale_set(job)
+        if name is None:
+            continue
+        group = groups.get((sets.get(name) or {}).get("runnerGroup"))
+        wanted = f"OWNER/REPO/.github/workflows/{n}@refs/heads/main"
+        if group is None or wanted not in (group.get("selected_workflows") or []):
+            found.append(f"{w(n, j)}: {name}'s runner group does not admit {wanted}")
+    return found
+
+
+@rule("runner-groups-closed", "the runner groups admit only their own workflows at main, no public repository")
+def _groups_closed(s: Setup) -> list[str]:
+    found = []
+    users: dict[str, set[str]] = {}
+    for n, _, job, _ in all_jobs(s):
+        if scale_set(job):
+            users.setdefault(scale_set(job), set()).add(n)
+    for name, group in _groups(s).items():
+        if group.get("restricted_to_workflows") is not True:
+            found.append(f"runner group {name}: restricted_to_workflows is not true")
+        if group.get("allows_public_repositories") is not False or group.get("visibility") != "selected":
+            found.append(f"runner group {name}: open to public or all repositories")
+        for entry in group.get("selected_workflows") or []:
+            m = re.fullmatch(r"OWNER/REPO/\.github/workflows/([\w.-]+\.ya?ml)@refs/heads/main", str(entry))
+            if not m or m.group(1) not in users.get(name, set()):
+                found.append(f"runner group {name}: admits {entry}, not one of its workflows at main")
+    if set(_groups(s)) != set(SCALE_SETS):
+        found.append(f"runner groups {sorted(_groups(s))}, not one per scale set {list(SCALE_SETS)}")
+    return found
+
+
+@rule(
+    "trusted-jobs-main-only",
+    "a job on perfgate-gpu-main runs only main's code: `if:` requires refs/heads/main, not a PR",
+)
+def _trusted_main_only(s: Setup) -> list[str]:
+    found = []
+    for n, j, job, wf in all_jobs(s):
+        if scale_set(job) != MAIN_SET:
+            continue
+        terms = conjuncts(job.get("if"))
+        needed = [MAIN_REF] + ([NOT_PR_TARGET] if "pull_request_target" in triggers(wf) else [])
+        if terms is None or any(t not in terms for t in needed):
+            found.append(f"{w(n, j)}: if {job.get('if')!r} does not require {' && '.join(needed)}")
+        if any(uses(st, "actions/checkout") and "ref" in (st.get("with") or {}) for st in steps(job)):
+            found.append(f"{w(n, j)}: checks out another revision than the run's")
+    return found
+
+
+def _approval_job(wf: dict[str, Any], job: dict[str, Any]) -> list[str]:
+    """Why none of the jobs `job` needs is a proper approval (empty: one is)."""
+    needs = job.get("needs") or []
+    needs = [needs] if isinstance(needs, str) else needs
+    why = [] if needs else ["needs no approval job"]
+    for need in needs:
+        gate = (wf.get("jobs") or {}).get(need) or {}
+        env = gate.get("environment")
+        env = env.get("name") if isinstance(env, dict) else env
+        problems = []
+        if env != PR_ENVIRONMENT:
+            problems.append(f"environment {env!r}")
+        if not hosted(gate):
+            problems.append(f"runs on {gate.get('runs-on')!r}")
+        if gate.get("permissions") != {}:
+            problems.append("its token has permissions")
+        if any("uses" in st for st in steps(gate)):
+            problems.append("runs actions")
+        if ONLY_PR_TARGET not in (conjuncts(gate.get("if")) or []):
+            problems.append("not limited to pull_request_target")
+        if not problems:
+            return []
+        why.append(f"needs {need}: {', '.join(problems)}")
+    return why
+
+
+@rule("pr-jobs-need-approval", "a job on perfgate-gpu-pr needs a hosted job in environment gpu-pull-request, per run")
+def _pr_approval(s: Setup) -> list[str]:
+    found = []
+    for n, j, job, wf in all_jobs(s):
+        if scale_set(job) != PR_SET:
+            continue
+        terms = conjuncts(job.get("if"))
+        if terms is None or ONLY_PR_TARGET not in terms or triggers(wf) & PR_EDITABLE:
+            found.append(f"{w(n, j)}: runs for other events than an approved pull_request_target: if {job.get('if')!r}")
+        found += [f"{w(n, j)}: {why}" for why in _approval_job(wf, job)]
+        for st in steps(job):
+            if uses(st, "actions/checkout") and (st.get("with") or {}).get("ref") != PR_HEAD:
+                found.append(f"{w(n, j)}: checks out {(st.get('with') or {}).get('ref')!r}, not the run's head commit")
+    return found
+
+
+@rule("unsafe-checkout-only-in-pr-job", "only a perfgate-gpu-pr job checks out a pull request's commit")
+def _unsafe_checkout(s: Setup) -> list[str]:
+    found = []
+    for n, j, job, _ in all_jobs(s):
+        for st in steps(job):
+            given = st.get("with") or {}
+            if not uses(st, "actions/checkout") or scale_set(job) == PR_SET:
+                continue
+            if given.get("allow-unsafe-pr-checkout") or "pull_request" in str(given.get("ref", "")):
+                found.append(f"{w(n, j)}: checks out a pull request's code ({given.get('ref')!r})")
+    return found
+
+
+CREDENTIAL_TEXT = re.compile(r"secrets|github\.token|GITHUB_TOKEN|create-github-app-token", re.I)
+CREDENTIAL_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PRIVATE|_KEY$|^KEY", re.I)
+
+
+@rule("no-credentials-on-gpu", "no self-hosted job names a secret, a token or an environment")
+def _no_credentials(s: Setup) -> list[str]:
+    found = []
+    for n, j, job, _ in all_jobs(s):
+        if hosted(job):
+            continue
+        text = yaml.safe_dump(job)
+        if CREDENTIAL_TEXT.search(text):
+            found.append(f"{w(n, j)}: names {CREDENTIAL_TEXT.search(text).group()}")
+        found += [f"{w(n, j)}: env {k}" for k in env_of(job) if CREDENTIAL_NAME.search(str(k))]
+        if "environment" in job:
+            found.append(f"{w(n, j)}: environment {job['environment']!r} (its secrets would reach the runner)")
+    return found
+
+
+@rule(
+    "write-tokens-hosted-at-own-revision",
+    "a job holding a write token runs on a GitHub-hosted runner at its own revision",
+)
+def _writers_hosted(s: Setup) -> list[str]:
+    found = []
+    for n, j, job, _ in all_jobs(s):
+        perms = job.get("permissions") if isinstance(job.get("permissions"), dict) else {"all": "write"}
+        writes = "write" in perms.values() or CREDENTIAL_TEXT.search(yaml.safe_dump(steps(job)) or "")
+        if not writes:
+            continue
+        if not hosted(job):
+            found.append(f"{w(n, j)}: holds a write token on {job.get('runs-on')!r}")
+        if any(uses(st, "actions/checkout") and "ref" in (st.get("with") or {}) for st in steps(job)):
+            found.append(f"{w(n, j)}: holds a write token beside another revision's code")
+    return found
+
+
+@rule("secrets-only-in-protected-environments", "a job that reads a secret names a protected environment, main only")
+def _secrets_in_env(s: Setup) -> list[str]:
+    found, envs = [], s.settings.get("environments") or {}
+    for n, j, job, _ in all_jobs(s):
+        names = set(re.findall(r"secrets\.(\w+)", yaml.safe_dump(job)))
+        if re.search(r"secrets\s*\[|toJSON\(\s*secrets", yaml.safe_dump(job), re.I):
+            names.add("<all or computed>")
+        if not names:
+            continue
+        env = job.get("environment")
+        env = env.get("name") if isinstance(env, dict) else env
+        if env not in envs:
+            found.append(f"{w(n, j)}: reads secrets {sorted(names)} outside a protected environment ({env!r})")
+        elif names - set(envs[env].get("secrets") or []):
+            found.append(f"{w(n, j)}: reads {sorted(names - set(envs[env].get('secrets') or []))}, not {env}'s")
+        if MAIN_REF not in (conjuncts(job.get("if")) or []):
+            found.append(f"{w(n, j)}: reads secrets without requiring refs/heads/main")
+    return found
+
+
+@rule("environments-protected", "every environment a job names has reviewers, no admin bypass, main only")
+def _environments(s: Setup) -> list[str]:
+    found, envs = [], s.settings.get("environments") or {}
+    named = set()
+    for _, _, job, _ in all_jobs(s):
+        env = job.get("environment")
+        if env:
+            named.add(env.get("name") if isinstance(env, dict) else env)
+    for name in sorted(named):
+        e = envs.get(name)
+        if e is None:
+            found.append(f"environment {name}: not in deploy/github-settings.yml")
+            continue
+        if not e.get("reviewers"):
+            found.append(f"environment {name}: no required reviewers")
+        if e.get("can_admins_bypass") is not False:
+            found.append(f"environment {name}: administrators may bypass it")
+        policy = e.get("deployment_branch_policy") or {}
+        if policy.get("custom_branch_policies") is not True or e.get("deployment_branches") != ["main"]:
+            found.append(f"environment {name}: deployable from {e.get('deployment_branches')!r}, not main alone")
+    pr = envs.get(PR_ENVIRONMENT) or {}
+    if pr.get("secrets") or pr.get("variables") or pr.get("prevent_self_review") is not True:
+        found.append(
+            f"environment {PR_ENVIRONMENT}: holds secrets or variables, or lets an author approve their own run"
+        )
+    return found
+
+
+@rule("checkout-persists-no-credentials", "every checkout leaves no token in git's config")
+def _persist(s: Setup) -> list[str]:
+    return [
+        f"{w(n, j)}: persist-credentials {(st.get('with') or {}).get('persist-credentials')!r}"
+        for n, j, job, _ in all_jobs(s)
+        for st in steps(job)
+        if uses(st, "actions/checkout") and (st.get("with") or {}).get("persist-credentials") is not False
+    ]
+
+
+@rule("no-expression-in-run", "no ${{ }} inside a run: (untrusted text goes through the environment)")
+def _no_expression(s: Setup) -> list[str]:
+    return [
+        f"{w(n, j)}: {st['run']}"
+        for n, j, job, _ in all_jobs(s)
+        for st in steps(job)
+        if "${{" in str(st.get("run", ""))
+    ]
+
+
+@rule("no-environment-cache", "the Actions cache holds pip's downloads only, never where a PR's code runs for main")
+def _cache(s: Setup) -> list[str]:
+    found = []
+    for n, j, job, wf in all_jobs(s):
+        for st in steps(job):
+            given = st.get("with") or {}
+            if uses(st, "actions/cache") or str(st.get("uses", "")).startswith("actions/cache/"):
+                paths = {p.strip() for p in str(given.get("path", "")).splitlines() if p.strip()}
+                if paths - CACHEABLE:
+                    found.append(f"{w(n, j)}: caches {sorted(paths - CACHEABLE)}")
+                if not hosted(job) or "pull_request_target" in triggers(wf):
+                    found.append(f"{w(n, j)}: uses the Actions cache where a pull request's code can write main's")
+            elif str(st.get("uses", "")).startswith("actions/setup-") and "cache" in given:
+                found.append(f"{w(n, j)}: {st['uses'].split('@')[0]} with cache: {given['cache']!r}")
+    return found
+
+
+@rule("containers-by-digest", "every job container and service image is pinned by digest")
+def _containers(s: Setup) -> list[str]:
+    found = []
+    for n, j, job, _ in all_jobs(s):
+        images = []
+        if "container" in job:
+            c = job["container"]
+            images.append(c.get("image") if isinstance(c, dict) else c)
+        images += [v.get("image") if isinstance(v, dict) else v for v in (job.get("services") or {}).values()]
+        found += [f"{w(n, j)}: image {img!r}" for img in images if not DIGEST.search(str(img))]
+    return found
+
+
+def _lock_problems(text: str) -> list[str]:
+    """Requirements in a lock file without a sha256 hash (pip's --require-hashes would refuse them)."""
+    entries = re.split(r"\n(?=[A-Za-z0-9])", text)
+    return [e.split()[0] for e in entries if re.match(r"[A-Za-z0-9]", e) and "--hash=sha256:" not in e]
+
+
+@rule("installs-from-hashed-locks", "every install on a runner is pip --require-hashes from a lock with hashes")
+def _hashed_installs(s: Setup) -> list[str]:
+    found = []
+    for n, j, job, _ in all_jobs(s):
+        for st in steps(job):
+            cmd = str(st.get("run", ""))
+            if not INSTALLING.search(cmd) or "--from" in cmd:
+                continue
+            env = {**(job.get("env") or {}), **(st.get("env") or {})}
+            lock = env.get("PERFGATE_REQUIREMENTS")
+            if lock not in s.locks:
+                found.append(f"{w(n, j)}: {INSTALLING.search(cmd).group()} installs without a lock ({lock!r})")
+            if env.get("PERFGATE_SKIP_INSTALL"):
+                found.append(f"{w(n, j)}: PERFGATE_SKIP_INSTALL uses an environment no lock checked")
+    for path, text in s.locks.items():
+        found += [f"{path}: {req} has no hash" for req in _lock_problems(text)]
+    for line in re.findall(r"pip install[^\n\\]*(?:\\\n[^\n\\]*)*", s.dockerfile):
+        if "--require-hashes" not in line or " -r " not in line:
+            found.append(f"runner image: `{' '.join(line.split())}` installs without --require-hashes -r LOCK")
+    return found
+
+
+@rule("no-shared-gpu-queue", "no concurrency queue: pull requests' runs never line up for main's machines")
+def _no_queue(s: Setup) -> list[str]:
+    found = []
+    for n, wf in s.workflows.items():
+        blocks = [("(workflow)", wf.get("concurrency"))] + [
+            (j, job.get("concurrency")) for j, job in (wf.get("jobs") or {}).items()
+        ]
+        for where, block in blocks:
+            if isinstance(block, dict) and "queue" in block:
+                found.append(f"{w(n, where)}: concurrency queue {block['queue']!r}")
+            if where != "(workflow)" and block and not hosted(wf["jobs"][where]):
+                found.append(f"{w(n, where)}: a job-level concurrency group on a GPU job ({block!r})")
+    return found
+
+
+@rule(
+    "artifacts-downloaded-by-name",
+    "artifacts go into the runner's temp folder; the comment reads the pull-request job's, by name",
+)
+def _downloads(s: Setup) -> list[str]:
+    found = []
+    uploads: dict[str, set[str]] = {MAIN_SET: set(), PR_SET: set()}
+    for _, _, job, _ in all_jobs(s):
+        for st in steps(job):
+            if uses(st, "actions/upload-artifact") and scale_set(job):
+                uploads[scale_set(job)].add(str((st.get("with") or {}).get("name")))
+    for n, j, job, _ in all_jobs(s):
+        for st in steps(job):
+            if not uses(st, "actions/download-artifact"):
+                continue
+            given = st.get("with") or {}
+            if not str(given.get("path", "")).startswith("${{ runner.temp }}"):
+                found.append(f"{w(n, j)}: downloads into {given.get('path')!r}, over the checkout")
+            if "workflow_run" not in triggers(s.workflows[n]):
+                continue
+            if "name" not in given or "pattern" in given or given.get("merge-multiple"):
+                found.append(f"{w(n, j)}: downloads {given.get('pattern') or 'every artifact'} of another run")
+            if str(given.get("name")) not in uploads[PR_SET] - uploads[MAIN_SET]:
+                found.append(f"{w(n, j)}: reads artifact {given.get('name')!r}, not the pull-request job's")
+    return found
+
+
+@rule(
+    "comment-workflow",
+    "the comment runs for benchmark-gpu's pull-request runs only, one at a time per PR, bot's comment only",
+)
+def _comment(s: Setup) -> list[str]:
+    found = []
+    for n, wf in s.workflows.items():
+        if "workflow_run" not in triggers(wf):
+            continue
+        if not isinstance(wf.get("concurrency"), dict) or "${{" not in str(wf["concurrency"].get("group", "")):
+            found.append(f"{n}: no concurrency group per pull request")
+        for j, job in (wf.get("jobs") or {}).items():
+            terms = conjuncts(job.get("if"))
+            needed = [
+                "github.event.workflow_run.event == 'pull_request_target'",
+                "startsWith(github.event.workflow_run.path, '.github/workflows/benchmark-gpu.yml')",
+            ]
+            if terms is None or any(t not in terms for t in needed):
+                found.append(f"{w(n, j)}: if {job.get('if')!r} does not require {' && '.join(needed)}")
+            for st in steps(job):
+                if "scripts/pr-comment" in str(st.get("run", "")) and "--author" not in str(st["run"]):
+                    found.append(f"{w(n, j)}: pr-comment without --author would edit anyone's marked comment")
+    return found
+
+
+@rule(
+    "repository-actions-settings",
+    "fork runs need approval for all outside contributors; tokens read; Actions approve no PR",
+)
+def _actions_settings(s: Setup) -> list[str]:
+    actions = s.settings.get("actions") or {}
+    found = []
+    if (actions.get("fork_pr_contributor_approval") or {}).get("approval_policy") != "all_external_contributors":
+        found.append(f"fork approval {actions.get('fork_pr_contributor_approval')!r}")
+    perms = actions.get("workflow_permissions") or {}
+    if (
+        perms.get("default_workflow_permissions") != "read"
+        or perms.get("can_approve_pull_request_reviews") is not False
+    ):
+        found.append(f"workflow permissions {perms!r}")
+    return found
+
+
+# --- the deployment ------------------------------------------------------------------------------
+
+
+def _releases(s: Setup) -> list[dict[str, Any]]:
+    return s.charts.get("releases") or []
+
+
+@rule("scale-sets-apart", "the two scale sets: own runner group, namespace, node pool, pre-defined credentials secret")
+def _sets_apart(s: Setup) -> list[str]:
+    found, sets = [], _set_values(s)
+    if set(sets) != set(SCALE_SETS):
+        found.append(f"scale sets {sorted(map(str, sets))}, not {list(SCALE_SETS)}")
+    for name, v in sets.items():
+        if v.get("runnerGroup") != name:
+            found.append(f"{name}: runnerGroup {v.get('runnerGroup')!r}")
+        if not isinstance(v.get("githubConfigSecret"), str):
+            found.append(f"{name}: githubConfigSecret inline (name a Secret created in the namespace)")
+    spaces = {r.get("values"): r.get("namespace") for r in _releases(s)}
+    by_set = {
+        sets_name: spaces.get(f)
+        for f, vals in s.values.items()
+        for sets_name in [vals.get("runnerScaleSetName")]
+        if sets_name
+    }
+    if len(set(by_set.values())) != len(by_set) or any(by_set[k] != k for k in by_set):
+        found.append(f"scale-set namespaces {by_set!r}: each in a namespace of its own name")
+    pools = [str(((v.get("template") or {}).get("spec") or {}).get("nodeSelector")) for v in sets.values()]
+    if len(set(pools)) != len(pools):
+        found.append(f"scale sets share a node pool {pools[0]}")
+    return found
+
+
+def _pod_problems(where: str, spec: dict[str, Any]) -> list[str]:
+    found = []
+    if spec.get("automountServiceAccountToken") is not False:
+        found.append(f"{where}: mounts a Kubernetes API token")
+    if any(spec.get(k) for k in ("hostNetwork", "hostPID", "hostIPC")):
+        found.append(f"{where}: shares a host namespace")
+    pod_sc = spec.get("securityContext") or {}
+    if pod_sc.get("runAsNonRoot") is not True or (pod_sc.get("seccompProfile") or {}).get("type") != "RuntimeDefault":
+        found.append(f"{where}: pod may run as root or without the runtime's seccomp profile")
+    for vol in spec.get("volumes") or []:
+        if "hostPath" in vol:
+            found.append(f"{where}: host path {vol['hostPath']!r}")
+    for c in spec.get("containers") or []:
+        sc = c.get("securityContext") or {}
+        if (
+            sc.get("allowPrivilegeEscalation") is not False
+            or sc.get("privileged")
+            or "ALL" not in (sc.get("capabilities") or {}).get("drop", [])
+        ):
+            found.append(f"{where}/{c.get('name')}: may escalate privileges or keeps capabilities")
+    return found
+
+
+@rule("runner-pods-restricted", "runner pods: no root, no privilege, no API token, no host path, one GPU each, no dind")
+def _runner_pods(s: Setup) -> list[str]:
+    found = []
+    for name, v in _set_values(s).items():
+        spec = (v.get("template") or {}).get("spec") or {}
+        found += _pod_problems(name, spec)
+        if v.get("containerMode"):
+            found.append(f"{name}: containerMode {v['containerMode']!r} (dind runs privileged)")
+        runner = next((c for c in spec.get("containers") or [] if c.get("name") == "runner"), {})
+        limits = (runner.get("resources") or {}).get("limits") or {}
+        if str(limits.get("nvidia.com/gpu")) != "1":
+            found.append(f"{name}: the runner's GPU limit is {limits.get('nvidia.com/gpu')!r}, not one whole GPU")
+    return found
+
+
+@rule("images-by-digest", "the runner image, the device plugin and the runner image's base are pinned by digest")
+def _images(s: Setup) -> list[str]:
+    found = []
+    for name, v in _set_values(s).items():
+        for c in ((v.get("template") or {}).get("spec") or {}).get("containers") or []:
+            if not DIGEST.search(str(c.get("image"))):
+                found.append(f"{name}/{c.get('name')}: image {c.get('image')!r}")
+    for doc in s.k8s:
+        spec = ((doc.get("spec") or {}).get("template") or {}).get("spec") or {}
+        for c in spec.get("containers") or []:
+            if not DIGEST.search(str(c.get("image"))):
+                found.append(f"{doc['kind']}/{doc['metadata']['name']}: image {c.get('image')!r}")
+    for base in re.findall(r"^FROM\s+(\S+)", s.dockerfile, re.M):
+        if not DIGEST.search(base):
+            found.append(f"runner image: FROM {base}")
+    return found
+
+
+@rule("charts-pinned", f"the ARC charts at exactly {CHART_VERSION}; values use only keys those charts read")
+def _charts(s: Setup) -> list[str]:
+    found = []
+    for r in _releases(s):
+        if str(r.get("version")) != CHART_VERSION:
+            found.append(f"release {r.get('name')}: chart version {r.get('version')!r}")
+        values = s.values.get(r.get("values"))
+        if values is None:
+            found.append(f"release {r.get('name')}: values {r.get('values')!r} missing")
+            continue
+        keys = CONTROLLER_KEYS if r.get("chart", "").endswith("-controller") else SCALE_SET_KEYS
+        found += [f"{r.get('values')}: {k} is no key of the chart" for k in sorted(set(values) - keys)]
+    if {r.get("values") for r in _releases(s)} != set(s.values):
+        found.append(f"values files {sorted(s.values)} and releases {[r.get('values') for r in _releases(s)]} differ")
+    return found
+
+
+@rule(
+    "namespaces-restricted",
+    "runner and controller namespaces enforce restricted; runners reach DNS and public HTTPS only",
+)
+def _namespaces(s: Setup) -> list[str]:
+    found = []
+    spaces = {d["metadata"]["name"]: d for d in s.k8s if d.get("kind") == "Namespace"}
+    for name in ["arc-systems", *SCALE_SETS]:
+        lbl = ((spaces.get(name) or {}).get("metadata") or {}).get("labels") or {}
+        if lbl.get("pod-security.kubernetes.io/enforce") != "restricted":
+            found.append(f"namespace {name}: enforces {lbl.get('pod-security.kubernetes.io/enforce')!r}")
+    policies = {d["metadata"].get("namespace"): d for d in s.k8s if d.get("kind") == "NetworkPolicy"}
+    for name in SCALE_SETS:
+        spec = (policies.get(name) or {}).get("spec") or {}
+        if (
+            spec.get("podSelector") != {}
+            or set(spec.get("policyTypes") or []) != {"Ingress", "Egress"}
+            or spec.get("ingress")
+        ):
+            found.append(f"namespace {name}: no policy denying ingress and limiting egress for every pod")
+        for rule_ in spec.get("egress") or []:
+            ports = {p.get("port") for p in rule_.get("ports") or []}
+            for peer in rule_.get("to") or [{}]:
+                block = peer.get("ipBlock")
+                if block and not PRIVATE_RANGES <= set(block.get("except") or []):
+                    found.append(f"namespace {name}: egress to {block.get('cidr')} reaches private ranges or metadata")
+                if not block and "namespaceSelector" not in peer:
+                    found.append(f"namespace {name}: egress to any peer")
+            if not ports or ports - {53, 443}:
+                found.append(f"namespace {name}: egress on ports {sorted(map(str, ports)) or 'all'}")
+    return found

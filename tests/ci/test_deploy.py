@@ -1,0 +1,109 @@
+"""The GPU fleet's deployment files (deploy/) against Kubernetes' own schemas, offline: every manifest
+and both runner pod templates of the ARC scale sets, validated strictly (an unknown or misspelt field
+fails) by kubernetes-validate, which bundles the schemas. The rules about what they say are in
+tests/ci/rules.py; Helm's rendering of the charts is not run here (no helm, no network)."""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.ci.helpers import DEPLOY
+from tests.ci.rules import SCALE_SETS, load_setup
+
+kv = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate is not installed: pip install -e '.[dev]'")
+
+KUBERNETES = "1.33.0"  # the oldest Kubernetes ARC 0.14 and the manifests are meant for
+SETUP = load_setup(DEPLOY.parent)
+
+
+def schema_errors(doc: dict[str, Any]) -> str | None:
+    try:
+        kv.validate(doc, KUBERNETES, strict=True)
+    except kv.ValidationError as exc:
+        return str(exc)
+    return None
+
+
+def runner_pod(values: dict[str, Any]) -> dict[str, Any]:
+    """A scale set's runner pod as the controller creates it from `template` (a PodTemplateSpec)."""
+    template = values["template"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "runner", **template.get("metadata", {})},
+        "spec": template["spec"],
+    }
+
+
+def documents() -> dict[str, dict[str, Any]]:
+    docs = {f"{d['kind']}/{d['metadata']['name']}@{d['metadata'].get('namespace', '-')}": d for d in SETUP.k8s}
+    for v in SETUP.values.values():
+        if "template" in v:
+            docs[f"runner pod of {v['runnerScaleSetName']}"] = runner_pod(v)
+    return docs
+
+
+def test_every_manifest_and_runner_pod_is_what_kubernetes_accepts() -> None:
+    docs = documents()
+    assert {name for name in docs if name.startswith("runner pod")} == {f"runner pod of {s}" for s in SCALE_SETS}
+    assert {d["kind"] for d in docs.values()} == {"Namespace", "NetworkPolicy", "RuntimeClass", "DaemonSet", "Pod"}
+    for name, doc in docs.items():
+        assert schema_errors(doc) is None, f"{name}: {schema_errors(doc)}"
+
+
+@pytest.mark.parametrize(
+    "mistake",
+    [
+        lambda pod: pod["spec"]["securityContext"].update(
+            runAsNonRooot=True
+        ),  # misspelt: silently ignored by a lax check
+        lambda pod: pod["spec"]["containers"][0]["resources"]["limits"].update({"nvidia.com/gpu": {"count": 1}}),
+        lambda pod: pod["spec"]["containers"][0].update(securityContext={"capabilities": {"drop": "ALL"}}),
+        lambda pod: pod["spec"]["containers"][0].update(ports=[{"containerPort": "http"}]),
+    ],
+    ids=["misspelt-field", "gpu-limit-not-a-quantity", "drop-not-a-list", "port-not-a-number"],
+)
+def test_the_schema_check_catches_a_broken_runner_pod(mistake) -> None:
+    pod = copy.deepcopy(runner_pod(SETUP.values["scale-set-pr.yaml"]))
+    mistake(pod)
+    assert schema_errors(pod) is not None
+
+
+def test_the_scale_sets_differ_only_where_they_must() -> None:
+    """One template for both: a hardening made to one scale set and forgotten in the other shows here."""
+    main, pr = (copy.deepcopy(SETUP.values[f"scale-set-{n}.yaml"]) for n in ("main", "pr"))
+    for v, name in ((main, "main"), (pr, "pr")):
+        assert v.pop("runnerGroup") == v.pop("runnerScaleSetName") == f"perfgate-gpu-{name}"
+        assert v["template"]["spec"].pop("nodeSelector") == {"perfgate.dev/gpu-pool": name}
+    assert main == pr
+
+
+def test_the_runner_image_ends_as_the_runner_user_and_installs_the_lock_only() -> None:
+    dockerfile = SETUP.dockerfile
+    assert re.findall(r"^USER\s+(\S+)", dockerfile, re.M)[-1] == "runner"
+    installs = re.findall(r"pip install[^\n]*", dockerfile)
+    assert installs == [
+        "pip install --no-cache-dir --disable-pip-version-check --require-hashes -r /tmp/perfgate-lock/gpu.txt \\"
+    ]
+    assert "COPY requirements/gpu.txt" in dockerfile
+    for values in SETUP.values.values():
+        for c in values.get("template", {}).get("spec", {}).get("containers", []):
+            assert c["name"] == "runner" and c["command"] == ["/home/runner/run.sh"]  # what ARC's controller expects
+    # The workflows use the environment where the image put it.
+    for wf in SETUP.workflows.values():
+        for job in wf["jobs"].values():
+            for st in job.get("steps", []):
+                if "PERFGATE_VENV" in st.get("env", {}):
+                    assert st["env"]["PERFGATE_VENV"] == "/opt/perfgate/venv" and "/opt/perfgate/venv" in dockerfile
+
+
+def test_the_chart_releases_read_as_helm_commands() -> None:
+    charts = yaml.safe_load((DEPLOY / "arc" / "charts.yaml").read_text())
+    for r in charts["releases"]:
+        assert r["chart"].startswith("oci://ghcr.io/actions/actions-runner-controller-charts/gha-runner-scale-set")
+        assert (DEPLOY / "arc" / r["values"]).is_file()

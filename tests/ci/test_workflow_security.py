@@ -1,0 +1,480 @@
+"""The boundary between pull requests' code and the repository's own GPU runs, write tokens and
+secrets (docs/gpu-runner.md): every rule of tests/ci/rules.py holds on the real workflow files and
+deployment, and each realistic mistake below, made to a copy of them, is caught by the rule named
+beside it. A rule no mistake trips would be a rule that cannot fail: test_no_rule_is_dead.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import subprocess
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.ci import rules
+from tests.ci.helpers import ROOT, WORKFLOWS, tool
+from tests.ci.rules import MAIN_SET, PR_SET, Setup
+
+REAL = rules.load_setup(ROOT)
+
+
+def failing(setup: Setup) -> dict[str, list[str]]:
+    return {r.id: p for r in rules.RULES if (p := r.check(setup))}
+
+
+@pytest.mark.parametrize("rule", rules.RULES, ids=lambda r: r.id)
+def test_the_real_setup_keeps_the_rule(rule: rules.Rule) -> None:
+    assert rule.check(REAL) == [], rule.summary
+
+
+def test_the_rules_see_every_workflow_and_both_scale_sets() -> None:
+    assert set(REAL.workflows) == {"benchmark-gpu.yml", "pr-comment.yml", "record-baselines.yml", "tests.yml"}
+    on_sets = {(n, j): rules.scale_set(job) for n, j, job, _ in rules.all_jobs(REAL) if not rules.hosted(job)}
+    assert on_sets == {
+        ("benchmark-gpu.yml", "benchmark"): MAIN_SET,
+        ("benchmark-gpu.yml", "benchmark-pr"): PR_SET,
+        ("record-baselines.yml", "record"): MAIN_SET,
+    }
+
+
+def test_the_sharded_example_keeps_the_rules_once_copied_in() -> None:
+    """docs/examples/benchmark-sharded.yml, copied into .github/workflows/ as its comment says."""
+    setup = copy.deepcopy(REAL)
+    setup.workflows["benchmark-sharded.yml"] = rules.load_workflow(
+        (ROOT / "docs" / "examples" / "benchmark-sharded.yml").read_text()
+    )
+    assert set(failing(setup)) == {"runner-group-admits-job"}  # not admitted yet
+    main_group = next(g for g in setup.settings["runner_groups"] if g["name"] == MAIN_SET)
+    main_group["selected_workflows"].append("OWNER/REPO/.github/workflows/benchmark-sharded.yml@refs/heads/main")
+    assert failing(setup) == {}
+
+
+# --- the mistakes --------------------------------------------------------------------------------
+
+
+def job(s: Setup, workflow: str, job_id: str) -> dict[str, Any]:
+    return s.workflows[workflow]["jobs"][job_id]
+
+
+def step(s: Setup, workflow: str, job_id: str, action: str) -> dict[str, Any]:
+    return next(st for st in job(s, workflow, job_id)["steps"] if rules.uses(st, action))
+
+
+def run_step(s: Setup, workflow: str, job_id: str) -> dict[str, Any]:
+    return next(st for st in job(s, workflow, job_id)["steps"] if "run" in st)
+
+
+def fork_workflow(runs_on: Any, on: Any = "pull_request") -> Callable[[Setup], None]:
+    """A pull request adds a workflow of its own that asks for the GPU runners."""
+
+    def add(s: Setup) -> None:
+        s.workflows["gpu-fork.yml"] = rules.load_workflow(
+            yaml.safe_dump(
+                {
+                    "name": "gpu-fork",
+                    "on": on,
+                    "permissions": {},
+                    "jobs": {
+                        "mine": {
+                            "runs-on": runs_on,
+                            "permissions": {"contents": "read"},
+                            "steps": [
+                                {
+                                    "run": "./scripts/ci-benchmark",
+                                    "env": {"PERFGATE_REQUIREMENTS": "requirements/gpu.txt"},
+                                }
+                            ],
+                        }
+                    },
+                }
+            )  # fmt: skip
+        )
+
+    return add
+
+
+def set_(path: str, value: Any) -> Callable[[Setup], None]:
+    """Set (or with value None delete) one key of a workflow, job, step or setting: WORKFLOW:JOB:KEY[.KEY]."""
+
+    def apply(s: Setup) -> None:
+        workflow, job_id, keys = path.split(":")
+        target: Any = job(s, workflow, job_id) if job_id else s.workflows[workflow]
+        *parents, last = keys.split(".")
+        for k in parents:
+            target = target[int(k)] if isinstance(target, list) else target.setdefault(k, {})
+        if value is None:
+            target.pop(last, None)
+        else:
+            target[last] = value
+
+    return apply
+
+
+def _env(workflow: str, job_id: str, **env: str) -> Callable[[Setup], None]:
+    def apply(s: Setup) -> None:
+        run_step(s, workflow, job_id).setdefault("env", {}).update(env)
+
+    return apply
+
+
+def _group(name: str) -> Callable[[dict], dict]:
+    return lambda s: next(g for g in s.settings["runner_groups"] if g["name"] == name)
+
+
+def _values(name: str) -> Callable[[Setup], dict]:
+    return lambda s: s.values[f"scale-set-{name}.yaml"]
+
+
+def _runner(s: Setup, name: str) -> dict:
+    return _values(name)(s)["template"]["spec"]["containers"][0]
+
+
+def _policy(s: Setup, ns: str) -> dict:
+    return next(d for d in s.k8s if d["kind"] == "NetworkPolicy" and d["metadata"]["namespace"] == ns)
+
+
+OLD_QUEUE = {"group": "perfgate-gpu-gpu", "cancel-in-progress": False, "queue": "max"}
+UNHASHED_LOCK = "torch==2.13.0\n    # via perfgate\n"
+
+# mistake id -> (the rule that must catch it, the change)
+MISTAKES: dict[str, tuple[str, Callable[[Setup], None]]] = {
+    # A fork's own workflow reaching for the GPUs.
+    "fork-workflow-on-pr-scale-set": ("runner-group-admits-job", fork_workflow(PR_SET)),
+    "fork-workflow-on-gpu-labels": ("gpu-jobs-on-scale-sets", fork_workflow(["linux", "gpu"])),
+    "fork-workflow-self-hosted-labels": ("no-gpu-in-pr-editable-workflow", fork_workflow(["self-hosted", "gpu"])),
+    "new-pr-target-workflow-on-pr-set": (
+        "pr-jobs-need-approval",
+        fork_workflow(PR_SET, on={"pull_request_target": {}}),
+    ),
+    "benchmark-workflow-on-pull-request": (
+        "no-gpu-in-pr-editable-workflow",
+        lambda s: s.workflows["benchmark-gpu.yml"]["on"].update(pull_request={}),
+    ),
+    # The approval.
+    "pr-job-without-approval": ("pr-jobs-need-approval", set_("benchmark-gpu.yml:benchmark-pr:needs", None)),
+    "approval-without-environment": ("pr-jobs-need-approval", set_("benchmark-gpu.yml:approve:environment", None)),
+    "approval-waits-on-a-gpu": ("pr-jobs-need-approval", set_("benchmark-gpu.yml:approve:runs-on", PR_SET)),
+    "approval-job-checks-out": (
+        "pr-jobs-need-approval",
+        lambda s: job(s, "benchmark-gpu.yml", "approve")["steps"].insert(
+            0, copy.deepcopy(step(s, "benchmark-gpu.yml", "benchmark", "actions/checkout"))
+        ),
+    ),
+    "pr-job-for-every-event": ("pr-jobs-need-approval", set_("benchmark-gpu.yml:benchmark-pr:if", None)),
+    "pr-job-checks-out-the-merge-ref": (
+        "pr-jobs-need-approval",
+        set_(
+            "benchmark-gpu.yml:benchmark-pr:steps.0.with.ref", "refs/pull/${{ github.event.pull_request.number }}/merge"
+        ),
+    ),
+    # Trusted jobs.
+    "trusted-job-without-main-condition": (
+        "trusted-jobs-main-only",
+        set_("benchmark-gpu.yml:benchmark:if", "github.event_name != 'pull_request_target'"),
+    ),
+    "trusted-job-condition-or-pr": (
+        "trusted-jobs-main-only",
+        set_(
+            "benchmark-gpu.yml:benchmark:if",
+            "github.ref == 'refs/heads/main' && github.event_name != 'pull_request_target'"
+            " || github.event_name == 'pull_request_target'",
+        ),
+    ),
+    "record-from-any-branch": ("trusted-jobs-main-only", set_("record-baselines.yml:record:if", None)),
+    "pr-job-on-trusted-set": ("trusted-jobs-main-only", set_("benchmark-gpu.yml:benchmark-pr:runs-on", MAIN_SET)),
+    "trusted-job-checks-out-pr-head": (
+        "unsafe-checkout-only-in-pr-job",
+        set_("benchmark-gpu.yml:benchmark:steps.0.with.ref", "${{ github.event.pull_request.head.sha }}"),
+    ),
+    # Pins and permissions.
+    "action-by-tag": ("actions-pinned", set_("tests.yml:test:steps.0.uses", "actions/checkout@v6")),
+    "action-by-short-sha": (
+        "actions-pinned",
+        set_("benchmark-gpu.yml:benchmark-pr:steps.0.uses", "actions/checkout@d23441a"),
+    ),
+    "workflow-token-write-all": ("top-permissions-none", set_("tests.yml::permissions", "write-all")),
+    "job-permissions-read-all": ("job-permissions-minimal", set_("tests.yml:test:permissions", "read-all")),
+    "gpu-job-may-write-pull-requests": (
+        "job-permissions-minimal",
+        set_("benchmark-gpu.yml:benchmark-pr:permissions.pull-requests", "write"),
+    ),
+    "gpu-job-may-write-contents": (
+        "write-tokens-hosted-at-own-revision",
+        set_("record-baselines.yml:record:permissions.contents", "write"),
+    ),
+    # Credentials near the runner.
+    "workflow-token-env-on-runner": (
+        "no-credentials-on-gpu",
+        _env("record-baselines.yml", "record", GH_TOKEN="${{ github.token }}"),
+    ),
+    "secret-by-index-on-runner": (
+        "no-credentials-on-gpu",
+        _env("benchmark-gpu.yml", "benchmark", PAT="${{ secrets['PERFGATE_PR_TOKEN'] }}"),
+    ),
+    "all-secrets-on-runner": (
+        "no-credentials-on-gpu",
+        _env("benchmark-gpu.yml", "benchmark-pr", ALL="${{ toJSON(secrets) }}"),
+    ),
+    "environment-on-gpu-job": (
+        "no-credentials-on-gpu",
+        set_("record-baselines.yml:record:environment", "perfgate-baselines"),
+    ),
+    "open-pr-on-the-gpu-runner": ("no-credentials-on-gpu", set_("record-baselines.yml:open-pr:runs-on", MAIN_SET)),
+    "app-key-outside-environment": (
+        "secrets-only-in-protected-environments",
+        set_("record-baselines.yml:open-pr:environment", None),
+    ),
+    "app-token-from-any-branch": (
+        "secrets-only-in-protected-environments",
+        set_("record-baselines.yml:open-pr:if", None),
+    ),
+    "pat-beside-the-app": (
+        "secrets-only-in-protected-environments",
+        _env("record-baselines.yml", "open-pr", GH_TOKEN="${{ secrets.PERFGATE_PR_TOKEN || github.token }}"),
+    ),
+    "environment-without-reviewers": (
+        "environments-protected",
+        lambda s: s.settings["environments"]["perfgate-baselines"].update(reviewers=[]),
+    ),
+    "environment-admins-bypass": (
+        "environments-protected",
+        lambda s: s.settings["environments"]["gpu-pull-request"].update(can_admins_bypass=True),
+    ),
+    "environment-any-branch": (
+        "environments-protected",
+        lambda s: s.settings["environments"]["perfgate-baselines"].update(deployment_branches=["main", "*"]),
+    ),
+    "secret-in-approval-environment": (
+        "environments-protected",
+        lambda s: s.settings["environments"]["gpu-pull-request"].update(secrets=["HF_TOKEN"]),
+    ),
+    "checkout-keeps-the-token": (
+        "checkout-persists-no-credentials",
+        set_("tests.yml:test:steps.0.with.persist-credentials", None),
+    ),
+    "title-in-a-run-line": (
+        "no-expression-in-run",
+        set_(
+            "benchmark-gpu.yml:benchmark-pr:steps.1.run",
+            "./scripts/ci-benchmark '${{ github.event.pull_request.title }}'",
+        ),
+    ),
+    # Caches and installs.
+    "cache-of-the-venv": ("no-environment-cache", set_("tests.yml:test:steps.1.with.path", ".venv\n~/.cache/pip")),
+    "setup-python-pip-cache-on-pr-job": (
+        "no-environment-cache",
+        lambda s: job(s, "benchmark-gpu.yml", "benchmark-pr")["steps"].insert(
+            1,
+            {
+                "uses": "actions/setup-python@a26af69be951a213d495a4c3e4e4022e16d87065",
+                "with": {"python-version": "3.12", "cache": "pip"},
+            },
+        ),
+    ),
+    "actions-cache-on-the-runner": (
+        "no-environment-cache",
+        lambda s: job(s, "benchmark-gpu.yml", "benchmark")["steps"].insert(
+            1, copy.deepcopy(step(s, "tests.yml", "test", "actions/cache"))
+        ),
+    ),
+    "container-by-tag": ("containers-by-digest", set_("tests.yml:test:container", "python:3.11-bookworm")),
+    "install-without-lock": ("installs-from-hashed-locks", set_("tests.yml:test:env.PERFGATE_REQUIREMENTS", None)),
+    "gpu-install-without-lock": (
+        "installs-from-hashed-locks",
+        set_("benchmark-gpu.yml:benchmark:steps.1.env.PERFGATE_REQUIREMENTS", None),
+    ),
+    "lock-entry-without-hash": (
+        "installs-from-hashed-locks",
+        lambda s: s.locks.update({"requirements/gpu.txt": UNHASHED_LOCK}),
+    ),
+    "image-pip-without-hashes": (
+        "installs-from-hashed-locks",
+        lambda s: setattr(
+            s, "dockerfile", s.dockerfile.replace("--require-hashes -r /tmp/perfgate-lock/gpu.txt", "torch==2.13.0")
+        ),
+    ),
+    # Sharing machines and artifacts.
+    "queue-max-on-gpu-jobs": ("no-shared-gpu-queue", set_("benchmark-gpu.yml:benchmark-pr:concurrency", OLD_QUEUE)),
+    "comment-merges-every-artifact": (
+        "artifacts-downloaded-by-name",
+        set_("pr-comment.yml:comment:steps.1.with", {"pattern": "perfgate-*", "merge-multiple": True}),
+    ),
+    "comment-reads-main-artifact": (
+        "artifacts-downloaded-by-name",
+        set_("pr-comment.yml:comment:steps.1.with.name", "perfgate-main"),
+    ),
+    "comment-for-pull-request-runs": (
+        "comment-workflow",
+        set_(
+            "pr-comment.yml:comment:if",
+            "github.event.workflow_run.event == 'pull_request_target'"
+            " && startsWith(github.event.workflow_run.path, '.github/workflows/benchmark-gpu.yml')"
+            " || github.event.workflow_run.event == 'pull_request'",
+        ),
+    ),
+    "comment-without-author": (
+        "comment-workflow",
+        lambda s: run_step(s, "pr-comment.yml", "comment").update(
+            run=run_step(s, "pr-comment.yml", "comment")["run"].replace('--author "github-actions[bot]" ', "")
+        ),
+    ),
+    "comment-without-concurrency": ("comment-workflow", set_("pr-comment.yml::concurrency", None)),
+    # GitHub settings.
+    "runner-group-any-workflow": (
+        "runner-groups-closed",
+        lambda s: _group(PR_SET)(s).update(restricted_to_workflows=False),
+    ),
+    "runner-group-admits-any-ref": (
+        "runner-groups-closed",
+        lambda s: _group(PR_SET)(s)["selected_workflows"].append(
+            "OWNER/REPO/.github/workflows/benchmark-gpu.yml@refs/pull/*"
+        ),
+    ),
+    "pr-group-admits-recording": (
+        "runner-groups-closed",
+        lambda s: _group(PR_SET)(s)["selected_workflows"].append(
+            "OWNER/REPO/.github/workflows/record-baselines.yml@refs/heads/main"
+        ),
+    ),
+    "runner-group-public-repositories": (
+        "runner-groups-closed",
+        lambda s: _group(MAIN_SET)(s).update(allows_public_repositories=True),
+    ),
+    "fork-approval-first-timers-only": (
+        "repository-actions-settings",
+        lambda s: s.settings["actions"]["fork_pr_contributor_approval"].update(
+            approval_policy="first_time_contributors"
+        ),
+    ),
+    "actions-may-approve-prs": (
+        "repository-actions-settings",
+        lambda s: s.settings["actions"]["workflow_permissions"].update(can_approve_pull_request_reviews=True),
+    ),
+    # The deployment.
+    "pr-set-in-main-group": ("scale-sets-apart", lambda s: _values("pr")(s).update(runnerGroup=MAIN_SET)),
+    "pr-set-in-main-namespace": (
+        "scale-sets-apart",
+        lambda s: next(r for r in s.charts["releases"] if r["name"] == PR_SET).update(namespace=MAIN_SET),
+    ),
+    "one-node-pool-for-both": (
+        "scale-sets-apart",
+        lambda s: _values("pr")(s)["template"]["spec"].update(nodeSelector={"perfgate.dev/gpu-pool": "main"}),
+    ),
+    "inline-github-token": (
+        "scale-sets-apart",
+        lambda s: _values("main")(s).update(githubConfigSecret={"github_token": "ghp_x"}),
+    ),
+    "privileged-runner": (
+        "runner-pods-restricted",
+        lambda s: _runner(s, "pr")["securityContext"].update(privileged=True, allowPrivilegeEscalation=True),
+    ),
+    "runner-with-api-token": (
+        "runner-pods-restricted",
+        lambda s: _values("pr")(s)["template"]["spec"].update(automountServiceAccountToken=True),
+    ),
+    "runner-as-root": (
+        "runner-pods-restricted",
+        lambda s: _values("main")(s)["template"]["spec"]["securityContext"].update(runAsNonRoot=False),
+    ),
+    "dind-container-mode": (
+        "runner-pods-restricted",
+        lambda s: _values("pr")(s).update(containerMode={"type": "dind"}),
+    ),
+    "runner-without-gpu-limit": (
+        "runner-pods-restricted",
+        lambda s: _runner(s, "main")["resources"]["limits"].pop("nvidia.com/gpu"),
+    ),
+    "runner-image-by-tag": (
+        "images-by-digest",
+        lambda s: _runner(s, "pr").update(image="ghcr.io/OWNER/perfgate-gpu-runner:latest"),
+    ),
+    "device-plugin-by-tag": (
+        "images-by-digest",
+        lambda s: next(d for d in s.k8s if d["kind"] == "DaemonSet")["spec"]["template"]["spec"]["containers"][
+            0
+        ].update(image="nvcr.io/nvidia/k8s-device-plugin:v0.20.0"),
+    ),
+    "image-base-by-tag": (
+        "images-by-digest",
+        lambda s: setattr(s, "dockerfile", re.sub(r"@sha256:[0-9a-f]+", "", s.dockerfile)),
+    ),
+    "chart-version-range": ("charts-pinned", lambda s: s.charts["releases"][1].update(version="0.14.*")),
+    "misspelt-values-key": (
+        "charts-pinned",
+        lambda s: _values("pr")(s).update(maxRunner=_values("pr")(s).pop("maxRunners")),
+    ),
+    "namespace-baseline-only": (
+        "namespaces-restricted",
+        lambda s: next(d for d in s.k8s if d["kind"] == "Namespace" and d["metadata"]["name"] == PR_SET)["metadata"][
+            "labels"
+        ].update({"pod-security.kubernetes.io/enforce": "baseline"}),
+    ),
+    "egress-to-metadata-endpoint": (
+        "namespaces-restricted",
+        lambda s: _policy(s, PR_SET)["spec"]["egress"][1]["to"][0]["ipBlock"].pop("except"),
+    ),
+    "no-network-policy-for-pr": ("namespaces-restricted", lambda s: s.k8s.remove(_policy(s, PR_SET))),
+}
+
+
+@pytest.mark.parametrize("mistake", MISTAKES)
+def test_a_realistic_mistake_is_caught(mistake: str) -> None:
+    expected, change = MISTAKES[mistake]
+    assert expected in {r.id for r in rules.RULES}, expected
+    mutated = copy.deepcopy(REAL)
+    change(mutated)
+    found = failing(mutated)
+    assert expected in found, f"{mistake}: not caught by {expected}; failing rules: {found}"
+
+
+def test_no_rule_is_dead() -> None:
+    """Every rule is the catcher of at least one mistake above (and each did catch it there)."""
+    assert {r.id for r in rules.RULES} <= {expected for expected, _ in MISTAKES.values()}
+
+
+def test_every_uses_line_names_its_release() -> None:
+    """A pin is reviewable: the release it stands for in a comment (Dependabot updates both)."""
+    for path in sorted(WORKFLOWS.glob("*.yml")):
+        for line in path.read_text().splitlines():
+            if re.match(r"\s*(- )?uses:", line):
+                assert re.search(r"uses: [\w-]+/[\w-]+@[0-9a-f]{40}  # v\d+\.\d+\.\d+", line), f"{path.name}: {line}"
+    dependabot = yaml.safe_load((ROOT / ".github" / "dependabot.yml").read_text())
+    ecosystems = {(u["package-ecosystem"], u["directory"]) for u in dependabot["updates"]}
+    assert {("github-actions", "/"), ("docker", "/deploy/runner-image")} <= ecosystems
+
+
+def zizmor_findings(persona: str) -> list[dict[str, Any]]:
+    zizmor = tool("zizmor")
+    if zizmor is None:
+        pytest.skip("zizmor is not installed: pip install -e '.[dev]'")
+    r = subprocess.run(
+        [zizmor, "--offline", "--no-progress", f"--persona={persona}", "--format=json", str(WORKFLOWS)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode in (0, 10, 11, 12, 13, 14), r.stderr  # 1x: findings of that severity
+    return json.loads(r.stdout or "[]")
+
+
+def test_zizmor_auditor_finds_nothing() -> None:
+    """zizmor in its most suspicious persona, offline: this machine cannot reach GitHub's API, so
+    the online audits (known-vulnerable actions, impostor commits, ref confusion) are not run."""
+    assert [f["ident"] for f in zizmor_findings("auditor")] == []
+
+
+def test_the_docs_name_every_setting_a_maintainer_clicks() -> None:
+    """docs/gpu-runner.md tells an admin what to set: every runner group, environment, secret and
+    variable of deploy/github-settings.yml, and the fork-approval option, by the name GitHub shows."""
+    docs = " ".join((ROOT / "docs" / "gpu-runner.md").read_text().split())
+    names = [g["name"] for g in REAL.settings["runner_groups"]]
+    for env_name, env in REAL.settings["environments"].items():
+        names += [env_name, *env["secrets"], *env["variables"]]
+    names += [REAL.settings["github_app"]["name"], "Require approval for all external contributors"]
+    missing = [n for n in names if n not in docs]
+    assert missing == []
