@@ -10,8 +10,8 @@ called with the size's config as keyword arguments when it is a dict, else as it
 The spec's name is the pytest id and the baseline key, so it never changes once baselines exist.
 
 perfgate registers no model itself: `load_registries` imports the registry modules and model
-files a project names (the built-in families, `perfgate.models`, only where a project names
-them), and they call `register_model`.
+files a project names (this repository's families, the top-level `models` package, only where a
+project names them), and they call `register_model`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from perfgate.steps import STEP_BUILDERS, is_training, make_batch_source, train_
 DATA_PATHS = ("static", "host", "device")
 NO_MODELS = (
     "no models are registered: name the modules that register them in pyproject.toml "
-    '[tool.perfgate] registries = ["perfgate.models"] (or --perfgate-registry MODULE), or model files in '
+    '[tool.perfgate] registries = ["models"] (or --perfgate-registry MODULE), or model files in '
     'model_files = ["my_model.py"] (or --perfgate-model-file PATH)'
 )
 
@@ -137,6 +137,11 @@ def load_registries(names: Sequence[str], model_files: Sequence[str | Path], roo
     if names and str(root) not in sys.path:
         sys.path.insert(0, str(root))  # kept: the families are imported again when a workload is built
     for name in names:
+        if str(name) == "perfgate.models" or str(name).startswith("perfgate.models."):
+            raise RegistryError(
+                f"registry {name!r}: the model families moved out of the perfgate package to the repository's "
+                f'top-level models/; write [tool.perfgate] registries = ["models"] (or --perfgate-registry models)'
+            )
         try:
             importlib.import_module(str(name))
         except RegistryError as exc:

@@ -48,7 +48,7 @@ class RealRun:
 # in-run speedup (a contended eager run gives none), and the report's speedup chart would vanish.
 REAL_RUN_PYPROJECT = """
 [tool.perfgate]
-registries = ["perfgate.models"]
+registries = ["models"]
 [tool.perfgate.gate]
 contention_max = 1000.0
 """

@@ -187,18 +187,21 @@ def test_bisect_finds_the_commit_that_made_the_case_slower(tmp_path: Path) -> No
     assert "regression" in r.stdout  # the A/B evidence of the steps
 
 
-def test_the_bisect_harness_runs_the_bisected_commits_built_in_families(tmp_path: Path) -> None:
+def test_the_bisect_harness_runs_the_bisected_commits_families(tmp_path: Path) -> None:
+    """A step runs as `git bisect run` starts it: in the checked-out commit, the harness first on the
+    path. perfgate comes from the harness, the families (top-level models/) from the commit, no link."""
     from perfgate.commands.bisect import copy_harness
 
     repo = tmp_path / "repo"
-    (repo / "perfgate" / "models").mkdir(parents=True)
-    (repo / "perfgate" / "models" / "__init__.py").write_text("WHERE = 'the checked-out commit'\n")
+    (repo / "models").mkdir(parents=True)
+    (repo / "models" / "__init__.py").write_text("WHERE = 'the checked-out commit'\n")
     harness = tmp_path / "harness"
-    copy_harness(ROOT / "perfgate", harness / "perfgate", repo)
-    assert (harness / "perfgate" / "commands" / "models.py").is_file()  # only the top folder `models` is linked
-    code = "import perfgate.models as m, perfgate.plugin as p; print(m.WHERE); print(p.__file__)"
+    copy_harness(ROOT / "perfgate", harness / "perfgate")
+    assert (harness / "perfgate" / "commands" / "models.py").is_file()
+    assert not any(p.is_symlink() for p in harness.rglob("*")) and not (harness / "perfgate" / "models").exists()
+    code = "import models as m, perfgate.plugin as p; print(m.WHERE); print(p.__file__)"
     env = {**os.environ, "PYTHONPATH": str(harness)}
-    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-c", code], cwd=repo, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     where, plugin = r.stdout.splitlines()
     assert where == "the checked-out commit" and Path(plugin).parent == harness / "perfgate"

@@ -313,7 +313,7 @@ def own_process_group():
 
 
 def test_data_parallel_step_kinds_are_built_in_and_their_workloads_registered_by_models():
-    import perfgate.models  # noqa: F401  (the registry: perfgate itself never imports it)
+    import models  # noqa: F401  (the registry: perfgate itself never imports it)
     from perfgate.steps import STEP_BUILDERS, is_training
     from perfgate.workload import MODELS
 
@@ -323,7 +323,7 @@ def test_data_parallel_step_kinds_are_built_in_and_their_workloads_registered_by
 
 
 def test_rank_batches_share_the_reference_call_then_differ_per_rank():
-    import perfgate.models  # noqa: F401
+    import models  # noqa: F401
     from perfgate.steps import rank_batches
     from perfgate.workload import build_workload, family, get_model
 
@@ -347,7 +347,7 @@ def test_rank_batches_share_the_reference_call_then_differ_per_rank():
 
 @pytest.mark.parametrize("model, unit", [("physicsnemo-ddp-train", "examples"), ("vjepa2-dp-inference", "frames")])
 def test_data_parallel_steps_run_in_one_process(model, unit, own_process_group):
-    import perfgate.models  # noqa: F401
+    import models  # noqa: F401
     from perfgate.runner import Case, RunOptions, run_case
 
     r = run_case(

@@ -165,7 +165,7 @@ def test_perfgate_gpus_binds_one_worker_to_each_fake_gpu(tmp_path: Path) -> None
     own GPU; a third worker for two GPUs is refused before a case runs."""
     (tmp_path / "conftest.py").write_text(DEVICE_PROBE)
     (tmp_path / "test_probe.py").write_text("def test_a():\n    pass\n\ndef test_b():\n    pass\n")
-    (tmp_path / "pyproject.toml").write_text('[tool.perfgate]\nregistries = ["perfgate.models"]\n')
+    (tmp_path / "pyproject.toml").write_text('[tool.perfgate]\nregistries = ["models"]\n')
     env = _env(PYTHONPATH_FIRST=str(ROOT / "tests" / "fake_cuda"), PERFGATE_FAKE_CUDA_COUNT="2")
     r = _pytest(tmp_path, "--perfgate-gpus", "auto", "--perfgate-models", "physicsnemo-block", env=env)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -187,7 +187,7 @@ def test_perfgate_gpus_binds_one_worker_to_each_fake_gpu(tmp_path: Path) -> None
 # Wide tolerances: the test is about which cases land where, not about their timings.
 E2E_PYPROJECT = """
 [tool.perfgate]
-registries = ["perfgate.models"]
+registries = ["models"]
 [tool.perfgate.gate]
 contention_max = 1000.0
 latency_tolerance = 10.0

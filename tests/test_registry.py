@@ -43,7 +43,7 @@ def test_perfgate_does_not_import_models_and_knows_every_step_kind(tmp_path: Pat
         import perfgate.cli, perfgate.dist_plugin, perfgate.distributed, perfgate.plugin, perfgate.session
         import perfgate.workload as w
         from perfgate.distributed import DATA_PARALLEL_STEPS
-        assert "perfgate.models" not in sys.modules, "perfgate imported its built-in families unasked"
+        assert "models" not in sys.modules, "perfgate imported the repository's families unasked"
         assert not w.MODELS, sorted(w.MODELS)
         assert DATA_PARALLEL_STEPS <= set(w.STEP_BUILDERS)  # complete without any registration call
         w.ModelSpec(name="x", module="x", model_class="X", default_sizes={}, step="ddp-train", data="device")
@@ -55,7 +55,7 @@ def test_perfgate_does_not_import_models_and_knows_every_step_kind(tmp_path: Pat
     p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "unknown model 'physicsnemo-block': no models are registered" in p.stdout
-    assert 'registries = ["perfgate.models"]' in p.stdout and "--perfgate-registry" in p.stdout
+    assert 'registries = ["models"]' in p.stdout and "--perfgate-registry" in p.stdout
 
 
 def test_a_registry_module_from_the_option_and_a_model_file_are_loaded(pytester: pytest.Pytester) -> None:
@@ -88,10 +88,16 @@ def test_a_registry_module_from_the_option_and_a_model_file_are_loaded(pytester:
             "module*",
         ),
         (
-            '[tool.perfgate]\nregistries = "models"\n',
+            '[tool.perfgate]\nregistries = "my_registry"\n',
             {},
             "*pyproject.toml [[]tool.perfgate[]] registries: must be a list of strings, e.g. registries = "
-            "[[]\"perfgate.models\"[]], got 'models'",
+            "[[]\"models\"[]], got 'my_registry'",
+        ),
+        (
+            '[tool.perfgate]\nregistries = ["perfgate.models"]\n',
+            {},
+            "registry 'perfgate.models': the model families moved out of the perfgate package to the "
+            'repository\'s top-level models/; write [[]tool.perfgate[]] registries = [[]"models"[]]*',
         ),
         (
             '[tool.perfgate]\nmodel_files = ["bad_model.py"]\n',
@@ -107,7 +113,15 @@ def test_a_registry_module_from_the_option_and_a_model_file_are_loaded(pytester:
         ),
         ("[tool.perfgate]\n", {}, "no models are registered: name the modules that register them in pyproject.toml*"),
     ],
-    ids=["missing-registry", "raising-registry", "not-a-list", "syntax-error", "duplicate-name", "nothing-registered"],
+    ids=[
+        "missing-registry",
+        "raising-registry",
+        "not-a-list",
+        "old-perfgate-models",
+        "syntax-error",
+        "duplicate-name",
+        "nothing-registered",
+    ],
 )
 def test_a_broken_registry_is_a_one_line_usage_error(
     pytester: pytest.Pytester, pyproject: str, files: dict[str, str], message: str

@@ -19,7 +19,7 @@ def test_this_repositorys_pr_tier_selects_only_real_cases_on_the_gpu_sizes() -> 
     by_name, defaults = tiers.parse(table)
     assert defaults == {"cuda": "pr"}
     pr = by_name["pr"]
-    import perfgate.models  # noqa: F401  (the built-in registry)
+    import models  # noqa: F401  (the built-in registry)
     from perfgate.workload import MODELS
 
     gpu_sizes = sorted({MODELS[m].default_sizes["cuda"] for m in pr.models})
@@ -69,7 +69,7 @@ def test_a_case_glob_that_matches_nothing_is_an_error() -> None:
 
 PYPROJECT = textwrap.dedent("""
     [tool.perfgate]
-    registries = ["perfgate.models"]
+    registries = ["models"]
     tier = { cpu = "quick" }
     [tool.perfgate.tiers.quick]
     models = ["physicsnemo-block", "physicsnemo-train"]

@@ -280,7 +280,7 @@ def load_table(pyproject: str | Path) -> dict[str, Any]:
     unknown = set(table) - set(TABLE_KEYS)
     if unknown:
         raise PolicyError(f"{path} [tool.perfgate]: unknown key {sorted(unknown)[0]!r}; known: {', '.join(TABLE_KEYS)}")
-    for key, example in (("registries", "perfgate.models"), ("model_files", "my_model.py")):
+    for key, example in (("registries", "models"), ("model_files", "my_model.py")):
         value = table.get(key, [])
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise PolicyError(

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from perfgate.models.owl_audio_decoder import (
+from models.owl_audio_decoder import (
     CONFIGS,
     OUTPUT_KIND,
     OwlAudioDecoder,

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from perfgate.models.owl_image_decoder import (
+from models.owl_image_decoder import (
     CONFIGS,
     OUTPUT_KIND,
     OwlImageDecoder,

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from perfgate.models.owl_world_model import (
+from models.owl_world_model import (
     CONFIGS,
     OUTPUT_KIND,
     OwlWorldModel,

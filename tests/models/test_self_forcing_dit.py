@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from perfgate.models.self_forcing_dit import (
+from models.self_forcing_dit import (
     CONFIGS,
     DEFAULT_BLOCK_INDEX,
     OUTPUT_KIND,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from perfgate.models.vjepa2_encoder import (
+from models.vjepa2_encoder import (
     CONFIGS,
     OUTPUT_KIND,
     VJEPA2Encoder,

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from perfgate.models.wan_vae_decoder import (
+from models.wan_vae_decoder import (
     CONFIGS,
     OUTPUT_KIND,
     WanVAEDecoder,

@@ -1,7 +1,8 @@
-"""perfgate's built-in model families, registered under the names users type.
+"""This repository's benchmarked model families, registered under the names users type.
 
-An optional registry: perfgate never imports it; a project registers these families by naming it,
-`[tool.perfgate] registries = ["perfgate.models"]` (this repository does). Each name is the pytest
+A registry at the repository's top level, not part of the installed perfgate (the wheel ships no
+models): perfgate never imports it; this repository registers the families by naming it,
+`[tool.perfgate] registries = ["models"]` (the repository root is on `sys.path`). Each name is the pytest
 id and the baseline key: never rename one that has baselines. Model code lives one family per
 file beside this one; this registry is the only glue.
 """
@@ -12,7 +13,7 @@ from perfgate.workload import ModelSpec, register_model
 register_model(
     ModelSpec(
         name="owl-world-model",
-        module="perfgate.models.owl_world_model",
+        module="models.owl_world_model",
         model_class="OwlWorldModel",
         default_sizes={"cpu": "tiny", "cuda": "1b"},
         sweep={"cache_frames": (0, None)},  # empty cache and the full window: cost grows with the fill
@@ -22,7 +23,7 @@ register_model(
 register_model(
     ModelSpec(
         name="owl-image-decoder",
-        module="perfgate.models.owl_image_decoder",
+        module="models.owl_image_decoder",
         model_class="OwlImageDecoder",
         default_sizes={"cpu": "tiny", "cuda": "full"},
         description="Owl image VAE decoder: latent [1,128,4,4] -> image [1,3,360,640]",
@@ -31,7 +32,7 @@ register_model(
 register_model(
     ModelSpec(
         name="owl-audio-decoder",
-        module="perfgate.models.owl_audio_decoder",
+        module="models.owl_audio_decoder",
         model_class="OwlAudioDecoder",
         default_sizes={"cpu": "tiny", "cuda": "full"},
         description="Owl audio VAE decoder (Oobleck-style): latent [1,64,120] -> 2 s of stereo 44.1 kHz",
@@ -40,7 +41,7 @@ register_model(
 register_model(
     ModelSpec(
         name="vjepa2-encoder",
-        module="perfgate.models.vjepa2_encoder",
+        module="models.vjepa2_encoder",
         model_class="VJEPA2Encoder",
         default_sizes={"cpu": "tiny", "cuda": "large"},
         description="V-JEPA 2 ViT video encoder with 3D RoPE: clip [B,3,T,H,W] -> tokens",
@@ -49,7 +50,7 @@ register_model(
 register_model(
     ModelSpec(
         name="self-forcing-dit",
-        module="perfgate.models.self_forcing_dit",
+        module="models.self_forcing_dit",
         model_class="SelfForcingDiT",
         default_sizes={"cpu": "tiny", "cuda": "1.3b"},
         sweep={"block_index": (0, None)},  # first block and the default, later block: cache fill grows
@@ -59,7 +60,7 @@ register_model(
 register_model(
     ModelSpec(
         name="wan-vae-decoder",
-        module="perfgate.models.wan_vae_decoder",
+        module="models.wan_vae_decoder",
         model_class="WanVAEDecoder",
         default_sizes={"cpu": "tiny", "cuda": "full"},
         description="Wan causal 3D-conv VAE decoder: one latent frame with its feature cache",
@@ -68,7 +69,7 @@ register_model(
 register_model(
     ModelSpec(
         name="physicsnemo-block",
-        module="perfgate.models.physicsnemo_block",
+        module="models.physicsnemo_block",
         model_class="PhysicsNeMoBlock",
         default_sizes={"cpu": "tiny", "cuda": "full"},
         description="PhysicsNeMo tutorial attention block, inference",
@@ -77,7 +78,7 @@ register_model(
 register_model(
     ModelSpec(
         name="physicsnemo-train",
-        module="perfgate.models.physicsnemo_block",
+        module="models.physicsnemo_block",
         model_class="PhysicsNeMoBlock",
         default_sizes={"cpu": "tiny", "cuda": "full"},
         step="train",
@@ -88,7 +89,7 @@ register_model(
 register_model(
     ModelSpec(
         name="physicsnemo-train-host-data",
-        module="perfgate.models.physicsnemo_block",
+        module="models.physicsnemo_block",
         model_class="PhysicsNeMoBlock",
         default_sizes={"cpu": "tiny", "cuda": "full"},
         step="train",
@@ -102,7 +103,7 @@ register_model(
 register_model(
     ModelSpec(
         name="physicsnemo-ddp-train",
-        module="perfgate.models.physicsnemo_block",
+        module="models.physicsnemo_block",
         model_class="PhysicsNeMoBlock",
         default_sizes={"cpu": "tiny", "cuda": "full"},
         step="ddp-train",
@@ -114,7 +115,7 @@ register_model(
 register_model(
     ModelSpec(
         name="vjepa2-dp-inference",
-        module="perfgate.models.vjepa2_encoder",
+        module="models.vjepa2_encoder",
         model_class="VJEPA2Encoder",
         default_sizes={"cpu": "tiny", "cuda": "large"},
         step="dp-inference",
