@@ -7,7 +7,7 @@ id and the baseline key: never rename one that has baselines. Model code lives o
 file beside this one; this registry is the only glue.
 """
 
-from perfgate.workload import ModelSpec, register_model
+from perfgate.cases.workload import ModelSpec, register_model
 
 # Default sizes: the CPU gets the tiny CI size, a GPU the full size of the upstream model.
 register_model(
@@ -98,7 +98,7 @@ register_model(
     )
 )
 
-# Data-parallel workloads for torchrun runs (step kinds of perfgate.steps): each rank processes
+# Data-parallel workloads for torchrun runs (step kinds of perfgate.cases.steps): each rank processes
 # its own data, throughput is summed over ranks; outside torchrun they run only when named.
 register_model(
     ModelSpec(

@@ -70,7 +70,7 @@ class CaseRecord:
     median_ms: float | None = _f(None, required=True, history=("median latency", "lower"))
     p90_ms: float | None = _f(None, required=True, history=("p90 latency", "lower"))
     p99_ms: float | None = _f(None, required=True, history=("p99 latency", "lower"))
-    tail_note: str | None = _f()  # why p90 / p99 are None: too few samples (perfgate.stats.TAIL_MIN_SAMPLES)
+    tail_note: str | None = _f()  # why p90 / p99 are None: too few samples (perfgate.measure.stats.TAIL_MIN_SAMPLES)
     iqr_ms: float | None = _f(None, always=True)
     noise_iqr_rel: float | None = _f(None, always=True)
     median_ci_lo_ms: float | None = _f(None, always=True)
@@ -99,7 +99,7 @@ class CaseRecord:
     cudagraph_skips: int | None = _f()
     graph_breaks: int | None = _f(None, history=("graph breaks", "lower"))
     compile_cache: dict[str, int] | None = _f()
-    # Energy from the hardware's cumulative counter (perfgate.energy), or why there is none.
+    # Energy from the hardware's cumulative counter (perfgate.measure.energy), or why there is none.
     energy_j_per_step: float | None = _f(None, history=("energy per step", "lower"), unit="J")
     energy_j_per_frame: float | None = _f(None, history=("energy per frame", "lower"), unit="J")
     frames_per_j: float | None = _f(None, history=("frames per joule", "higher"), unit="frames/J")

@@ -73,7 +73,7 @@ def real_run(tmp_path_factory: pytest.TempPathFactory) -> RealRun:
         "-m",
         "pytest",
         "-p",
-        "perfgate.plugin",
+        "perfgate.plugin.hooks",
         "-p",
         "no:cacheprovider",
         "benchmarks",

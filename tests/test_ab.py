@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from perfgate import ab_run, gate
-from perfgate.gate import ab, inject
+from perfgate import gate
+from perfgate.ab import run as ab_run
+from perfgate.ab import verdicts as ab
 from perfgate.gate.policy import GateSettings, Policy
+from perfgate.quality import inject
 
 ROOT = Path(__file__).resolve().parents[1]
 S = GateSettings()
@@ -55,7 +57,7 @@ def _worker(cases: list[str], tmp: Path, env: dict[str, str] | None = None) -> l
         [
             sys.executable,
             "-m",
-            "perfgate.interleave",
+            "perfgate.ab.interleave",
             "--base",
             str(ROOT),
             "--head",
@@ -144,7 +146,7 @@ def _project(tmp: Path) -> Path:
     repo = tmp / "proj"
     (repo / "benchmarks").mkdir(parents=True)
     (repo / "benchmarks" / "test_models.py").write_text((ROOT / "benchmarks" / "test_models.py").read_text())
-    (repo / "conftest.py").write_text('pytest_plugins = ("perfgate.plugin",)\n')
+    (repo / "conftest.py").write_text('pytest_plugins = ("perfgate.plugin.hooks",)\n')
     (repo / "pyproject.toml").write_text('[tool.perfgate]\nmodel_files = ["sleepy.py"]\n')
     (repo / "sleepy.py").write_text(SLEEPY.format(sleep=0.002))
     (repo / "README.md").write_text("a project\n")
@@ -161,7 +163,7 @@ def test_the_mode_follows_what_changed(tmp_path: Path) -> None:
     assert ab_run.choose_mode(repo, base, None, {"sleepy.py"})[0] == "interleaved"
     (repo / "sleepy.py").write_text(SLEEPY.format(sleep=0.003))
     assert ab_run.choose_mode(repo, base, None, {"sleepy.py"}) == ("interleaved", "only model files changed")
-    (repo / "conftest.py").write_text('pytest_plugins = ("perfgate.plugin",)\n# changed\n')
+    (repo / "conftest.py").write_text('pytest_plugins = ("perfgate.plugin.hooks",)\n# changed\n')
     mode, why = ab_run.choose_mode(repo, base, None, {"sleepy.py"})
     assert mode == "processes" and "conftest.py" in why
 
@@ -199,12 +201,12 @@ def test_the_bisect_harness_runs_the_bisected_commits_families(tmp_path: Path) -
     copy_harness(ROOT / "perfgate", harness / "perfgate")
     assert (harness / "perfgate" / "commands" / "models.py").is_file()
     assert not any(p.is_symlink() for p in harness.rglob("*")) and not (harness / "perfgate" / "models").exists()
-    code = "import models as m, perfgate.plugin as p; print(m.WHERE); print(p.__file__)"
+    code = "import models as m, perfgate.plugin.hooks as p; print(m.WHERE); print(p.__file__)"
     env = {**os.environ, "PYTHONPATH": str(harness)}
     r = subprocess.run([sys.executable, "-c", code], cwd=repo, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     where, plugin = r.stdout.splitlines()
-    assert where == "the checked-out commit" and Path(plugin).parent == harness / "perfgate"
+    assert where == "the checked-out commit" and Path(plugin).parent == harness / "perfgate" / "plugin"
 
 
 def test_injected_slowdowns_are_what_they_say(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -241,7 +243,8 @@ register_model(ModelSpec(name="factory-ab", module=__name__, factory={name}, def
 
 
 def test_the_interleaved_base_builds_with_its_own_copy_of_a_factory(tmp_path: Path, monkeypatch) -> None:
-    from perfgate import interleave, workload
+    from perfgate.ab import interleave
+    from perfgate.cases import workload
 
     monkeypatch.setattr(workload, "MODELS", {})
     head, base, new = tmp_path / "head", tmp_path / "base", tmp_path / "new"

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from perfgate.changepoints import AcceptedChangeError, parse_accepted, segment_starts
 from perfgate.cli import EXIT_BAD_INPUT, main
-from perfgate.history import Run, load_run
+from perfgate.history.changepoints import AcceptedChangeError, parse_accepted, segment_starts
+from perfgate.history.runs import Run, load_run
 
 
 def _noisy(n: int, cv: float, seed: int) -> np.ndarray:
@@ -75,7 +75,7 @@ def test_accepted_changes_are_checked_with_one_line_naming_the_entry():
 # --- real history files --------------------------------------------------------------------------
 # tests/data/history-step: eight real runs of `pytest benchmarks` (physicsnemo-block, baseline, CPU),
 # each recorded at its own commit, the last four with a model-local 20% slowdown injected
-# (`-p perfgate.gate.inject`, PERFGATE_INJECT=local:20); its README says how they were made.
+# (`-p perfgate.quality.inject`, PERFGATE_INJECT=local:20); its README says how they were made.
 
 DATA = Path(__file__).parent / "data" / "history-step"
 FP_ID = next(p.name for p in DATA.iterdir() if p.is_dir())

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch.cuda._utils import _get_device_index
 
-from perfgate.device import bind, default_device, device_error, resolve
+from perfgate.measure.device import bind, default_device, device_error, resolve
 
 
 class FakeCuda:
@@ -75,7 +75,7 @@ def test_run_case_binds_the_default_device_before_any_cuda_work(
 ) -> None:
     """run_case on the bare default device gets past set_device (the H100 failure) and fails only
     at the first real CUDA call, which this CPU build cannot make."""
-    from perfgate import runner
+    from perfgate.cases import runner
 
     reached: list[torch.device] = []
 

@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 import torch
 
-from perfgate import distributed as pd
-from perfgate import topology as topo_mod
 from perfgate.cli import EXIT_BAD_INPUT, main
+from perfgate.dist import ranks as pd
 from perfgate.gate import store
 from perfgate.gate.policy import GateSettings, Override, Policy
-from perfgate.measure import WarmupRule, measure
-from perfgate.stats import StopRule
+from perfgate.measure import topology as topo_mod
+from perfgate.measure.core import WarmupRule, measure
+from perfgate.measure.stats import StopRule
 from tests.helpers import bench, run_json
 
 pytest_plugins = ("pytester",)
@@ -314,8 +314,8 @@ def own_process_group():
 
 def test_data_parallel_step_kinds_are_built_in_and_their_workloads_registered_by_models():
     import models  # noqa: F401  (the registry: perfgate itself never imports it)
-    from perfgate.steps import STEP_BUILDERS, is_training
-    from perfgate.workload import MODELS
+    from perfgate.cases.steps import STEP_BUILDERS, is_training
+    from perfgate.cases.workload import MODELS
 
     assert pd.DATA_PARALLEL_STEPS <= set(STEP_BUILDERS) and is_training("ddp-train") and not is_training("dp-inference")
     assert (MODELS["physicsnemo-ddp-train"].step, MODELS["physicsnemo-ddp-train"].data) == ("ddp-train", "device")
@@ -324,8 +324,8 @@ def test_data_parallel_step_kinds_are_built_in_and_their_workloads_registered_by
 
 def test_rank_batches_share_the_reference_call_then_differ_per_rank():
     import models  # noqa: F401
-    from perfgate.steps import rank_batches
-    from perfgate.workload import build_workload, family, get_model
+    from perfgate.cases.steps import rank_batches
+    from perfgate.cases.workload import build_workload, family, get_model
 
     wl = build_workload(get_model("vjepa2-dp-inference"), "tiny", "cpu", seed=5)
     r0, r1 = (rank_batches(wl, wl.inputs, r, 2) for r in (0, 1))
@@ -348,7 +348,7 @@ def test_rank_batches_share_the_reference_call_then_differ_per_rank():
 @pytest.mark.parametrize("model, unit", [("physicsnemo-ddp-train", "examples"), ("vjepa2-dp-inference", "frames")])
 def test_data_parallel_steps_run_in_one_process(model, unit, own_process_group):
     import models  # noqa: F401
-    from perfgate.runner import Case, RunOptions, run_case
+    from perfgate.cases.runner import Case, RunOptions, run_case
 
     r = run_case(
         Case(model=model, size="tiny", variant="baseline", device="cpu"),
@@ -365,7 +365,7 @@ def test_data_parallel_steps_run_in_one_process(model, unit, own_process_group):
 
 
 def get_step(model: str) -> str:
-    from perfgate.workload import MODELS
+    from perfgate.cases.workload import MODELS
 
     return MODELS[model].step
 
@@ -377,7 +377,7 @@ def test_plugin_is_a_no_op_without_torchrun(pytester, tmp_path):
     pytester.makepyfile(test_x="def test_x():\n    assert True\n")
     dist_dir = tmp_path / "dist"
     r = pytester.runpytest_inprocess(
-        "-p", "perfgate.dist_plugin", "--perfgate-dist-dir", str(dist_dir), "-p", "no:cacheprovider"
+        "-p", "perfgate.plugin.torchrun", "--perfgate-dist-dir", str(dist_dir), "-p", "no:cacheprovider"
     )
     r.assert_outcomes(passed=1)
     assert not dist_dir.exists() and "perfgate: ranks" not in r.stdout.str()
@@ -404,7 +404,7 @@ def test_two_rank_torchrun_run_aggregates_into_a_gateable_result(tmp_path, capsy
         "pytest",
         "benchmarks",
         "-p",
-        "perfgate.dist_plugin",
+        "perfgate.plugin.torchrun",
         "-p",
         "no:cacheprovider",
         "--perfgate-models",

@@ -10,10 +10,10 @@ import pynvml
 import pytest
 import torch
 
-from perfgate import energy
-from perfgate.energy import EnergyUnavailable, case_energy, energy_fields, measure_window, open_rapl_counter
 from perfgate.gate.metrics import judge_energy
 from perfgate.gate.policy import GateSettings
+from perfgate.measure import energy
+from perfgate.measure.energy import EnergyUnavailable, case_energy, energy_fields, measure_window, open_rapl_counter
 from perfgate.record import CaseRecord
 from tests.fake_nvml_sim import FakeNvml, SimClock
 
@@ -164,8 +164,8 @@ def test_the_report_notes_energy_with_its_bound_a_skip_with_its_reason_and_dropp
 
 def test_the_real_nvidia_ml_py_wrappers_over_a_fake_driver_give_the_counter_or_the_reason(monkeypatch):
     # nvidia-ml-py's own wrappers (ctypes out-parameters, return codes to NVMLError subclasses) over
-    # tests/fake_nvml.py's stand-in for libnvidia-ml: what perfgate.energy and perfgate.throttle call.
-    from perfgate.throttle import open_probe
+    # tests/fake_nvml.py's stand-in for libnvidia-ml: what perfgate.measure.energy and perfgate.measure.throttle call.
+    from perfgate.measure.throttle import open_probe
     from tests.fake_nvml import FakeGpu, install
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # handles by index, as without torch's UUIDs

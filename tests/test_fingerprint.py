@@ -1,6 +1,6 @@
 import torch
 
-from perfgate.fingerprint import KEY_FIELDS, _cpuinfo, cpu_fields, differences, fingerprint, fingerprint_id
+from perfgate.measure.fingerprint import KEY_FIELDS, _cpuinfo, cpu_fields, differences, fingerprint, fingerprint_id
 
 
 def test_cpu_fields_come_from_py_cpuinfo_with_generation_and_caches():

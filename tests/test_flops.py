@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from perfgate import flops
-from perfgate.workload import build_workload, get_model
+from perfgate.cases import flops
+from perfgate.cases.workload import build_workload, get_model
 
 
 def _tiny_block_forward_flops() -> int:

@@ -14,8 +14,9 @@ import pytest
 import torch
 from markdown_it import MarkdownIt
 
-from perfgate import cli, health
-from perfgate.telemetry import open_nvml
+from perfgate import cli
+from perfgate.measure import health
+from perfgate.measure.telemetry import open_nvml
 from tests.fake_nvml import GIB, FakeGpu, install
 from tests.test_workflows import SCRIPTS, SMALLEST, run, script_env
 

@@ -1,4 +1,4 @@
-"""perfgate.history and `perfgate history`: ordering, filters, metrics, unreadable files, the text view.
+"""perfgate.history.runs and `perfgate history`: ordering, filters, metrics, unreadable files, the text view.
 
 The builders below write result files shaped like the plugin's `--benchmark-json` output (taken
 from a real physicsnemo-block run, trimmed), so no model runtime is needed.
@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from perfgate import history as h
 from perfgate.cli import EXIT_BAD_INPUT, main
+from perfgate.history import runs as h
 from perfgate.output import terminal, text
 
 FP_ID = "cpu-test-cpu-t2-0123456789"
@@ -256,7 +256,7 @@ def test_parse_day_rejects_nonsense():
     ],
 )
 def test_metrics_read_from_extra_info(tmp_path, metric, expected):
-    # telemetry in the sampler's own summary schema (perfgate.telemetry.TelemetrySampler.summary())
+    # telemetry in the sampler's own summary schema (perfgate.measure.telemetry.TelemetrySampler.summary())
     b = bench(
         median_ms=20.0,
         peak_mem_mib=256.0,

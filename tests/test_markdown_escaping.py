@@ -123,7 +123,7 @@ def test_a_hostile_model_name_stays_text_in_the_job_summary_and_the_report(tmp_p
     }
     env["GITHUB_STEP_SUMMARY"] = str(tmp_path / "step-summary.md")
     env["PYTHONPATH"] = str(ROOT)  # this checkout's perfgate, whichever one the environment installed
-    cmd = [sys.executable, "-m", "pytest", "-p", "perfgate.plugin", "-p", "no:cacheprovider", "benchmarks", "-q"]
+    cmd = [sys.executable, "-m", "pytest", "-p", "perfgate.plugin.hooks", "-p", "no:cacheprovider", "benchmarks", "-q"]
     cmd += ["--perfgate-device", "cpu", "--perfgate-variants", "baseline", "--perfgate-smoke"]
     cmd += ["--benchmark-json", "run.json", "--perfgate-verdicts", "verdicts.json"]
     r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)

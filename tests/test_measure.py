@@ -3,7 +3,7 @@ import time
 import pytest
 import torch
 
-from perfgate.measure import CpuTimer, StopRule, WarmupRule, contention, make_timer, measure, warmup_settled
+from perfgate.measure.core import CpuTimer, StopRule, WarmupRule, contention, make_timer, measure, warmup_settled
 
 
 def test_first_call_is_timed_apart_from_steady_state():
@@ -86,7 +86,7 @@ def test_reference_normalises_cpu_only():
 
 
 def test_reference_step_is_built_once_and_runs():
-    from perfgate.measure import REFERENCE_SHAPE, reference_step
+    from perfgate.measure.core import REFERENCE_SHAPE, reference_step
 
     ref = reference_step()
     assert ref is reference_step()

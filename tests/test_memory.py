@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from perfgate.memory import MemoryTracker, _read_status_kib, reset_hwm
+from perfgate.measure.memory import MemoryTracker, _read_status_kib, reset_hwm
 
 
 def _touch(mib: int) -> torch.Tensor:

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from perfgate import results
+from perfgate import files, results
 from perfgate.gate import store
-from perfgate.history import load_run
-from perfgate.output import charts, files
+from perfgate.history.runs import load_run
+from perfgate.output import charts
 from perfgate.output.text import fmt_num, text_table
 from tests.helpers import bench, run_json
 
@@ -195,7 +195,7 @@ def test_history_ticks_keep_the_newest_commit():
 
 def test_matplotlib_and_jinja_load_only_when_a_report_is_drawn():
     code = (
-        "import sys, perfgate.plugin, perfgate.cli, perfgate.commands.history, perfgate.commands.compare, "
+        "import sys, perfgate.plugin.hooks, perfgate.cli, perfgate.commands.history, perfgate.commands.compare, "
         "perfgate.profile.run\n"
         "assert not {'matplotlib', 'jinja2'} & set(sys.modules), sorted({'matplotlib', 'jinja2'} & set(sys.modules))\n"
         "from perfgate.output import charts\n"
@@ -257,9 +257,9 @@ def test_lean_loading_drops_only_sample_arrays(tmp_path):
 
 
 def test_the_optimisation_table_says_when_a_p90_has_too_few_samples():
+    from perfgate.measure.stats import tail_note
     from perfgate.output.terminal import OPT_HEADERS, optimisation_rows
     from perfgate.record import CaseRecord
-    from perfgate.stats import tail_note
 
     col = OPT_HEADERS.index("p90 ms")
     few, enough = ([1.0 + i / 100 for i in range(n)] for n in (17, 64))
@@ -274,9 +274,9 @@ def test_the_optimisation_table_says_when_a_p90_has_too_few_samples():
 def test_the_end_of_run_table_shows_energy_and_explains_dashes_and_dropped_rounds():
     from types import SimpleNamespace
 
+    from perfgate.measure.stats import tail_note
     from perfgate.output.terminal import energy_cell, session_lines
     from perfgate.record import CaseRecord
-    from perfgate.stats import tail_note
 
     base = bench("a", [1.0] * 17)["extra_info"]
     gpu = {**base, "frames_per_j": 41.7, "energy_j_per_step": 0.024, "throttle": {"dropped": 3, "kept": 17}}

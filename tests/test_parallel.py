@@ -1,5 +1,5 @@
 """Several processes, one run: xdist workers bound one per GPU, `--perfgate-shard I/N` splits and
-`perfgate aggregate` merging them (perfgate.parallel, perfgate.shard, perfgate.parallel_plugin)."""
+`perfgate aggregate` merging them (perfgate.dist.workers, perfgate.dist.shard, perfgate.plugin.xdist)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from perfgate import parallel, shard
+from perfgate.cases.selection import expand_cases
 from perfgate.cli import EXIT_BAD_INPUT, main
+from perfgate.dist import shard
+from perfgate.dist import workers as parallel
 from perfgate.gate import store
-from perfgate.results import load_verdicts
-from perfgate.session import expand_cases
+from perfgate.gate.verdict_file import load_verdicts
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -141,7 +142,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def _pytest(folder: Path, *args: str, env: dict[str, str] | None = None, timeout: int = 400):
-    cmd = [sys.executable, "-m", "pytest", "-p", "perfgate.plugin", "-p", "perfgate.parallel_plugin"]
+    cmd = [sys.executable, "-m", "pytest", "-p", "perfgate.plugin.hooks", "-p", "perfgate.plugin.xdist"]
     cmd += ["-p", "no:cacheprovider", *args]
     return subprocess.run(cmd, cwd=folder, env=env or _env(), capture_output=True, text=True, timeout=timeout)
 
@@ -151,7 +152,7 @@ import json, os
 from pathlib import Path
 
 def pytest_sessionfinish(session):
-    from perfgate.plugin import _KEY
+    from perfgate.plugin.hooks import _KEY
     wid = os.environ.get("PYTEST_XDIST_WORKER")
     if wid:
         Path(f"device-{wid}.json").write_text(json.dumps(str(session.config.stash[_KEY].device)))
@@ -161,7 +162,7 @@ def pytest_sessionfinish(session):
 @pytest.mark.slow
 def test_perfgate_gpus_binds_one_worker_to_each_fake_gpu(tmp_path: Path) -> None:
     """Under tests/fake_cuda with two fake GPUs, `--perfgate-gpus auto` starts two workers and each
-    builds its perfgate session (whose device every case is bound to, perfgate.device.bind) on its
+    builds its perfgate session (whose device every case is bound to, perfgate.measure.device.bind) on its
     own GPU; a third worker for two GPUs is refused before a case runs."""
     (tmp_path / "conftest.py").write_text(DEVICE_PROBE)
     (tmp_path / "test_probe.py").write_text("def test_a():\n    pass\n\ndef test_b():\n    pass\n")

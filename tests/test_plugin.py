@@ -64,7 +64,7 @@ memory_slack_mib = 1.0
 # workload does; normalising would judge the test machine's load, not the step.
 ARGS = [
     "-p",
-    "perfgate.plugin",
+    "perfgate.plugin.hooks",
     "--perfgate-device",
     "cpu",
     "--perfgate-no-reference",
@@ -193,10 +193,10 @@ def test_bad_baseline_is_one_line_and_a_usage_error(suite, content, problem):
 
 
 def test_bad_options_are_one_line_usage_errors(suite):
-    r = suite.runpytest_subprocess("-p", "perfgate.plugin", "--perfgate-models", "nosuch")
+    r = suite.runpytest_subprocess("-p", "perfgate.plugin.hooks", "--perfgate-models", "nosuch")
     assert r.ret == pytest.ExitCode.USAGE_ERROR
     r.stderr.fnmatch_lines(["*--perfgate-models 'nosuch' matches no model*"])
-    r = suite.runpytest_subprocess("-p", "perfgate.plugin", "--perfgate-precision", "2")
+    r = suite.runpytest_subprocess("-p", "perfgate.plugin.hooks", "--perfgate-precision", "2")
     assert r.ret == pytest.ExitCode.USAGE_ERROR
     r.stderr.fnmatch_lines(["*precision must be in (0, 1)*"])
 
@@ -204,7 +204,7 @@ def test_bad_options_are_one_line_usage_errors(suite):
 def test_unavailable_variant_is_skipped_with_its_reason(suite):
     r = suite.runpytest_subprocess(
         "-p",
-        "perfgate.plugin",
+        "perfgate.plugin.hooks",
         "--perfgate-device",
         "cpu",
         "--perfgate-models",
@@ -263,7 +263,7 @@ def flaky(suite):
 
 FLAKY = [
     "-p",
-    "perfgate.plugin",
+    "perfgate.plugin.hooks",
     "--perfgate-device",
     "cpu",
     "--perfgate-model-file",
@@ -319,10 +319,11 @@ def test_a_run_that_judged_no_latency_says_so_and_fails_in_ci(flaky, monkeypatch
     assert flaky.runpytest_subprocess(*FLAKY, "--perfgate-fail-unjudged", "no").ret == 0
 
 
-# A plugin (here a conftest) adapting the run through the hooks perfgate.plugin declares (perfgate.hookspecs).
+# A plugin (here a conftest) adapting the run through the hooks perfgate.plugin.hooks declares
+# (perfgate.plugin.hookspecs).
 SESSION_HOOK = """
 from dataclasses import replace
-from perfgate.measure import StopRule
+from perfgate.measure.core import StopRule
 
 def pytest_perfgate_configure_session(config, session):
     assert [c.id for c in session.cases] == ["sleepy-tiny-baseline"] and session.tier.name == "all"
@@ -354,7 +355,7 @@ def test_a_plugin_chooses_the_device_through_the_declared_hook(suite):
 
 
 def test_histogram_prefix_with_a_folder_is_kept_and_missing_pygal_is_a_usage_error(tmp_path, monkeypatch):
-    from perfgate import plugin
+    from perfgate.plugin import hooks as plugin
 
     assert plugin.histogram_prefixes(["out/h", "bench"], tmp_path) == [
         "out/h",

@@ -16,15 +16,16 @@ import pytest
 import torch
 from torch import nn
 
-from perfgate import cli, runner
+from perfgate import cli
+from perfgate.cases import runner
+from perfgate.cases.runner import Case
+from perfgate.cases.workload import build_workload, get_model, make_step
 from perfgate.commands import profile as profile_cmd
 from perfgate.gate import Verdict
 from perfgate.profile import api, evidence, run
 from perfgate.profile.config import ProfileConfig, ProfileError, ProfileUnavailable, points
 from perfgate.profile.layers import BREAKDOWN_MARGIN, layer_breakdown, layer_plan
 from perfgate.profile.trace import nvtx_section, trace_steps
-from perfgate.runner import Case
-from perfgate.workload import build_workload, get_model, make_step
 
 
 @pytest.fixture
@@ -443,9 +444,9 @@ def test_suite_integration_telemetry_flops_and_evidence(tmp_path: Path, monkeypa
     """The benchmark suite's side (runner / session): each case's extra_info gets telemetry and
     FLOPs, and a failing case's verdict names its trace."""
     from perfgate import gate
-    from perfgate.runner import RunOptions
-    from perfgate.session import Session
-    from perfgate.stats import StopRule
+    from perfgate.cases.runner import RunOptions
+    from perfgate.measure.stats import StopRule
+    from perfgate.plugin.session import Session
 
     opts = RunOptions(
         stop=StopRule(min_rounds=3, max_rounds=3, budget_s=1.0), warm_compile=False, telemetry_interval_s=0.02

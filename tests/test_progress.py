@@ -99,7 +99,7 @@ def test_no_live_line_when_pytests_line_ends_at_the_terminals_edge():
 
 
 def test_the_measurement_core_reports_phases_only_outside_the_timed_rounds():
-    from perfgate.measure import StopRule, WarmupRule, measure
+    from perfgate.measure.core import StopRule, WarmupRule, measure
 
     heard: list[str] = []
     m = measure(

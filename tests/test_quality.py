@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from perfgate import gate
+from perfgate.ab import quality as quality_ab
 from perfgate.cli import EXIT_BAD_INPUT, main
-from perfgate.gate import quality as q
-from perfgate.gate import quality_ab
-from perfgate.gate import quality_rates as qr
 from perfgate.gate.policy import GateSettings
+from perfgate.quality import experiment as q
+from perfgate.quality import rates as qr
 
 
 class FakeMeasurer:

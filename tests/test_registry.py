@@ -33,16 +33,17 @@ def _run(pytester: pytest.Pytester, pyproject: str, files: dict[str, str], *args
     for name, text in files.items():
         pytester.path.joinpath(name).write_text(text)
     return pytester.runpytest_subprocess(
-        "-p", "perfgate.plugin", "--perfgate-device", "cpu", "--collect-only", "-q", *args
+        "-p", "perfgate.plugin.hooks", "--perfgate-device", "cpu", "--collect-only", "-q", *args
     )
 
 
 def test_perfgate_does_not_import_models_and_knows_every_step_kind(tmp_path: Path) -> None:
     code = textwrap.dedent("""
         import sys
-        import perfgate.cli, perfgate.dist_plugin, perfgate.distributed, perfgate.plugin, perfgate.session
-        import perfgate.workload as w
-        from perfgate.distributed import DATA_PARALLEL_STEPS
+        import perfgate.cli, perfgate.plugin.torchrun, perfgate.dist.ranks, perfgate.plugin.hooks
+        import perfgate.plugin.session
+        import perfgate.cases.workload as w
+        from perfgate.dist.ranks import DATA_PARALLEL_STEPS
         assert "models" not in sys.modules, "perfgate imported the repository's families unasked"
         assert not w.MODELS, sorted(w.MODELS)
         assert DATA_PARALLEL_STEPS <= set(w.STEP_BUILDERS)  # complete without any registration call
@@ -191,7 +192,7 @@ def test_a_model_is_built_by_its_class_or_by_any_factory(monkeypatch: pytest.Mon
 
     import torch
 
-    from perfgate.workload import ModelSpec, build_module
+    from perfgate.cases.workload import ModelSpec, build_module
 
     fam = types.ModuleType("perfgate_test_factory_family")
     fam.CONFIGS = {"dict": {"width": 3}, "object": 5, "linear": {"in_features": 3, "out_features": 2}}

@@ -10,14 +10,15 @@ import time
 
 import pytest
 
-from perfgate import gate, telemetry
+from perfgate import gate
 from perfgate.gate.policy import GateSettings
-from perfgate.history import Run
+from perfgate.gate.verdict_file import VerdictSet
+from perfgate.history.runs import Run
+from perfgate.measure import telemetry
 from perfgate.output import charts, html
 from perfgate.output.report_data import telemetry_rows, timeline_series
 from perfgate.output.text import fmt_num
 from perfgate.record import CaseRecord
-from perfgate.results import VerdictSet
 from tests.browser import chromium, colour_counts, png_pixels, render_page
 from tests.report_helpers import CASE, info, render, section
 

@@ -11,10 +11,10 @@ import pytest
 
 from perfgate import gate
 from perfgate.cli import EXIT_BAD_INPUT, main
-from perfgate.history import Run, load_run
+from perfgate.gate.verdict_file import VerdictSet, load_verdicts, verdicts_from_json, verdicts_json
+from perfgate.history.runs import Run, load_run
 from perfgate.output import html, markdown
 from perfgate.output.text import fmt_num
-from perfgate.results import VerdictSet, load_verdicts, verdicts_from_json, verdicts_json
 from tests.report_helpers import CASE, write
 
 pytest_plugins = ("tests.report_fixtures",)

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from perfgate import session as sess
-from perfgate.measure import Measurement
-from perfgate.memory import PeakMemory
+from perfgate.cases.runner import Case, CaseResult
+from perfgate.measure.core import Measurement
+from perfgate.measure.memory import PeakMemory
+from perfgate.plugin import session as sess
 from perfgate.record import CaseRecord
-from perfgate.runner import Case, CaseResult
 
 
 def _result(case: Case, median_ms: float, normalised: float | None) -> CaseResult:
@@ -93,8 +93,8 @@ def test_a_suspected_regression_is_re_measured_pooled_or_each(tmp_path, monkeypa
 
 def test_a_p90_budget_raises_the_rounds_so_the_budget_is_judged(tmp_path, monkeypatch):
     from perfgate.gate.policy import parse
-    from perfgate.measure import measure
-    from perfgate.stats import summarize
+    from perfgate.measure.core import measure
+    from perfgate.measure.stats import summarize
 
     seen = []
     monkeypatch.setattr(sess, "run_case", lambda case, opts, progress=None: seen.append(opts) or _result(case, 1, None))

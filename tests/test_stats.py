@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from perfgate.stats import (
+from perfgate.measure.stats import (
     TAIL_MIN_SAMPLES,
     StopRule,
     median_ci,

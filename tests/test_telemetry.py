@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from perfgate import telemetry
 from perfgate.gate.decide import telemetry_reason as unreliable_reason
-from perfgate.telemetry import TelemetrySampler, decode_clock_events
+from perfgate.measure import telemetry
+from perfgate.measure.telemetry import TelemetrySampler, decode_clock_events
 
 MIB = 1024 * 1024
 
@@ -166,7 +166,7 @@ def test_old_driver_temperature_falls_back_and_unsupported_fields_are_dropped_on
 
 def test_without_nvml_it_samples_the_cpu_only_and_says_so_once(caplog: pytest.LogCaptureFixture) -> None:
     nvml = FakeNvml(init_error=FakeNvml.NVMLError_LibraryNotFound("NVML Shared Library Not Found"))
-    with caplog.at_level(logging.WARNING, logger="perfgate.telemetry"):
+    with caplog.at_level(logging.WARNING, logger="perfgate.measure.telemetry"):
         a = TelemetrySampler("cuda", nvml=nvml)
         b = TelemetrySampler("cuda", nvml=nvml)
     a.sample()

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 from perfgate import gate
-from perfgate import session as sess
+from perfgate.cases.runner import Case
 from perfgate.gate.metrics import NORMALISED, RAW_MS
 from perfgate.gate.policy import GateSettings, Policy
 from perfgate.output import terminal
+from perfgate.plugin import session as sess
 from perfgate.record import CaseRecord
-from perfgate.runner import Case
 from tests.helpers import bench
 from tests.test_session import _result
 

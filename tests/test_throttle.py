@@ -1,5 +1,5 @@
 """Throttle-free samples: the per-round clock check through a stand-in NVML with nvidia-ml-py's
-semantics (tests/fake_nvml_sim.py), the dropping inside perfgate.measure, and the gate's reading of it."""
+semantics (tests/fake_nvml_sim.py), the dropping inside perfgate.measure.core, and the gate's reading of it."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import pytest
 from perfgate import gate
 from perfgate.gate.decide import unreliable_reason
 from perfgate.gate.policy import GateSettings, Policy
-from perfgate.measure import measure
+from perfgate.measure.core import measure
+from perfgate.measure.stats import StopRule
+from perfgate.measure.throttle import ClockProbe, ThrottleRule, open_probe
 from perfgate.record import CaseRecord
-from perfgate.stats import StopRule
-from perfgate.throttle import ClockProbe, ThrottleRule, open_probe
 from tests.fake_nvml_sim import FakeNvml, SimClock
 
 FAST = ThrottleRule(recovery_delay_s=0.0)  # no real pause in tests; the default is nvbench's 50 ms

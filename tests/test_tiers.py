@@ -6,9 +6,9 @@ import textwrap
 
 import pytest
 
-from perfgate import tiers
+from perfgate.cases import tiers
+from perfgate.cases.selection import expand_cases
 from perfgate.gate import policy
-from perfgate.session import expand_cases
 
 pytest_plugins = ("pytester",)
 
@@ -20,7 +20,7 @@ def test_this_repositorys_pr_tier_selects_only_real_cases_on_the_gpu_sizes() -> 
     assert defaults == {"cuda": "pr"}
     pr = by_name["pr"]
     import models  # noqa: F401  (the built-in registry)
-    from perfgate.workload import MODELS
+    from perfgate.cases.workload import MODELS
 
     gpu_sizes = sorted({MODELS[m].default_sizes["cuda"] for m in pr.models})
     cases = expand_cases(
@@ -80,7 +80,7 @@ PYPROJECT = textwrap.dedent("""
 
 def _collected(pytester: pytest.Pytester, *args: str) -> list[str]:
     r = pytester.runpytest_subprocess(
-        "-p", "perfgate.plugin", "--perfgate-device", "cpu", "--collect-only", "-q", *args
+        "-p", "perfgate.plugin.hooks", "--perfgate-device", "cpu", "--collect-only", "-q", *args
     )
     return sorted(line.split("[", 1)[1].rstrip("]") for line in r.outlines if "::test_step[" in line)
 
@@ -100,6 +100,8 @@ def test_the_plugin_runs_the_device_default_tier_unless_a_selection_is_given(pyt
     assert _collected(pytester, "--perfgate-tier", "quick", "--perfgate-variants", "bf16") == [
         "physicsnemo-block-tiny-bf16"
     ]
-    r = pytester.runpytest_subprocess("-p", "perfgate.plugin", "--perfgate-device", "cpu", "--perfgate-tier", "nope")
+    r = pytester.runpytest_subprocess(
+        "-p", "perfgate.plugin.hooks", "--perfgate-device", "cpu", "--perfgate-tier", "nope"
+    )
     assert r.ret == pytest.ExitCode.USAGE_ERROR
     r.stderr.fnmatch_lines(["*--perfgate-tier 'nope': no such tier; known: all, quick*"])

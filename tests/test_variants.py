@@ -5,10 +5,9 @@ import pytest
 import torch
 from torch import nn
 
-from perfgate import accuracy
-from perfgate.gate.decide import accuracy_violations
-from perfgate.gate.policy import Tolerance, tolerance_for
-from perfgate.variant_steps import (
+from perfgate.cases import accuracy
+from perfgate.cases.accuracy import Tolerance, tolerance_for
+from perfgate.cases.variant_steps import (
     Autocast,
     Cast,
     Compile,
@@ -21,7 +20,8 @@ from perfgate.variant_steps import (
     probe_import,
     unsupported_fp8_shape,
 )
-from perfgate.variants import VARIANTS, Variant, get_variant
+from perfgate.cases.variants import VARIANTS, Variant, get_variant
+from perfgate.gate.decide import accuracy_violations
 
 
 def env(device="cuda", cc=None, **imports):
@@ -192,7 +192,7 @@ def test_tolerances_by_variant_and_overrides():
 
 @pytest.mark.parametrize("variant", ["cudagraphs", "tensorrt", "int8-dynamic", "bf16+fp8-rowwise+compile"])
 def test_training_steps_skip_inference_only_variants(variant):
-    from perfgate.runner import Case
+    from perfgate.cases.runner import Case
 
     case = Case(model="physicsnemo-train", size="tiny", variant=variant, device="cuda")
     reason = case.skip_reason(env(cc=(9, 0)))
@@ -203,7 +203,7 @@ def test_training_steps_skip_inference_only_variants(variant):
 
 
 def test_device_errors_are_one_line():
-    from perfgate.device import device_error
+    from perfgate.measure.device import device_error
 
     assert device_error("cpu") is None
     assert "perfgate measures cpu, cuda" in device_error("meta")

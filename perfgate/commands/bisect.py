@@ -9,7 +9,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from perfgate.cli import CommandError
+from perfgate.commands import CommandError
 
 HELP = "find the first commit between GOOD and BAD that regressed one case (git bisect run on A/B verdicts)"
 
@@ -29,7 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from perfgate import ab_run
+    from perfgate.ab import run as ab_run
 
     try:
         repo = Path(ab_run.git(Path.cwd(), "rev-parse", "--show-toplevel"))
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         step = [
             sys.executable,
             "-c",
-            "import sys; from perfgate.bisect_step import main; sys.exit(main())",
+            "import sys; from perfgate.ab.bisect_step import main; sys.exit(main())",
             "--good",
             good,
             "--case",
