@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate import gate
-from perfgate.gate.policy import GateSettings
+from perfgate.gate.settings import GateSettings
 from perfgate.gate.verdict_file import VerdictSet
 from perfgate.history.runs import load_run
 from perfgate.output import html

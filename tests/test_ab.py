@@ -15,7 +15,8 @@ import torch
 from perfgate import gate
 from perfgate.ab import run as ab_run
 from perfgate.ab import verdicts as ab
-from perfgate.gate.policy import GateSettings, Policy
+from perfgate.gate.policy import Policy
+from perfgate.gate.settings import GateSettings
 from perfgate.quality import inject
 
 ROOT = Path(__file__).resolve().parents[1]

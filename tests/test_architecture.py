@@ -4,8 +4,9 @@ The order, bottom first (docs/architecture.md explains each): the root's record,
 exitcodes; measure; cases; gate; quality; ab; history; output; profile; dist; plugin; commands;
 cli. An import of a later stage from an earlier one is an up-arrow and fails this test; imports
 inside one stage are free. Every import counts: module level, inside functions and under
-TYPE_CHECKING (a type-only import is still a dependency a reader must follow). perfgate never
-imports the repository's top-level `models` (the wheel ships without it).
+TYPE_CHECKING (a type-only import is still a dependency a reader must follow). No two modules
+import each other, and perfgate never imports the repository's top-level `models` (the wheel
+ships without it).
 
 Run it on any tree: `python tests/test_architecture.py [ROOT]` prints the up-arrows.
 """
@@ -85,6 +86,27 @@ def violations(root: Path = ROOT) -> list[str]:
                 if LEVEL.get(high, -1) > LEVEL.get(low, -1):
                     out.append(f"{where}: {module} ({low}) -> {target} ({high})")
     return out
+
+
+def mutual_imports(root: Path = ROOT) -> list[tuple[str, str]]:
+    """Pairs of perfgate modules that import each other (a cycle a reader cannot start from)."""
+    graph = {
+        module: {
+            t for _, t in imported(module, path.read_text(encoding="utf8"), root, is_package=path.name == "__init__.py")
+        }
+        for module, path in modules(root)
+    }
+    return sorted((a, b) for a, targets in graph.items() for b in targets if a < b and a in graph.get(b, ()))
+
+
+def test_no_two_modules_import_each_other(tmp_path: Path) -> None:
+    assert mutual_imports() == []
+    root = _tree(tmp_path)
+    workload = root / "perfgate" / "cases" / "workload.py"  # steps imports workload: importing steps back is a cycle
+    workload.write_text(
+        workload.read_text() + "\n\ndef _kinds():\n    from perfgate.cases import steps\n\n    return steps\n"
+    )
+    assert mutual_imports(root) == [("perfgate.cases.steps", "perfgate.cases.workload")]
 
 
 def test_every_module_belongs_to_a_stage() -> None:

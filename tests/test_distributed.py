@@ -17,7 +17,8 @@ import torch
 from perfgate.cli import EXIT_BAD_INPUT, main
 from perfgate.dist import ranks as pd
 from perfgate.gate import store
-from perfgate.gate.policy import GateSettings, Override, Policy
+from perfgate.gate.policy import Override, Policy
+from perfgate.gate.settings import GateSettings
 from perfgate.measure import topology as topo_mod
 from perfgate.measure.core import WarmupRule, measure
 from perfgate.measure.stats import StopRule

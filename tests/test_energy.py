@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from perfgate.gate.metrics import judge_energy
-from perfgate.gate.policy import GateSettings
+from perfgate.gate.settings import GateSettings
 from perfgate.measure import energy
 from perfgate.measure.energy import EnergyUnavailable, case_energy, energy_fields, measure_window, open_rapl_counter
 from perfgate.record import CaseRecord

@@ -3,7 +3,8 @@ import pytest
 
 from perfgate import gate
 from perfgate.gate import metrics
-from perfgate.gate.policy import METRIC_NAMES, GateSettings, Policy, parse
+from perfgate.gate.policy import METRIC_NAMES, Policy, parse
+from perfgate.gate.settings import GateSettings
 from perfgate.record import CaseRecord
 from tests.helpers import bench
 

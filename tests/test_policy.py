@@ -1,6 +1,7 @@
 import pytest
 
-from perfgate.gate.policy import GateSettings, PolicyError, load, parse
+from perfgate.gate.policy import PolicyError, load, parse
+from perfgate.gate.settings import GateSettings
 
 
 def test_overrides_by_glob_later_wins():

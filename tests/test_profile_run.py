@@ -19,7 +19,8 @@ from torch import nn
 from perfgate import cli
 from perfgate.cases import runner
 from perfgate.cases.runner import Case
-from perfgate.cases.workload import build_workload, get_model, make_step
+from perfgate.cases.steps import make_step
+from perfgate.cases.workload import build_workload, get_model
 from perfgate.commands import profile as profile_cmd
 from perfgate.gate import Verdict
 from perfgate.profile import api, evidence, run

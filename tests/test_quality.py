@@ -13,7 +13,7 @@ import pytest
 from perfgate import gate
 from perfgate.ab import quality as quality_ab
 from perfgate.cli import EXIT_BAD_INPUT, main
-from perfgate.gate.policy import GateSettings
+from perfgate.gate.settings import GateSettings
 from perfgate.quality import experiment as q
 from perfgate.quality import rates as qr
 

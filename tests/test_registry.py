@@ -43,10 +43,11 @@ def test_perfgate_does_not_import_models_and_knows_every_step_kind(tmp_path: Pat
         import perfgate.cli, perfgate.plugin.torchrun, perfgate.dist.ranks, perfgate.plugin.hooks
         import perfgate.plugin.session
         import perfgate.cases.workload as w
-        from perfgate.dist.ranks import DATA_PARALLEL_STEPS
+        from perfgate.cases.steps import STEP_BUILDERS
         assert "models" not in sys.modules, "perfgate imported the repository's families unasked"
         assert not w.MODELS, sorted(w.MODELS)
-        assert DATA_PARALLEL_STEPS <= set(w.STEP_BUILDERS)  # complete without any registration call
+        assert set(w.STEP_KINDS) == set(STEP_BUILDERS)  # every kind a spec may name is built, no registration
+        assert w.DATA_PARALLEL_STEPS <= set(w.STEP_KINDS) and w.TRAINING_STEPS <= set(w.STEP_KINDS)
         w.ModelSpec(name="x", module="x", model_class="X", default_sizes={}, step="ddp-train", data="device")
         try:
             w.get_model("physicsnemo-block")

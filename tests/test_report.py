@@ -11,7 +11,7 @@ import time
 import pytest
 
 from perfgate import gate
-from perfgate.gate.policy import GateSettings
+from perfgate.gate.settings import GateSettings
 from perfgate.gate.verdict_file import VerdictSet
 from perfgate.history.runs import Run
 from perfgate.measure import telemetry

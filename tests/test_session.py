@@ -65,7 +65,8 @@ def _timed(case: Case, samples_ms: list[float]) -> CaseResult:
     ],
 )
 def test_a_suspected_regression_is_re_measured_pooled_or_each(tmp_path, monkeypatch, pooled, slow_runs, verdict, runs):
-    from perfgate.gate.policy import GateSettings, Policy
+    from perfgate.gate.policy import Policy
+    from perfgate.gate.settings import GateSettings
 
     rng = __import__("numpy").random.default_rng(0)
     normal = lambda: list(10 * (1 + 0.01 * rng.standard_normal(40)))  # noqa: E731

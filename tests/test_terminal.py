@@ -13,7 +13,8 @@ import pytest
 from perfgate import gate
 from perfgate.cases.runner import Case
 from perfgate.gate.metrics import NORMALISED, RAW_MS
-from perfgate.gate.policy import GateSettings, Policy
+from perfgate.gate.policy import Policy
+from perfgate.gate.settings import GateSettings
 from perfgate.output import terminal
 from perfgate.plugin import session as sess
 from perfgate.record import CaseRecord

@@ -8,7 +8,8 @@ import pytest
 
 from perfgate import gate
 from perfgate.gate.decide import unreliable_reason
-from perfgate.gate.policy import GateSettings, Policy
+from perfgate.gate.policy import Policy
+from perfgate.gate.settings import GateSettings
 from perfgate.measure.core import measure
 from perfgate.measure.stats import StopRule
 from perfgate.measure.throttle import ClockProbe, ThrottleRule, open_probe

@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from perfgate.measure.core import _busy_cpu_s, contention, make_timer
+from perfgate.measure.core import busy_cpu_s, contention, make_timer
 from perfgate.measure.memory import MemoryTracker
 from perfgate.measure.stats import StopRule, stop_reason
 
@@ -86,7 +86,7 @@ def measure_interleaved(
     was = gc.isenabled()
     gc.disable()  # a collection would land in one side's sample
     try:
-        cpu0, t0 = _busy_cpu_s(), time.perf_counter()
+        cpu0, t0 = busy_cpu_s(), time.perf_counter()
         reason = None
         while reason is None:
             times = {}
@@ -98,7 +98,7 @@ def measure_interleaved(
             ratios.append(times["head"] / times["base"])
             reason = stop_reason(ratios, time.perf_counter() - t0, stop)
         wall_s = time.perf_counter() - t0
-        cpu1 = _busy_cpu_s()
+        cpu1 = busy_cpu_s()
     finally:
         if was:
             gc.enable()
@@ -167,7 +167,8 @@ def measure_case(
     """One case, both revisions, in this process: the figures `perfgate.ab.verdicts` judges."""
     from perfgate.cases import accuracy
     from perfgate.cases.runner import RunOptions, build_case, isolate
-    from perfgate.cases.workload import build_workload, reference_output
+    from perfgate.cases.steps import reference_output
+    from perfgate.cases.workload import build_workload
 
     case = cases[case_id]
     head_spec = case.spec

@@ -24,7 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from perfgate.gate.metrics import judge_accuracy, judge_memory, judge_speedup
-from perfgate.gate.policy import GateSettings, Policy
+from perfgate.gate.policy import Policy
+from perfgate.gate.settings import GateSettings
 from perfgate.gate.verdicts import IMPROVEMENT, INCONCLUSIVE, REGRESSION, UNCHANGED, UNRELIABLE, Verdict
 from perfgate.measure.stats import median_ci
 from perfgate.record import CaseRecord

@@ -23,10 +23,10 @@ import torch
 
 from perfgate.cases import accuracy, flops
 from perfgate.cases.accuracy import Tolerance, tolerance_for
-from perfgate.cases.steps import is_training
+from perfgate.cases.steps import is_training, make_step, reference_output
 from perfgate.cases.variant_steps import Converted, Env, VariantError
 from perfgate.cases.variants import Variant, get_variant
-from perfgate.cases.workload import ModelSpec, Workload, build_workload, get_model, make_step, reference_output
+from perfgate.cases.workload import ModelSpec, Workload, build_workload, get_model
 from perfgate.measure import energy, telemetry, throttle
 from perfgate.measure.core import Measurement, StopRule, WarmupRule, measure, reference_step
 from perfgate.measure.device import bind

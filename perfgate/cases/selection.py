@@ -10,9 +10,8 @@ from collections.abc import Iterable
 import torch
 
 from perfgate.cases.runner import Case
-from perfgate.cases.steps import DATA_PARALLEL_STEPS
 from perfgate.cases.variants import VARIANTS
-from perfgate.cases.workload import MODELS, NO_MODELS, default_size, sizes
+from perfgate.cases.workload import DATA_PARALLEL_STEPS, MODELS, NO_MODELS, default_size, sizes
 
 
 def _split(value: str | None) -> list[str]:

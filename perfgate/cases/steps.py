@@ -1,10 +1,10 @@
 """Step kinds: what one timed step of a workload does, by the name a `ModelSpec.step` gives.
 
 Every kind is built here, the data-parallel ones included, so `STEP_BUILDERS` is complete by
-construction and a spec is validated against it without anything having to register first.
+construction (a test checks it against `STEP_KINDS`) without any registration.
 A builder takes `(workload, module, inputs, context)` and returns the zero-argument step the
-measurement core times. The workload is a `perfgate.cases.workload.Workload`; it is not imported
-because perfgate.cases.workload imports this module.
+measurement core times. The kinds' names (`STEP_KINDS`) live in perfgate.cases.workload, which
+validates a spec against them; this module builds each and imports nothing back.
 """
 
 from __future__ import annotations
@@ -17,12 +17,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from perfgate.cases.workload import Workload, is_training
 from perfgate.measure.topology import ensure_process_group, rank_and_world
 
-StepBuilder = Callable[[Any, nn.Module, tuple[torch.Tensor, ...], Callable[[], Any]], Callable[[], Any]]
-
-
-DATA_PARALLEL_STEPS = frozenset({"ddp-train", "dp-inference"})  # the step kinds of data-parallel workloads
+StepBuilder = Callable[[Workload, nn.Module, tuple[torch.Tensor, ...], Callable[[], Any]], Callable[[], Any]]
 
 
 def train_loss(out: torch.Tensor) -> torch.Tensor:
@@ -30,7 +28,7 @@ def train_loss(out: torch.Tensor) -> torch.Tensor:
     return out.float().pow(2).flatten(1).sum(dim=1).mean()
 
 
-def make_batch_source(wl: Any) -> Callable[[int], tuple[torch.Tensor, ...]]:
+def make_batch_source(wl: Workload) -> Callable[[int], tuple[torch.Tensor, ...]]:
     """Inputs for the i-th step: the fixed inputs, or a batch generated on the host or the device."""
     if wl.spec.data == "static":
         return lambda i: wl.inputs
@@ -58,7 +56,7 @@ def sgd_step(
 
 
 def inference_step(
-    wl: Any, module: nn.Module, inputs: tuple[torch.Tensor, ...], context: Callable[[], Any]
+    wl: Workload, module: nn.Module, inputs: tuple[torch.Tensor, ...], context: Callable[[], Any]
 ) -> Callable[[], Any]:
     """Forward only, under inference_mode."""
 
@@ -70,7 +68,7 @@ def inference_step(
 
 
 def train_step(
-    wl: Any, module: nn.Module, inputs: tuple[torch.Tensor, ...], context: Callable[[], Any]
+    wl: Workload, module: nn.Module, inputs: tuple[torch.Tensor, ...], context: Callable[[], Any]
 ) -> Callable[[], Any]:
     """Forward, loss, backward and an SGD step with momentum (lr 1e-4, momentum 0.9, as in the
     tutorial); returns the loss before the update, comparable with the reference loss."""
@@ -82,13 +80,13 @@ def train_step(
 # ----------------------------------------------------------------------------- data-parallel steps
 
 
-def batch_multiplier(wl: Any) -> int:
+def batch_multiplier(wl: Workload) -> int:
     """The `batch` the workload was built with, from its items per step (linear in batch)."""
     per_one = wl.family.step_info(wl.config, batch=1, **wl.options)[wl.unit]
     return max(1, round(wl.throughput[wl.unit] / per_one))
 
 
-def shard_inputs(wl: Any, like: Sequence[torch.Tensor], rank: int) -> tuple[torch.Tensor, ...]:
+def shard_inputs(wl: Workload, like: Sequence[torch.Tensor], rank: int) -> tuple[torch.Tensor, ...]:
     """This rank's own inputs: the family's example inputs drawn with seed + rank, converted to the
     dtype and device of `like` (the variant's inputs)."""
     xs = wl.family.example_inputs(
@@ -107,7 +105,7 @@ def shard_inputs(wl: Any, like: Sequence[torch.Tensor], rank: int) -> tuple[torc
 
 
 def rank_batches(
-    wl: Any, inputs: tuple[torch.Tensor, ...], rank: int, world: int
+    wl: Workload, inputs: tuple[torch.Tensor, ...], rank: int, world: int
 ) -> Callable[[int], tuple[torch.Tensor, ...]]:
     """Inputs of the i-th call on this rank.
 
@@ -128,7 +126,7 @@ def rank_batches(
 
 
 def ddp_train_step(
-    wl: Any, module: nn.Module, inputs: tuple[torch.Tensor, ...], context: Callable[[], Any]
+    wl: Workload, module: nn.Module, inputs: tuple[torch.Tensor, ...], context: Callable[[], Any]
 ) -> Callable[[], Any]:
     """train_step under DistributedDataParallel: forward, loss, backward (gradients all-reduced
     across ranks), SGD with momentum (lr 1e-4, momentum 0.9); each rank trains on its own batches.
@@ -151,7 +149,7 @@ def ddp_train_step(
 
 
 def dp_inference_step(
-    wl: Any, module: nn.Module, inputs: tuple[torch.Tensor, ...], context: Callable[[], Any]
+    wl: Workload, module: nn.Module, inputs: tuple[torch.Tensor, ...], context: Callable[[], Any]
 ) -> Callable[[], Any]:
     """inference_step on this rank's own shard of inputs; ranks do not communicate, so no
     process group is needed and a single process is simply rank 0 of 1."""
@@ -167,15 +165,28 @@ def dp_inference_step(
     return infer
 
 
-# Which kinds are data-parallel (throughput summed over ranks) is perfgate.dist.ranks.DATA_PARALLEL_STEPS.
+# Which kinds are data-parallel (throughput summed over ranks): perfgate.cases.workload.DATA_PARALLEL_STEPS.
 STEP_BUILDERS: dict[str, StepBuilder] = {
     "inference": inference_step,
     "train": train_step,
     "ddp-train": ddp_train_step,
     "dp-inference": dp_inference_step,
 }
-TRAINING_STEPS = frozenset({"train", "ddp-train"})
 
 
-def is_training(step: str) -> bool:
-    return step in TRAINING_STEPS
+def make_step(
+    wl: Workload,
+    module: nn.Module,
+    inputs: tuple[torch.Tensor, ...],
+    context: Callable[[], Any],
+) -> Callable[[], Any]:
+    """The zero-argument step the measurement core times, built by the spec's step kind."""
+    return STEP_BUILDERS[wl.spec.step](wl, module, inputs, context)
+
+
+def reference_output(wl: Workload) -> Any:
+    """The fp32 eager output the variants are checked against (the loss for a train step)."""
+    first = make_batch_source(wl)(0)
+    with torch.no_grad():
+        out = wl.module(*first)
+        return train_loss(out) if is_training(wl.spec.step) else out

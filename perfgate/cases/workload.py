@@ -29,7 +29,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from perfgate.cases.steps import STEP_BUILDERS, is_training, make_batch_source, train_loss
+# The step kinds a spec may name (perfgate.cases.steps builds each): what one timed step does.
+STEP_KINDS = ("inference", "train", "ddp-train", "dp-inference")
+TRAINING_STEPS = frozenset({"train", "ddp-train"})
+DATA_PARALLEL_STEPS = frozenset({"ddp-train", "dp-inference"})  # each rank its own data, throughput summed
+
+
+def is_training(step: str) -> bool:
+    return step in TRAINING_STEPS
+
 
 DATA_PATHS = ("static", "host", "device")
 NO_MODELS = (
@@ -50,7 +58,7 @@ class ModelSpec:
     model_class: str = ""  # a class of `module`, called with the size's config; or:
     factory: Callable[..., nn.Module] | None = None  # called with the config (as kwargs when a dict)
     default_sizes: Mapping[str, str]  # device type -> size preset used when none is given
-    step: str = "inference"  # a kind of perfgate.cases.steps.STEP_BUILDERS; "train": forward, loss, backward, SGD
+    step: str = "inference"  # one of STEP_KINDS; "train": forward, loss, backward, SGD
     data: str = "static"  # "host"/"device": a fresh batch generated each step (train only)
     options: Mapping[str, Any] = field(default_factory=dict)  # fixed options for this entry
     sweep: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)  # option values benchmarked
@@ -61,8 +69,8 @@ class ModelSpec:
             raise ValueError(f"model {self.name!r}: give either model_class (a class name in {self.module}) or factory")
         if self.factory is not None and not callable(self.factory):
             raise ValueError(f"model {self.name!r}: factory must be callable, got {self.factory!r}")
-        if self.step not in STEP_BUILDERS:
-            raise ValueError(f"model {self.name!r}: step must be one of {', '.join(STEP_BUILDERS)}, got {self.step!r}")
+        if self.step not in STEP_KINDS:
+            raise ValueError(f"model {self.name!r}: step must be one of {', '.join(STEP_KINDS)}, got {self.step!r}")
         if self.data not in DATA_PATHS:
             raise ValueError(f"model {self.name!r}: data must be one of {DATA_PATHS}, got {self.data!r}")
         if self.data != "static" and not is_training(self.step):
@@ -269,21 +277,3 @@ def build_workload(
         params=count_parameters(module),
         seed=seed,
     )
-
-
-def make_step(
-    wl: Workload,
-    module: nn.Module,
-    inputs: tuple[torch.Tensor, ...],
-    context: Callable[[], Any],
-) -> Callable[[], Any]:
-    """The zero-argument step the measurement core times, built by the spec's step kind."""
-    return STEP_BUILDERS[wl.spec.step](wl, module, inputs, context)
-
-
-def reference_output(wl: Workload) -> Any:
-    """The fp32 eager output the variants are checked against (the loss for a train step)."""
-    first = make_batch_source(wl)(0)
-    with torch.no_grad():
-        out = wl.module(*first)
-        return train_loss(out) if is_training(wl.spec.step) else out

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.output.text import fmt_g, text_table
-from perfgate.cases.steps import DATA_PARALLEL_STEPS  # noqa: F401  (read as ranks.DATA_PARALLEL_STEPS)
+from perfgate.cases.workload import DATA_PARALLEL_STEPS
 from perfgate.measure.topology import Topology
 
 DEFAULT_STRAGGLER_PCT = 10.0  # a rank whose median is this much above the median of rank medians

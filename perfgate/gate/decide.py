@@ -17,7 +17,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from perfgate.gate.metrics import GATED
-from perfgate.gate.policy import GateSettings, Policy
+from perfgate.gate.policy import Policy
+from perfgate.gate.settings import GateSettings
 from perfgate.gate.verdicts import BUDGET, INCONCLUSIVE, NO_BASELINE, REGRESSION, UNCHANGED, UNRELIABLE, Verdict
 from perfgate.measure.stats import TAIL_MIN_SAMPLES
 from perfgate.measure.telemetry import SLOWDOWN_REASONS

@@ -19,17 +19,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from perfgate.gate.settings import GateSettings
 from perfgate.gate.verdicts import IMPROVEMENT, INCONCLUSIVE, REGRESSION, UNCHANGED, Verdict
 from perfgate.record import CaseRecord
 
-if TYPE_CHECKING:
-    from perfgate.gate.policy import GateSettings
-
-Judge = Callable[[str, CaseRecord, CaseRecord, "GateSettings"], "Verdict | None"]
+Judge = Callable[[str, CaseRecord, CaseRecord, GateSettings], "Verdict | None"]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -31,7 +31,7 @@ from perfgate.measure.memory import MemoryTracker, PeakMemory
 from perfgate.measure.stats import StopRule, ratios, stop_reason, summarize
 
 
-def _busy_cpu_s() -> tuple[float, float]:
+def busy_cpu_s() -> tuple[float, float]:
     """(all processes' busy CPU seconds, this process's CPU seconds) so far."""
     import psutil
 
@@ -233,7 +233,7 @@ def measure(
     try:
         # With a reference its allocations must not count: the step's peak is then tracked apart.
         with MemoryTracker(device) if reference is None else contextlib.nullcontext() as mem:
-            cpu0 = _busy_cpu_s()
+            cpu0 = busy_cpu_s()
             t0 = time.perf_counter()
             reason = None
             every: list[float] = []  # kept and dropped rounds in order (for a case left with too few)
@@ -260,7 +260,7 @@ def measure(
                 reason = stop_reason(judged, time.perf_counter() - t0, stop)
                 # No progress call in here: a redraw between rounds is work the next sample would pay for.
             wall_s = time.perf_counter() - t0
-            cpu1 = _busy_cpu_s()
+            cpu1 = busy_cpu_s()
         say(f"timed {len(samples)} rounds in {wall_s:.1f} s ({reason})")
         if reference is not None:
             with MemoryTracker(device) as mem:

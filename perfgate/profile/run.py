@@ -30,7 +30,7 @@ import torch
 from perfgate import gate
 from perfgate.cases import runner
 from perfgate.cases.variant_steps import Env, VariantError
-from perfgate.gate.policy import GateSettings
+from perfgate.gate.settings import GateSettings
 from perfgate.measure.core import StopRule
 from perfgate.measure.memory import MIB
 from perfgate.profile import suggest

@@ -30,7 +30,8 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from perfgate import gate
-from perfgate.gate.policy import GateSettings, Policy
+from perfgate.gate.policy import Policy
+from perfgate.gate.settings import GateSettings
 from perfgate.record import CaseRecord
 
 if TYPE_CHECKING:  # torch and scipy load only when something is measured: `perfgate --help` stays fast
@@ -177,11 +178,11 @@ def other_cores_busy(probe_s: float = 1.0) -> float:
     """Other processes' CPU use over the next `probe_s` seconds, in cores (as `measure` counts it)."""
     import time
 
-    from perfgate.measure.core import _busy_cpu_s, contention
+    from perfgate.measure.core import busy_cpu_s, contention
 
-    before, t0 = _busy_cpu_s(), time.perf_counter()
+    before, t0 = busy_cpu_s(), time.perf_counter()
     time.sleep(probe_s)
-    return contention(before, _busy_cpu_s(), time.perf_counter() - t0)
+    return contention(before, busy_cpu_s(), time.perf_counter() - t0)
 
 
 def wait_for_quiet(

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from perfgate import gate
-from perfgate.gate.policy import GateSettings
+from perfgate.gate.settings import GateSettings
 from perfgate.quality.experiment import (
     DETECTION_TARGET,
     FALSE_ALARM_MAX,
