@@ -85,25 +85,24 @@ class RaplCounter:
 
 def open_nvml_counter(cuda_index: int = 0, nvml: Any = None) -> NvmlEnergyCounter:
     """The GPU's energy counter, read once to check it works; EnergyUnavailable says why not."""
-    from perfgate.measure.telemetry import _import_pynvml, nvml_handle
+    from perfgate.measure.nvml import INSTALL_HINT, NvmlUnavailable, open_device
 
     try:
-        nvml = nvml if nvml is not None else _import_pynvml()
-    except ImportError:
-        raise EnergyUnavailable("nvidia-ml-py is not installed (pip install nvidia-ml-py==13.615.71)") from None
+        dev = open_device(cuda_index, nvml)
+    except NvmlUnavailable as exc:
+        if exc.stage == "import":
+            raise EnergyUnavailable(f"nvidia-ml-py is not installed ({INSTALL_HINT})") from None
+        if exc.stage == "init":
+            raise EnergyUnavailable(
+                f"NVML unavailable ({exc.error}): no NVIDIA driver to read the energy counter"
+            ) from None
+        raise EnergyUnavailable(f"NVML energy counter unreadable: {exc.error}") from None
+    nvml = dev.nvml
     try:
-        nvml.nvmlInit()
-    except nvml.NVMLError as exc:
-        raise EnergyUnavailable(f"NVML unavailable ({exc}): no NVIDIA driver to read the energy counter") from None
-    try:
-        handle, _ = nvml_handle(nvml, cuda_index)
-        counter = NvmlEnergyCounter(nvml, handle)
+        counter = NvmlEnergyCounter(nvml, dev.handle)
         counter.read_j()
     except nvml.NVMLError as exc:
-        try:
-            nvml.nvmlShutdown()
-        except nvml.NVMLError:
-            pass
+        dev.shutdown()
         if isinstance(exc, getattr(nvml, "NVMLError_NotSupported", ())):
             raise EnergyUnavailable(
                 "this GPU has no total-energy counter (NVML: Not Supported; Volta and later have one)"

@@ -19,10 +19,11 @@ import os
 import threading
 import time
 from dataclasses import asdict, dataclass
-from types import ModuleType
 from typing import Any
 
 import torch
+
+from perfgate.measure.nvml import INSTALL_HINT, NvmlUnavailable, import_pynvml, open_device
 
 log = logging.getLogger("perfgate.measure.telemetry")
 
@@ -92,12 +93,6 @@ def notice_once(key: str, message: str) -> bool:
         _NOTICES_GIVEN.add(key)
     log.warning(message)
     return True
-
-
-def _import_pynvml() -> ModuleType:
-    import pynvml  # nvidia-ml-py; imported lazily: the CPU-only path never needs it
-
-    return pynvml
 
 
 def decode_clock_events(mask: int, nvml: Any = None) -> list[str]:
@@ -190,42 +185,20 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def nvml_handle(nvml: Any, cuda_index: int) -> tuple[Any, int]:
-    """The NVML handle of CUDA device `cuda_index`.
-
-    NVML numbers GPUs in PCI order and ignores CUDA_VISIBLE_DEVICES, CUDA may not: match by UUID
-    when torch can tell it, else map the index through CUDA_VISIBLE_DEVICES.
-    """
-    if torch.cuda.is_available():
-        try:
-            uuid = str(torch.cuda.get_device_properties(cuda_index).uuid)
-            handle = nvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
-            return handle, int(nvml.nvmlDeviceGetIndex(handle))
-        except Exception:  # noqa: BLE001 - any failure falls back to index mapping below
-            pass
-    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
-    index = int(visible[cuda_index]) if cuda_index < len(visible) and visible[cuda_index].isdigit() else cuda_index
-    return nvml.nvmlDeviceGetHandleByIndex(index), index
-
-
 def open_nvml(cuda_index: int = 0, nvml: Any = None) -> tuple[NvmlReader | None, str | None]:
     """(reader, None) or (None, why GPU telemetry is unavailable). Never raises for a missing driver."""
     try:
-        nvml = nvml if nvml is not None else _import_pynvml()
-    except ImportError:
-        return None, "nvidia-ml-py is not installed (pip install nvidia-ml-py==13.615.71)"
-    try:
-        nvml.nvmlInit()
-    except nvml.NVMLError as exc:
-        not_found = getattr(nvml, "NVMLError_LibraryNotFound", None)
-        if not_found is not None and isinstance(exc, not_found):
-            return None, "NVML library not found (no NVIDIA driver on this machine)"
-        return None, f"nvmlInit failed: {exc}"
-    try:
-        handle, index = nvml_handle(nvml, cuda_index)
-    except nvml.NVMLError as exc:
-        return None, f"NVML has no device for cuda:{cuda_index}: {exc}"
-    return NvmlReader(nvml, handle, index), None
+        dev = open_device(cuda_index, nvml)
+    except NvmlUnavailable as exc:
+        if exc.stage == "import":
+            return None, f"nvidia-ml-py is not installed ({INSTALL_HINT})"
+        if exc.stage == "init":
+            not_found = getattr(nvml or import_pynvml(), "NVMLError_LibraryNotFound", None)
+            if not_found is not None and isinstance(exc.error, not_found):
+                return None, "NVML library not found (no NVIDIA driver on this machine)"
+            return None, f"nvmlInit failed: {exc.error}"
+        return None, f"NVML has no device for cuda:{cuda_index}: {exc.error}"
+    return NvmlReader(dev.nvml, dev.handle, dev.index), None
 
 
 # --- psutil ----------------------------------------------------------------------------------

@@ -67,25 +67,21 @@ class ClockProbe:
 def open_probe(cuda_index: int = 0, nvml: Any = None, rule: ThrottleRule = ThrottleRule()) -> tuple[Any, str | None]:
     """(probe, None), or (None, why no sample can be checked): no NVML, or a GPU that does not
     report its clocks (NVMLError_NotSupported, as on some virtual GPUs)."""
-    from perfgate.measure.telemetry import _import_pynvml, nvml_handle
+    from perfgate.measure.nvml import NvmlUnavailable, open_device
 
     try:
-        nvml = nvml if nvml is not None else _import_pynvml()
-    except ImportError:
-        return None, "nvidia-ml-py is not installed"
+        dev = open_device(cuda_index, nvml)
+    except NvmlUnavailable as exc:
+        if exc.stage == "import":
+            return None, "nvidia-ml-py is not installed"
+        if exc.stage == "init":
+            return None, f"NVML unavailable ({exc.error})"
+        return None, f"the GPU's clocks cannot be read ({exc.error})"
     try:
-        nvml.nvmlInit()
-    except nvml.NVMLError as exc:
-        return None, f"NVML unavailable ({exc})"
-    try:
-        handle, _ = nvml_handle(nvml, cuda_index)
-        probe = ClockProbe(nvml, handle, rule)
+        probe = ClockProbe(dev.nvml, dev.handle, rule)
         probe.throttled()
-    except nvml.NVMLError as exc:
-        try:
-            nvml.nvmlShutdown()
-        except nvml.NVMLError:
-            pass
+    except dev.nvml.NVMLError as exc:
+        dev.shutdown()
         return None, f"the GPU's clocks cannot be read ({exc})"
     return probe, None
 
