@@ -108,6 +108,8 @@ def example_inputs(
 
 
 def step_info(config: PhysicsNeMoBlockConfig, *, batch: int = 1, **options: object) -> dict[str, float]:
+    if options:  # as example_inputs: a misspelt option must not be counted silently
+        raise TypeError(f"physicsnemo-block takes no option {', '.join(map(repr, options))}")
     return {"examples": float(batch * config.batch)}
 
 

@@ -109,6 +109,14 @@ def test_no_two_modules_import_each_other(tmp_path: Path) -> None:
     assert mutual_imports(root) == [("perfgate.cases.steps", "perfgate.cases.workload")]
 
 
+def test_the_tests_mirror_the_packages() -> None:
+    """tests/<stage>/ for each stage's tests; `models` for the families, `ci` for the workflows."""
+    packages = {p.name for p in (ROOT / "perfgate").iterdir() if (p / "__init__.py").is_file()}
+    folders = {p.parent.name for p in (ROOT / "tests").glob("*/test_*.py")}
+    assert folders - packages <= {"models", "ci"}, sorted(folders - packages - {"models", "ci"})
+    assert all((ROOT / "tests" / f / "__init__.py").is_file() for f in folders)  # tests.<stage>.test_x, unique names
+
+
 def test_every_module_belongs_to_a_stage() -> None:
     unknown = {stage(m) for m, _ in modules(ROOT)} - set(LEVEL)
     assert not unknown, f"perfgate/{sorted(unknown)[0]}: add it to STAGES here and to docs/architecture.md"

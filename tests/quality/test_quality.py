@@ -416,7 +416,7 @@ def test_quiet_measurer_waits_out_neighbours_before_the_first_run_and_after_a_co
 @pytest.mark.slow
 def test_ab_on_a_real_case_writes_both_gates_verdicts_and_rates(tmp_path, capsys, monkeypatch):
     # One unchanged comparison of a real tiny case: interleaved A/B and the stored gate, side by side.
-    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
     out = tmp_path / "ab.json"
     args = ["--ab", "--cases", "physicsnemo-block-tiny-baseline", "--comparisons", "1", "--detect-comparisons", "0"]
     assert main(["gate-quality", *args, "--json", str(out)]) == 0

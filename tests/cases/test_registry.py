@@ -14,7 +14,7 @@ from perfgate.cli import EXIT_BAD_INPUT
 
 pytest_plugins = ("pytester",)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # A family that only needs to be listed and collected, not run.
 TINY_MODEL = """

@@ -162,7 +162,7 @@ def test_a_cpu_run_gets_no_gpu_advice() -> None:
 
 
 def test_every_suggestion_names_its_section_of_perfgates_docs() -> None:
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "profiling.md").read_text()
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "profiling.md").read_text()
     for s in _every_rule_fires("cuda") + _every_rule_fires("cpu"):
         assert s.source == f"docs/profiling.md#{s.rule}" and "seed" not in s.source
         assert f'<a id="{s.rule}"></a>' in doc, f"docs/profiling.md has no section for {s.rule}"

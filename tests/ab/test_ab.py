@@ -19,7 +19,7 @@ from perfgate.gate.policy import Policy
 from perfgate.gate.settings import GateSettings
 from perfgate.quality import inject
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 S = GateSettings()
 
 

@@ -88,7 +88,7 @@ def _collected(pytester: pytest.Pytester, *args: str) -> list[str]:
 def test_the_plugin_runs_the_device_default_tier_unless_a_selection_is_given(pytester: pytest.Pytester) -> None:
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     pytester.makepyfile(test_models=(root / "benchmarks" / "test_models.py").read_text())
     pytester.path.joinpath("pyproject.toml").write_text(PYPROJECT)
     assert _collected(pytester) == ["physicsnemo-block-tiny-baseline", "physicsnemo-block-tiny-bf16"]

@@ -22,7 +22,7 @@ import pyte
 import pytest
 
 from perfgate.output import progress
-from tests.test_plugin import ARGS, suite  # noqa: F401  (suite: the fixture)
+from tests.plugin.test_plugin import ARGS, suite  # noqa: F401  (suite: the fixture)
 
 pytest_plugins = ("pytester",)
 

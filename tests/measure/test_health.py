@@ -20,7 +20,7 @@ from perfgate.measure.telemetry import open_nvml
 from tests.fake_nvml import GIB, FakeGpu, install
 from tests.test_workflows import SCRIPTS, SMALLEST, run, script_env
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def checks(monkeypatch: pytest.MonkeyPatch, gpu: FakeGpu, **kw) -> dict[str, health.Check]:

@@ -26,7 +26,7 @@ from tests.helpers import bench, run_json
 
 pytest_plugins = ("pytester",)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # ----------------------------------------------------------------------------- synthetic per-rank runs

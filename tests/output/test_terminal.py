@@ -19,7 +19,7 @@ from perfgate.output import terminal
 from perfgate.plugin import session as sess
 from perfgate.record import CaseRecord
 from tests.helpers import bench
-from tests.test_session import _result
+from tests.plugin.test_session import _result
 
 POLICY = Policy()
 SETTINGS = GateSettings()

@@ -20,7 +20,7 @@ from markdown_it import MarkdownIt
 
 from perfgate.output import markdown
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HOSTILE = "evil<img src=x onerror=alert(1)>[pwn](javascript:alert(1))@octocat|**bold**_x_~~gone~~`tick`"
 
 MODEL_FILE = f'''

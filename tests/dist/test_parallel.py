@@ -19,7 +19,7 @@ from perfgate.dist import workers as parallel
 from perfgate.gate import store
 from perfgate.gate.verdict_file import load_verdicts
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # Three model groups of two variants each (their own process's eager baseline gives the bf16
 # speedup), plus a variant every CPU skips: the skips must survive the merge too.

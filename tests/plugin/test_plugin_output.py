@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from tests.test_plugin import ARGS, _baseline_file, suite  # noqa: F401  (suite: the fixture)
+from tests.plugin.test_plugin import ARGS, _baseline_file, suite  # noqa: F401  (suite: the fixture)
 
 pytest_plugins = ("pytester",)
 

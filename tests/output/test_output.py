@@ -19,7 +19,7 @@ from perfgate.output import charts
 from perfgate.output.text import fmt_num, text_table
 from tests.helpers import bench, run_json
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # ----------------------------------------------------------------------------- files
 

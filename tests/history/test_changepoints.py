@@ -77,7 +77,7 @@ def test_accepted_changes_are_checked_with_one_line_naming_the_entry():
 # each recorded at its own commit, the last four with a model-local 20% slowdown injected
 # (`-p perfgate.quality.inject`, PERFGATE_INJECT=local:20); its README says how they were made.
 
-DATA = Path(__file__).parent / "data" / "history-step"
+DATA = Path(__file__).parents[1] / "data" / "history-step"
 FP_ID = next(p.name for p in DATA.iterdir() if p.is_dir())
 CASE = "physicsnemo-block [tiny] baseline"
 

@@ -7,7 +7,7 @@ import pytest
 
 pytest_plugins = ("pytester",)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # A model from outside models/, as a user would add one: a step of known cost and known memory.
 USER_MODEL = '''

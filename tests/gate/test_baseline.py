@@ -103,7 +103,7 @@ import os, sys, time
 sys.path.insert(0, {os.getcwd()!r})
 from pathlib import Path
 from perfgate.gate import store
-sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
+sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
 from tests.helpers import bench, run_json
 
 def fsync(fd):  # the temporary file is complete on disk; the link to its final name comes next
