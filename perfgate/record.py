@@ -161,6 +161,23 @@ class CaseRecord:
 
 
 FIELD_NAMES = frozenset(f.name for f in fields(CaseRecord)) - {"extra"}
+
+
+def speedup_basis(rec: CaseRecord) -> str:
+    """What a speedup over eager compares: the reference-normalised medians where the case has them
+    (a CPU: eager and variant run minutes apart, and the ratio cancels the machine's drift between
+    them), else the milliseconds."""
+    return "normalised_median" if rec.normalised_median is not None else "median_ms"
+
+
+def speedup(eager: CaseRecord, rec: CaseRecord, basis: str | None = None) -> float | None:
+    """The one speedup rule: eager's figure over the case's, on `basis` (default: speedup_basis of
+    the case; eager must have the same). None when either figure is missing or not positive."""
+    basis = basis or speedup_basis(rec)
+    e, c = getattr(eager, basis), getattr(rec, basis)
+    return e / c if isinstance(e, (int, float)) and isinstance(c, (int, float)) and e > 0 and c > 0 else None
+
+
 REQUIRED_KEYS = tuple(f.name for f in fields(CaseRecord) if f.metadata.get("required"))
 HISTORY_FIELDS = {
     f.name: (*f.metadata["history"], f.metadata.get("unit")) for f in fields(CaseRecord) if "history" in f.metadata

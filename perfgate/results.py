@@ -12,8 +12,11 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from perfgate.record import CaseRecord
 
 
 class ResultFileError(Exception):
@@ -78,3 +81,19 @@ def truncated(text: str) -> bool:
             if not stack or stack.pop() != ch:
                 return False
     return bool(stack) or in_str or not text.strip()
+
+
+def case_id(name: str) -> str:
+    """The case id of a benchmark's name or fullname ('...::test_step[ID]' -> 'ID')."""
+    return name.split("[", 1)[1].rstrip("]") if "[" in name else name
+
+
+def case_records(data: Mapping[str, Any]) -> dict[str, CaseRecord]:
+    """Case id -> typed record of every benchmark in a result file's data (what
+    `read_benchmark_json` returned): the one place its perfgate keys become a CaseRecord."""
+    return {case_id(b["name"]): CaseRecord.from_extra_info(b.get("extra_info") or {}) for b in data["benchmarks"]}
+
+
+def load_records(path: str | os.PathLike[str], *, samples: bool = True) -> dict[str, CaseRecord]:
+    """`case_records` of the result file at `path` (ResultFileError, one line, when unreadable)."""
+    return case_records(read_benchmark_json(path, samples=samples))

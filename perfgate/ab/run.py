@@ -29,6 +29,7 @@ from perfgate.ab import verdicts as ab
 from perfgate.gate.policy import Policy
 from perfgate.gate.verdicts import INCONCLUSIVE, Verdict
 from perfgate.record import CaseRecord
+from perfgate.results import load_records
 
 TEST_FILE = "benchmarks/test_models.py"
 
@@ -146,12 +147,7 @@ def measure(
             *selection,
         ]
         subprocess.run(cmd, cwd=side.root, env=side_env(side, env), capture_output=True, text=True, timeout=timeout_s)
-        if not out.is_file():
-            return {}
-        data = json.loads(out.read_text(encoding="utf8"))
-    return {
-        b["name"].split("[", 1)[1].rstrip("]"): CaseRecord.from_extra_info(b["extra_info"]) for b in data["benchmarks"]
-    }
+        return load_records(out, samples=True) if out.is_file() else {}
 
 
 @dataclass(kw_only=True)

@@ -26,6 +26,7 @@ from typing import Any
 from perfgate.output.text import fmt_g, text_table
 from perfgate.cases.workload import DATA_PARALLEL_STEPS
 from perfgate.measure.topology import Topology
+from perfgate.record import CaseRecord, speedup
 
 DEFAULT_STRAGGLER_PCT = 10.0  # a rank whose median is this much above the median of rank medians
 # Step kinds (perfgate.cases.steps) whose ranks each process their own data: throughput sums over ranks,
@@ -292,16 +293,16 @@ def _case_group(info: Mapping[str, Any]) -> tuple:
 
 
 def _respeed(benchmarks: list[dict[str, Any]]) -> None:
-    """Speedups over the eager baseline from the aggregated (slowest-rank) medians."""
-    eager = {
-        _case_group(b["extra_info"]): median_ms(b) for b in benchmarks if b["extra_info"].get("variant") == "baseline"
-    }
-    for b in benchmarks:
-        info = b["extra_info"]
-        base, med = eager.get(_case_group(info)), median_ms(b)
-        if base and med and info.get("model"):
-            info["speedup"] = base / med
-            info["speedup_basis"] = "median_ms"  # across ranks: the slowest rank's milliseconds
+    """Speedups over the eager baseline from the aggregated (slowest-rank) medians, by the one rule
+    (perfgate.record.speedup) on milliseconds: across ranks, the slowest rank's time is the step's."""
+    records = [CaseRecord.from_extra_info({**b["extra_info"], "median_ms": median_ms(b)}) for b in benchmarks]
+    eager = {_case_group(b["extra_info"]): r for b, r in zip(benchmarks, records) if r.variant == "baseline"}
+    for b, rec in zip(benchmarks, records):
+        base = eager.get(_case_group(b["extra_info"]))
+        value = speedup(base, rec, "median_ms") if base is not None and rec.model else None
+        if value is not None:
+            b["extra_info"]["speedup"] = value
+            b["extra_info"]["speedup_basis"] = "median_ms"
 
 
 def aggregate(

@@ -19,7 +19,7 @@ from perfgate.gate import store as baseline_store
 from perfgate.gate.policy import Policy
 from perfgate.measure.fingerprint import fingerprint, fingerprint_id
 from perfgate.profile.evidence import capture_evidence, reproduce_commands, with_evidence
-from perfgate.record import CaseRecord
+from perfgate.record import CaseRecord, speedup, speedup_basis
 
 
 @dataclass(kw_only=True)
@@ -53,7 +53,7 @@ class Session:
         self.fingerprint_id = fingerprint_id(self.fingerprint)
         self.env = Env.detect(self.device)
         self._baselines: baseline_store.Baselines | None = None  # read on first use
-        self._eager_median: dict[tuple, tuple[str, float]] = {}  # group -> (basis, eager value)
+        self._eager: dict[tuple, CaseRecord] = {}  # group -> this run's reliable eager record
         self._eager_unreliable: set[tuple] = set()  # groups whose eager run was unreliable: no speedups
 
     @property
@@ -95,25 +95,25 @@ class Session:
         rec.unreliable = gate.unreliable_reason(
             rec, self.policy.settings(case.model, case.variant, "latency", case.device)
         )
-        # Eager and variant run minutes apart; on a CPU their reference-normalised medians cancel
-        # the machine's drift in between, so the speedup compares code, not moments.
-        basis = "normalised_median" if rec.normalised_median is not None else "median_ms"
+        basis = speedup_basis(rec)  # the one rule (perfgate.record.speedup)
         group = self._group(case)
         if case.variant == "baseline":
             if rec.unreliable:
-                self._eager_median.pop(group, None)  # no speedups from a contended eager run
+                self._eager.pop(group, None)  # no speedups from a contended eager run
                 self._eager_unreliable.add(group)
             else:
-                self._eager_median[group] = (basis, getattr(rec, basis))
+                self._eager[group] = rec
                 self._eager_unreliable.discard(group)
-        eager = self._eager_median.get(group)
-        if eager and eager[0] == basis:
-            rec.speedup = eager[1] / getattr(rec, basis)
+        eager = self._eager.get(group)
+        if eager and speedup_basis(eager) == basis:
+            rec.speedup = speedup(eager, rec, basis)
             rec.speedup_basis = basis
         elif group in self._eager_unreliable:
             rec.speedup_note = "the eager baseline of this run was unreliable (its verdict says why)"
         elif eager:
-            rec.speedup_note = f"the eager baseline was timed as {eager[0]}, this case as {basis}: not comparable"
+            rec.speedup_note = (
+                f"the eager baseline was timed as {speedup_basis(eager)}, this case as {basis}: not comparable"
+            )
         else:
             rec.speedup_note = "no eager baseline of this model ran before it in this run"
         return result
