@@ -5,7 +5,7 @@ The parametrisation comes from perfgate's plugin (`--perfgate-models`, `--perfga
 is the name the baseline stores. Run: `pytest benchmarks --benchmark-compare`.
 """
 
-from perfgate.plugin import run_benchmark
+from perfgate.plugin.hooks import run_benchmark
 
 
 def test_step(case, benchmark, request):

@@ -1,6 +1,7 @@
 """perfgate: a pytest-benchmark regression suite for real-time generative video and world models.
 
-Importable without pytest: the measurement core, registries, baselines, the gate and reports.
+Importable without pytest: the measurement core, registries, baselines, the gate and reports, one
+package per stage (docs/architecture.md).
 Names are imported lazily so that `perfgate history` and `perfgate report` start without torch.
 """
 
@@ -10,7 +11,8 @@ import importlib
 from typing import Any
 
 __version__ = "0.1.0"
-_LAZY = {"measure": "perfgate.measure", "ModelSpec": "perfgate.workload", "register_model": "perfgate.workload"}
+# `measure` (the timed-rounds loop) is perfgate.measure.core.measure: `perfgate.measure` is its package.
+_LAZY = {"ModelSpec": "perfgate.cases.workload", "register_model": "perfgate.cases.workload"}
 __all__ = list(_LAZY)
 
 

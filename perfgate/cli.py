@@ -11,10 +11,10 @@ import argparse
 import importlib
 import pkgutil
 import sys
-from collections.abc import Sequence
 
 import perfgate.commands
 from perfgate import exitcodes
+from perfgate.commands import CommandError
 
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT, EXIT_UNAVAILABLE = (
     exitcodes.OK,
@@ -30,29 +30,6 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         self.print_usage(sys.stderr)
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
-
-
-class CommandError(Exception):
-    """A user error: printed as one line, exit code 4 (bad input) unless `code` says otherwise."""
-
-    def __init__(self, message: str, code: int = EXIT_BAD_INPUT) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def load_models(model_files: Sequence[str] = ()) -> None:
-    """Register the models the project in the current directory names: pyproject.toml
-    [tool.perfgate] registries and model_files, then `model_files` given on the command line."""
-    from pathlib import Path
-
-    from perfgate.gate.policy import PolicyError, load_table
-    from perfgate.workload import RegistryError, load_registries
-
-    try:
-        table = load_table(Path.cwd() / "pyproject.toml")
-        load_registries(table.get("registries", []), [*table.get("model_files", []), *model_files], Path.cwd())
-    except (PolicyError, RegistryError, FileNotFoundError) as exc:
-        raise CommandError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -70,7 +70,7 @@ class CaseRecord:
     median_ms: float | None = _f(None, required=True, history=("median latency", "lower"))
     p90_ms: float | None = _f(None, required=True, history=("p90 latency", "lower"))
     p99_ms: float | None = _f(None, required=True, history=("p99 latency", "lower"))
-    tail_note: str | None = _f()  # why p90 / p99 are None: too few samples (perfgate.stats.TAIL_MIN_SAMPLES)
+    tail_note: str | None = _f()  # why p90 / p99 are None: too few samples (perfgate.measure.stats.TAIL_MIN_SAMPLES)
     iqr_ms: float | None = _f(None, always=True)
     noise_iqr_rel: float | None = _f(None, always=True)
     median_ci_lo_ms: float | None = _f(None, always=True)
@@ -99,7 +99,7 @@ class CaseRecord:
     cudagraph_skips: int | None = _f()
     graph_breaks: int | None = _f(None, history=("graph breaks", "lower"))
     compile_cache: dict[str, int] | None = _f()
-    # Energy from the hardware's cumulative counter (perfgate.energy), or why there is none.
+    # Energy from the hardware's cumulative counter (perfgate.measure.energy), or why there is none.
     energy_j_per_step: float | None = _f(None, history=("energy per step", "lower"), unit="J")
     energy_j_per_frame: float | None = _f(None, history=("energy per frame", "lower"), unit="J")
     frames_per_j: float | None = _f(None, history=("frames per joule", "higher"), unit="frames/J")
@@ -161,6 +161,23 @@ class CaseRecord:
 
 
 FIELD_NAMES = frozenset(f.name for f in fields(CaseRecord)) - {"extra"}
+
+
+def speedup_basis(rec: CaseRecord) -> str:
+    """What a speedup over eager compares: the reference-normalised medians where the case has them
+    (a CPU: eager and variant run minutes apart, and the ratio cancels the machine's drift between
+    them), else the milliseconds."""
+    return "normalised_median" if rec.normalised_median is not None else "median_ms"
+
+
+def speedup(eager: CaseRecord, rec: CaseRecord, basis: str | None = None) -> float | None:
+    """The one speedup rule: eager's figure over the case's, on `basis` (default: speedup_basis of
+    the case; eager must have the same). None when either figure is missing or not positive."""
+    basis = basis or speedup_basis(rec)
+    e, c = getattr(eager, basis), getattr(rec, basis)
+    return e / c if isinstance(e, (int, float)) and isinstance(c, (int, float)) and e > 0 and c > 0 else None
+
+
 REQUIRED_KEYS = tuple(f.name for f in fields(CaseRecord) if f.metadata.get("required"))
 HISTORY_FIELDS = {
     f.name: (*f.metadata["history"], f.metadata.get("unit")) for f in fields(CaseRecord) if "history" in f.metadata

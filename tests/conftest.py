@@ -48,7 +48,7 @@ class RealRun:
 # in-run speedup (a contended eager run gives none), and the report's speedup chart would vanish.
 REAL_RUN_PYPROJECT = """
 [tool.perfgate]
-registries = ["perfgate.models"]
+registries = ["models"]
 [tool.perfgate.gate]
 contention_max = 1000.0
 """
@@ -73,7 +73,7 @@ def real_run(tmp_path_factory: pytest.TempPathFactory) -> RealRun:
         "-m",
         "pytest",
         "-p",
-        "perfgate.plugin",
+        "perfgate.plugin.hooks",
         "-p",
         "no:cacheprovider",
         "benchmarks",

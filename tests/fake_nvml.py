@@ -42,7 +42,7 @@ class FakeGpu:
     remapped_rows: tuple[int, int, int, int] | None = (0, 0, 0, 0)  # (corrected, uncorrected, pending, failed)
     total_bytes: int = 80 * GIB
     used_bytes: int = GIB // 2
-    sm_mhz: int = 1980  # the SM clock now (perfgate.throttle reads it after every timed round)
+    sm_mhz: int = 1980  # the SM clock now (perfgate.measure.throttle reads it after every timed round)
     energy_mj: int | None = 123_456_789  # total energy since the driver loaded (Volta and later)
 
 

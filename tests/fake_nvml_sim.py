@@ -5,7 +5,7 @@ millijoules since the "driver loaded" that advances only at discrete updates (ev
 as NVML's does every 20-100 ms), clocks are integers of MHz and clock-event reasons an integer
 bitmask. Time is a `SimClock` the test advances, so nothing here waits or depends on the machine.
 
-A module-level stand-in, passed to perfgate.energy / perfgate.throttle as their `nvml`: it models the
+A module-level stand-in, passed to perfgate.measure.energy / perfgate.measure.throttle as their `nvml`: it models the
 counter's timing, which tests/fake_nvml.py (a fake libnvidia-ml under the real nvidia-ml-py
 wrappers, for `perfgate health`) does not.
 """

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from perfgate.gate.store import SCHEMA
-from perfgate.stats import tail_ms
+from perfgate.measure.stats import tail_ms
 
 FP = {
     "device_type": "cpu",

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from perfgate import gate
-from perfgate.results import VerdictSet, load_verdicts
+from perfgate.gate.verdict_file import VerdictSet, load_verdicts
 from tests.report_helpers import CASE, at_commit, day, write
 
 

@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from perfgate import gate
-from perfgate.gate.policy import GateSettings
-from perfgate.history import load_run
+from perfgate.gate.settings import GateSettings
+from perfgate.gate.verdict_file import VerdictSet
+from perfgate.history.runs import load_run
 from perfgate.output import html
 from perfgate.output.report_data import history_for
 from perfgate.record import CaseRecord
-from perfgate.results import VerdictSet
 
 CASE = "benchmarks/test_models.py::test_step[{}]"
 

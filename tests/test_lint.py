@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PATHS = ["perfgate", "tests", "benchmarks", "conftest.py"]
+PATHS = ["perfgate", "models", "tests", "benchmarks", "conftest.py"]
 
 
 def _ruff() -> str:

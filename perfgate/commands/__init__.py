@@ -1,1 +1,27 @@
-"""Subcommands of the `perfgate` console script, discovered by module name (see perfgate.cli)."""
+"""One module per `perfgate` subcommand, found by perfgate.cli (HELP, add_arguments, run); what they share."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from perfgate.exitcodes import BAD_INPUT as EXIT_BAD_INPUT
+
+
+class CommandError(Exception):
+    """A user error: printed as one line, exit code 4 (bad input) unless `code` says otherwise."""
+
+    def __init__(self, message: str, code: int = EXIT_BAD_INPUT) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def load_models(model_files: Sequence[str] = ()) -> None:
+    """Register the models the project in the current directory names (perfgate.cases.project),
+    then `model_files` given on the command line; a bad registry is a CommandError."""
+    from perfgate.cases.project import PolicyError, load_models
+    from perfgate.cases.workload import RegistryError
+
+    try:
+        load_models(model_files=model_files)
+    except (PolicyError, RegistryError, FileNotFoundError) as exc:
+        raise CommandError(str(exc)) from None

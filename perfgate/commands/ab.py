@@ -6,7 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from perfgate.cli import EXIT_REGRESSION, CommandError
+from perfgate.commands import CommandError
+from perfgate.exitcodes import FAILED as EXIT_REGRESSION
 
 HELP = "compare two revisions in one job (alternating fresh processes, a paired verdict per case)"
 
@@ -55,10 +56,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from perfgate import ab_run, gate
-    from perfgate.device import selection_device
+    from perfgate import files, gate
+    from perfgate.ab import run as ab_run
     from perfgate.gate import policy as policy_mod
-    from perfgate.output import files, markdown
+    from perfgate.measure.device import selection_device
+    from perfgate.output import markdown
     from perfgate.output.terminal import verdict_table
 
     if args.max_pairs < ab_run.ab.MIN_PAIRS:
@@ -135,8 +137,8 @@ def family_files(repo: Path) -> set[str]:
     """The model family files of the head's registries, relative to the repository."""
     import importlib.util
 
-    from perfgate.cli import load_models
-    from perfgate.workload import MODELS
+    from perfgate.cases.workload import MODELS
+    from perfgate.commands import load_models
 
     load_models()
     out = set()

@@ -14,7 +14,7 @@ HELP = (
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from perfgate.distributed import DEFAULT_STRAGGLER_PCT
+    from perfgate.dist.ranks import DEFAULT_STRAGGLER_PCT
 
     p.add_argument(
         "folder",
@@ -52,9 +52,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from perfgate import distributed as pd
-    from perfgate import shard
-    from perfgate.cli import CommandError
+    from perfgate.commands import CommandError
+    from perfgate.dist import ranks as pd
+    from perfgate.dist import shard
 
     if not args.folder.is_dir():
         raise CommandError(
@@ -85,9 +85,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _ranks(args: argparse.Namespace) -> int:
-    from perfgate import distributed as pd
-    from perfgate.cli import EXIT_REGRESSION, CommandError
-    from perfgate.output.files import write_json
+    from perfgate.commands import CommandError
+    from perfgate.dist import ranks as pd
+    from perfgate.exitcodes import FAILED as EXIT_REGRESSION
+    from perfgate.files import write_json
 
     pct = pd.DEFAULT_STRAGGLER_PCT if args.straggler_pct is None else args.straggler_pct
     try:
@@ -106,13 +107,15 @@ def _shards(args: argparse.Namespace) -> int:
     unsharded run would have."""
     from dataclasses import replace
 
-    from perfgate import distributed as pd
-    from perfgate import shard
-    from perfgate.cli import EXIT_REGRESSION, CommandError
+    from perfgate.commands import CommandError
+    from perfgate.dist import ranks as pd
+    from perfgate.dist import shard
+    from perfgate.dist.workers import MergeError
+    from perfgate.exitcodes import FAILED as EXIT_REGRESSION
+    from perfgate.files import write_json
+    from perfgate.gate.verdict_file import verdicts_json
     from perfgate.output import terminal
-    from perfgate.output.files import write_json
-    from perfgate.parallel import MergeError
-    from perfgate.results import ResultFileError, verdicts_json
+    from perfgate.results import ResultFileError
 
     try:
         merged, vs, notes = shard.merge_folder(args.folder)

@@ -9,7 +9,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from perfgate.cli import CommandError
+from perfgate.commands import CommandError
 
 HELP = "find the first commit between GOOD and BAD that regressed one case (git bisect run on A/B verdicts)"
 
@@ -29,7 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from perfgate import ab_run
+    from perfgate.ab import run as ab_run
 
     try:
         repo = Path(ab_run.git(Path.cwd(), "rev-parse", "--show-toplevel"))
@@ -44,12 +44,12 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="perfgate-bisect-") as tmp:
         # This perfgate judges every step: the commits being bisected may predate `perfgate ab`.
         harness = Path(tmp) / "harness"
-        copy_harness(Path(__file__).resolve().parents[1], harness / "perfgate", repo)
+        copy_harness(Path(__file__).resolve().parents[1], harness / "perfgate")
         log = Path(tmp) / "steps.log"
         step = [
             sys.executable,
             "-c",
-            "import sys; from perfgate.bisect_step import main; sys.exit(main())",
+            "import sys; from perfgate.ab.bisect_step import main; sys.exit(main())",
             "--good",
             good,
             "--case",
@@ -80,13 +80,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def copy_harness(package: Path, dest: Path, repo: Path) -> None:
-    """This perfgate copied to `dest`, but for its built-in families: `perfgate.models` is model
-    code, so the copy's is a link to the repository's perfgate/models, which `git bisect` checks
-    out at each commit (a commit without one registers its models elsewhere)."""
-    shutil.copytree(
-        package,
-        dest,
-        ignore=lambda folder, names: {"__pycache__"} | ({"models"} if Path(folder) == package else set()),
-    )
-    (dest / "models").symlink_to(repo.resolve() / "perfgate" / "models", target_is_directory=True)
+def copy_harness(package: Path, dest: Path) -> None:
+    """This perfgate copied to `dest`: the harness every step runs. The model families live in the
+    repository's top-level models/, which `git bisect` checks out at each commit and each step
+    imports from there (its working directory)."""
+    shutil.copytree(package, dest, ignore=shutil.ignore_patterns("__pycache__"))

@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from perfgate import gate
-from perfgate.cli import EXIT_REGRESSION, CommandError
-from perfgate.fingerprint import differences
+from perfgate import files, gate
+from perfgate.commands import CommandError
+from perfgate.exitcodes import FAILED as EXIT_REGRESSION
 from perfgate.gate import policy as policy_mod
 from perfgate.gate import store
-from perfgate.output import files
+from perfgate.measure.fingerprint import differences
 from perfgate.output.terminal import verdict_table
 from perfgate.record import CaseRecord
 

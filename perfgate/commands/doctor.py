@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 
-from perfgate.cli import CommandError
-from perfgate.device import default_device, device_error, resolve
-from perfgate.fingerprint import fingerprint, fingerprint_id
+from perfgate.cases.variant_steps import Env
+from perfgate.cases.variants import VARIANTS
+from perfgate.commands import CommandError
+from perfgate.measure.device import default_device, device_error, resolve
+from perfgate.measure.fingerprint import fingerprint, fingerprint_id
 from perfgate.output.text import text_table
-from perfgate.variant_steps import Env
-from perfgate.variants import VARIANTS
 
 HELP = "show which optimisation variants run here and what is missing for the others"
 

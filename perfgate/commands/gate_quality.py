@@ -12,7 +12,7 @@ HELP = "measure the gate's false-alarm rate on unchanged code and its detection 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from perfgate.gate.quality import DEFAULT_SLOWDOWNS_PCT
+    from perfgate.quality.experiment import DEFAULT_SLOWDOWNS_PCT
 
     p.add_argument(
         "--ab",
@@ -117,7 +117,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _slowdowns(text: str) -> list[float]:
-    from perfgate.cli import CommandError
+    from perfgate.commands import CommandError
 
     try:
         out = [float(v) for v in text.split(",") if v.strip()]
@@ -131,8 +131,8 @@ def _slowdowns(text: str) -> list[float]:
 def _rule(spec: str, base: Any) -> Any:
     """A GateRule named `spec`: the policy `base` changed by 'key=value,...' (GateSettings keys,
     baseline_runs)."""
-    from perfgate.cli import CommandError
-    from perfgate.gate.quality import GateRule
+    from perfgate.commands import CommandError
+    from perfgate.quality.experiment import GateRule
 
     known: dict[str, type] = {f.name: type(getattr(base, f.name)) for f in fields(base)}
     known |= {"baseline_runs": int}
@@ -157,11 +157,11 @@ def _rule(spec: str, base: Any) -> Any:
 def run(args: argparse.Namespace) -> int:
     if args.ab:
         return _run_ab(args)
-    from perfgate.cli import CommandError
+    from perfgate.commands import CommandError
+    from perfgate.files import write_json
     from perfgate.gate import policy as policy_mod
-    from perfgate.gate import quality as q
-    from perfgate.gate import quality_rates as qr
-    from perfgate.output.files import write_json
+    from perfgate.quality import experiment as q
+    from perfgate.quality import rates as qr
 
     slowdowns = _slowdowns(args.slowdowns)
     if args.comparisons < 1:
@@ -176,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
         settings = policy_mod.load(args.pyproject).settings("gate-quality", "baseline", "latency")
     except policy_mod.PolicyError as exc:
         raise CommandError(str(exc)) from None
-    from perfgate.stats import StopRule
+    from perfgate.measure.stats import StopRule
 
     try:
         stop = StopRule() if args.precision is None else StopRule(precision=args.precision)
@@ -242,7 +242,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _reference_shape() -> dict[str, Any]:
-    from perfgate.measure import REFERENCE_SHAPE
+    from perfgate.measure.core import REFERENCE_SHAPE
 
     return {"kind": "Linear+GELU chain", **REFERENCE_SHAPE}
 
@@ -258,10 +258,10 @@ def _threads(requested: int | None) -> int:
 def _rejudge(args: argparse.Namespace, rules: list[Any]) -> int:
     import json
 
-    from perfgate.cli import CommandError
-    from perfgate.gate import quality as q
-    from perfgate.gate import quality_rates as qr
-    from perfgate.output.files import write_json
+    from perfgate.commands import CommandError
+    from perfgate.files import write_json
+    from perfgate.quality import experiment as q
+    from perfgate.quality import rates as qr
 
     try:
         old = json.loads(args.from_json.read_text())
@@ -285,9 +285,9 @@ def _rejudge(args: argparse.Namespace, rules: list[Any]) -> int:
 
 
 def _print(data: dict[str, Any], rules: list[Any], *, precision: float, depth: int) -> None:
-    from perfgate.gate import quality as q
-    from perfgate.gate import quality_rates as qr
     from perfgate.output.text import text_table
+    from perfgate.quality import experiment as q
+    from perfgate.quality import rates as qr
 
     cfg = data["config"]
     noise = data["noise"]
@@ -334,8 +334,8 @@ def _print(data: dict[str, Any], rules: list[Any], *, precision: float, depth: i
 
 
 def _run_ab(args: argparse.Namespace) -> int:
-    from perfgate.cli import CommandError
-    from perfgate.gate import quality_ab
+    from perfgate.ab import quality as quality_ab
+    from perfgate.commands import CommandError
     from perfgate.output.text import text_table
 
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]

@@ -1,4 +1,4 @@
-"""`perfgate health`: is this runner's GPU fit to measure? (perfgate.health has the checks.)"""
+"""`perfgate health`: is this runner's GPU fit to measure? (perfgate.measure.health has the checks.)"""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from perfgate.cli import EXIT_OK, EXIT_UNAVAILABLE, CommandError
+from perfgate.commands import CommandError
+from perfgate.exitcodes import OK as EXIT_OK
+from perfgate.exitcodes import UNAVAILABLE as EXIT_UNAVAILABLE
 
 HELP = "check the GPU before a gated run: persistence mode, clocks, other processes, ECC errors, free memory"
 
@@ -46,9 +48,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from perfgate import health
-    from perfgate.device import default_device, device_error, selection_device
-    from perfgate.output import files
+    from perfgate import files
+    from perfgate.measure import health
+    from perfgate.measure.device import default_device, device_error, selection_device
 
     device = args.device or selection_device([a for a in args.pytest_args if a != "--"]) or default_device()
     try:
@@ -69,7 +71,9 @@ def run(args: argparse.Namespace) -> int:
     if result.ok:
         return EXIT_OK
     if args.markdown:
-        files.write_text(args.markdown, health.markdown(result))
+        from perfgate.output import markdown
+
+        files.write_text(args.markdown, markdown.health_summary(result))
     if args.warn:
         print("perfgate health: the GPU failed a check; going on anyway (--warn)", file=sys.stderr)
         return EXIT_OK

@@ -10,7 +10,7 @@ HELP = "show a metric per case over the saved runs and baselines (sparklines, ch
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from perfgate.history import HISTORY_METRICS
+    from perfgate.history.runs import HISTORY_METRICS
 
     p.add_argument(
         "paths", nargs="*", help="extra result files or folders to include (always, whatever their fingerprint)"
@@ -86,8 +86,8 @@ def _globs(values: list[str]) -> tuple[str, ...]:
 
 def current_fingerprint_id(device: str | None) -> str:
     """This machine's fingerprint id; imports torch, so only when no id was given."""
-    from perfgate.device import default_device
-    from perfgate.fingerprint import fingerprint, fingerprint_id
+    from perfgate.measure.device import default_device
+    from perfgate.measure.fingerprint import fingerprint, fingerprint_id
 
     return fingerprint_id(fingerprint(device or default_device()))
 
@@ -95,8 +95,8 @@ def current_fingerprint_id(device: str | None) -> str:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from perfgate import history as h
-    from perfgate.cli import CommandError
+    from perfgate.commands import CommandError
+    from perfgate.history import runs as h
     from perfgate.output.terminal import history_lines
 
     try:
@@ -147,8 +147,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _change_points(hist, args: argparse.Namespace) -> list:
     """Fill each series' change points; the accepted changes that match no commit of their case."""
-    from perfgate.changepoints import AcceptedChangeError, annotate, load_accepted
-    from perfgate.cli import CommandError
+    from perfgate.commands import CommandError
+    from perfgate.history.changepoints import AcceptedChangeError, annotate, load_accepted
 
     if not 0 < args.min_change < 1000:
         raise CommandError(f"--min-change {args.min_change:g}: give a step in %, e.g. 5")

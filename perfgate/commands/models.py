@@ -6,10 +6,10 @@ import argparse
 import json
 from typing import Any
 
-from perfgate.cli import CommandError, load_models
+from perfgate.cases.selection import select
+from perfgate.cases.workload import MODELS, NO_MODELS, build_module, count_parameters, family, get_model
+from perfgate.commands import CommandError, load_models
 from perfgate.output.text import text_table
-from perfgate.session import select
-from perfgate.workload import MODELS, NO_MODELS, build_module, count_parameters, family, get_model
 
 HELP = "list model families: sizes, parameter counts, input shapes and GFLOP per step"
 
@@ -45,7 +45,7 @@ def describe(name: str, size: str, *, flops: bool = True) -> dict[str, Any]:
         "step": spec.step,
     }
     if flops:
-        from perfgate.flops import count_step_flops
+        from perfgate.cases.flops import count_step_flops
 
         row["gflop"] = count_step_flops(module, inputs, step=spec.step).total / 1e9
     return row

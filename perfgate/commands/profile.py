@@ -88,7 +88,7 @@ def parse_value(text: str) -> Any:
 
 
 def parse_options(items: list[str]) -> dict[str, Any]:
-    from perfgate.cli import CommandError
+    from perfgate.commands import CommandError
 
     out = {}
     for item in items:
@@ -100,7 +100,7 @@ def parse_options(items: list[str]) -> dict[str, Any]:
 
 
 def parse_sweep(text: str | None) -> tuple[str, tuple[Any, ...]] | None:
-    from perfgate.cli import CommandError
+    from perfgate.commands import CommandError
 
     if text is None:
         return None
@@ -157,13 +157,14 @@ def rerun_with_torch_trace(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from perfgate.cli import EXIT_UNAVAILABLE, CommandError
+    from perfgate.commands import CommandError
+    from perfgate.exitcodes import UNAVAILABLE as EXIT_UNAVAILABLE
 
     if args.torch_trace and os.environ.get("TORCH_TRACE") != str(Path(args.torch_trace).resolve()):
         return rerun_with_torch_trace(args)
 
-    from perfgate.cli import load_models
-    from perfgate.device import default_device
+    from perfgate.commands import load_models
+    from perfgate.measure.device import default_device
     from perfgate.profile.config import ProfileConfig, ProfileError, ProfileUnavailable
     from perfgate.profile.run import run_profile
 

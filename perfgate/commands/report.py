@@ -55,7 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _links(args: argparse.Namespace) -> dict[str, str]:
-    from perfgate.cli import CommandError
+    from perfgate.commands import CommandError
 
     if not args.link:
         return {"HTML report": args.output, **{Path(r).name: r for r in args.runs}}
@@ -69,7 +69,7 @@ def _links(args: argparse.Namespace) -> dict[str, str]:
 
 
 def _write_markdown(target: str, md: str) -> None:
-    from perfgate.output import files
+    from perfgate import files
 
     if target == "-":
         sys.stdout.write(md)
@@ -81,11 +81,13 @@ def _write_markdown(target: str, md: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from perfgate.cli import CommandError
-    from perfgate.history import load_run
-    from perfgate.output import files, html, markdown
+    from perfgate import files
+    from perfgate.commands import CommandError
+    from perfgate.gate.verdict_file import load_verdicts
+    from perfgate.history.runs import load_run
+    from perfgate.output import html, markdown
     from perfgate.output.report_data import history_for
-    from perfgate.results import ResultFileError, load_verdicts
+    from perfgate.results import ResultFileError
 
     links = _links(args)
     try:
@@ -101,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         _write_markdown(args.markdown, markdown.job_summary(runs, verdicts, links))
     history, unreadable, accepted = (None, [], ())
     if not args.no_history:
-        from perfgate.changepoints import AcceptedChangeError, load_accepted
+        from perfgate.history.changepoints import AcceptedChangeError, load_accepted
 
         try:
             accepted = load_accepted(args.pyproject)

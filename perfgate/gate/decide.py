@@ -17,17 +17,18 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from perfgate.gate.metrics import GATED
-from perfgate.gate.policy import GateSettings, Policy
+from perfgate.gate.policy import Policy
+from perfgate.gate.settings import GateSettings
 from perfgate.gate.verdicts import BUDGET, INCONCLUSIVE, NO_BASELINE, REGRESSION, UNCHANGED, UNRELIABLE, Verdict
+from perfgate.measure.stats import TAIL_MIN_SAMPLES
+from perfgate.measure.telemetry import SLOWDOWN_REASONS
 from perfgate.record import CaseRecord
-from perfgate.stats import TAIL_MIN_SAMPLES
 
 # --- reliability --------------------------------------------------------------------------------
 
-# Clock-event reasons (perfgate.telemetry decodes them) that mean the clocks were pulled down by heat
+# Clock-event reasons (perfgate.measure.telemetry decodes them) that mean the clocks were pulled down by heat
 # or hardware protection: a sample taken then measures the cooling, not the code. The power cap
 # alone is normal under full load on data-centre GPUs; it counts only through the clock check.
-SLOWDOWN_REASONS = ("hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,7 +49,7 @@ def telemetry_reason(
     summary: Mapping[str, Any], rule: TelemetryRule = TelemetryRule(), *, clocks: bool = True
 ) -> str | None:
     """Why a measurement with this telemetry summary (the sampler's schema) is not trustworthy, or
-    None. `clocks=False`: the rounds were checked for throttling one by one (perfgate.throttle), so
+    None. `clocks=False`: the rounds were checked for throttling one by one (perfgate.measure.throttle), so
     the sampler's clock shares say nothing about the samples kept."""
     reasons = []
     events = (summary.get("clock_events") or {}) if clocks else {}

@@ -5,7 +5,7 @@ Latency regresses only when the slowdown of the median is larger than the tolera
 statistically significant on the raw samples (one-sided Mann-Whitney U, scipy): on a shared
 2-core machine a 5% threshold on one number alarms all the time, a significance test alone flags
 trivial shifts. On a CPU the samples tested are, by default (`normalise`), each round's step time
-divided by a fixed reference workload timed in the same round (perfgate.measure): the whole
+divided by a fixed reference workload timed in the same round (perfgate.measure.core): the whole
 machine's speed drifts between two runs by more than the slowdowns worth catching, and the ratio
 cancels it. Reported medians stay in milliseconds. Memory is gated by tolerance plus an absolute
 slack; accuracy against the baseline's error; a variant's speedup over the eager baseline of the
@@ -19,17 +19,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from perfgate.gate.settings import GateSettings
 from perfgate.gate.verdicts import IMPROVEMENT, INCONCLUSIVE, REGRESSION, UNCHANGED, Verdict
 from perfgate.record import CaseRecord
 
-if TYPE_CHECKING:
-    from perfgate.gate.policy import GateSettings
-
-Judge = Callable[[str, CaseRecord, CaseRecord, "GateSettings"], "Verdict | None"]
+Judge = Callable[[str, CaseRecord, CaseRecord, GateSettings], "Verdict | None"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,7 +76,7 @@ def judge_latency_samples(
         what = f"median {cur_med:.3f} ms vs {base_med:.3f} ms"
         compared = RAW_MS
     else:
-        from perfgate.stats import ratios
+        from perfgate.measure.stats import ratios
 
         ratio, p_slower, p_faster = latency_test(ratios(current, reference[0]), ratios(baseline, reference[1]))
         ref_change = float(np.median(reference[0]) / np.median(reference[1]) - 1) * 100

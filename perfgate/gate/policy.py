@@ -26,35 +26,15 @@ from __future__ import annotations
 
 import fnmatch
 import math
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from perfgate.cases.accuracy import Tolerance
+from perfgate.cases.project import PolicyError, load_table  # noqa: F401  (read here as policy.load_table)
 from perfgate.gate.metrics import METRIC_NAMES
-
-
-class PolicyError(ValueError):
-    """A bad policy; the message names the file and the key."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class GateSettings:
-    latency_tolerance: float = 0.05  # relative change of the median that matters
-    alpha: float = 0.01  # one-sided Mann-Whitney U significance level
-    memory_tolerance: float = 0.05
-    memory_slack_mib: float = 16.0  # absolute slack: allocator granularity and RSS noise
-    energy_tolerance: float = 0.10  # relative growth of the energy per step (one counter window, no test)
-    accuracy_factor: float = 2.0  # rel_l2 may grow by this factor over the baseline's ...
-    accuracy_slack: float = 1e-6  # ... plus this absolute slack before it regresses
-    speedup_tolerance: float = 0.10  # relative drop of a variant's speedup over the baseline
-    remeasure: int = 2  # re-measurements of a suspected latency regression before it fails
-    remeasure_pooled: bool = True  # judge the suspect run and its re-measurements once, pooled (else each must regress)
-    contention_max: float = 0.25  # other processes' CPU time / wall time that marks a case unreliable
-    fail_on_improvement: bool = False  # ratchet: an unexpected improvement fails until re-recorded
-    normalise: bool = True  # CPU latency judged on step/reference-workload ratios (cancels machine drift)
-    ab_min_effect: float = 0.02  # A/B (`perfgate ab`): the smallest median slowdown a significant change must reach
+from perfgate.gate.settings import GateSettings
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,39 +81,6 @@ class Policy:
 
     def budgets_for(self, model: str, size: str, variant: str, hardware: str) -> list[Budget]:
         return [b for b in self.budgets if b.matches(model, size, variant, hardware)]
-
-
-@dataclass(frozen=True, kw_only=True)
-class Tolerance:
-    rel_l2: float
-    cosine: float  # minimum
-    psnr_db: float | None = None  # minimum, for images and audio
-
-
-# Why these numbers: fp32 variants (compile, TensorRT fp32) only reorder float sums, ~1e-6 relative
-# per op growing with depth; bf16 keeps 8 bits of mantissa (~0.4% per rounding), int8/fp8 ~1% per
-# layer. Deep decoders compound it, so the bounds are loose enough for the full models yet far
-# below what a broken kernel gives (rel_l2 ~1, cosine ~0).
-DEFAULT_TOLERANCES: dict[str, Tolerance] = {
-    "baseline": Tolerance(rel_l2=1e-5, cosine=0.999999),
-    "compile*": Tolerance(rel_l2=1e-3, cosine=0.9999, psnr_db=60),
-    "cudagraphs": Tolerance(rel_l2=1e-5, cosine=0.999999),
-    "tensorrt": Tolerance(rel_l2=1e-2, cosine=0.999, psnr_db=40),
-    "*int8*": Tolerance(rel_l2=0.2, cosine=0.98, psnr_db=20),  # before *bf16*: bf16+fp8-* is judged as FP8
-    "*fp8*": Tolerance(rel_l2=0.2, cosine=0.98, psnr_db=20),
-    "*fp16*": Tolerance(rel_l2=0.05, cosine=0.998, psnr_db=30),
-    "*bf16*": Tolerance(rel_l2=0.1, cosine=0.99, psnr_db=25),
-    "*": Tolerance(rel_l2=0.1, cosine=0.99, psnr_db=25),
-}
-
-
-def tolerance_for(variant: str, overrides: Mapping[str, Tolerance] | None = None) -> Tolerance:
-    """First matching glob, overrides before defaults, in their written order."""
-    for table in (overrides or {}, DEFAULT_TOLERANCES):
-        for pattern, tol in table.items():
-            if fnmatch.fnmatchcase(variant, pattern):
-                return tol
-    raise KeyError(variant)  # unreachable: "*" matches
 
 
 _SETTING_KEYS = {f.name: f.type for f in fields(GateSettings)}
@@ -250,43 +197,6 @@ def parse(table: Mapping[str, Any], source: str = "[tool.perfgate]") -> Policy:
         for i, raw in enumerate(_tables(table.get("budget", []), "budget", source))
     ]
     return Policy(defaults=defaults, overrides=tuple(overrides), budgets=tuple(budgets))
-
-
-TABLE_KEYS = (
-    "gate",
-    "override",
-    "budget",
-    "tolerance",
-    "variants",
-    "registries",
-    "model_files",
-    "tier",
-    "tiers",
-    "case_timeout_s",
-    "accepted_changes",  # intended steps in the history: perfgate.changepoints (not read by the gate)
-)
-
-
-def load_table(pyproject: str | Path) -> dict[str, Any]:
-    """The `[tool.perfgate]` table of a pyproject.toml ({} when the file or the table is absent)."""
-    path = Path(pyproject)
-    if not path.is_file():
-        return {}
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise PolicyError(f"{path}: invalid TOML ({exc}); fix the file") from None
-    table = data.get("tool", {}).get("perfgate", {})
-    unknown = set(table) - set(TABLE_KEYS)
-    if unknown:
-        raise PolicyError(f"{path} [tool.perfgate]: unknown key {sorted(unknown)[0]!r}; known: {', '.join(TABLE_KEYS)}")
-    for key, example in (("registries", "perfgate.models"), ("model_files", "my_model.py")):
-        value = table.get(key, [])
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise PolicyError(
-                f'{path} [tool.perfgate] {key}: must be a list of strings, e.g. {key} = ["{example}"], got {value!r}'
-            )
-    return table
 
 
 def load(pyproject: str | Path) -> Policy:

@@ -2,7 +2,7 @@
 
 Layout: `baselines/<fingerprint_id>/NNNN_<label>.json`, the numbering pytest-benchmark's own
 storage uses (its own saves live apart, in .perfgate/benchmarks/). Recording adds a new
-number (history is never overwritten) and writes through `perfgate.output.files` without
+number (history is never overwritten) and writes through `perfgate.files` without
 clobber: a temporary file in the same folder, fsync, then a link to the final name; a run killed
 mid-write leaves the earlier files intact and at worst a hidden `.tmp` file that loading ignores.
 Reading goes through `perfgate.results`, the one loader; the baseline's own checks are added here.
@@ -15,9 +15,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from perfgate import results
-from perfgate.fingerprint import differences
-from perfgate.output import files
+from perfgate import files, results
+from perfgate.measure.fingerprint import differences
 from perfgate.record import value_problems
 
 SCHEMA = 1
@@ -140,7 +139,7 @@ def by_name(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {b["fullname"]: b for b in data["benchmarks"]}
 
 
-# The name perfgate.dist_plugin writes rank files with; the writer is perfgate.output.files.
+# The name perfgate.plugin.torchrun writes rank files with; the writer is perfgate.files.
 atomic_write_json = files.write_json
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from perfgate.changepoints import MIN_SIZE
+from perfgate.history.changepoints import MIN_SIZE
 from perfgate.output.text import text_table, value_format
 
 

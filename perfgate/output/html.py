@@ -15,14 +15,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from perfgate import gate
-from perfgate.fingerprint import KEY_FIELDS
-from perfgate.history import Run, Series
+from perfgate.gate.verdict_file import VerdictSet
+from perfgate.history.runs import Run, Series
+from perfgate.measure.fingerprint import KEY_FIELDS
 from perfgate.output import charts
 from perfgate.output.report_data import Entry, group_entries, run_key, timeline_series
 from perfgate.output.report_sections import history_block, svg_markup, telemetry_block, verdict_block
 from perfgate.output.terminal import accuracy_parts
 from perfgate.output.text import fmt_num
-from perfgate.results import VerdictSet
 
 VERDICT_CLASS = {
     gate.ERROR: "bad",
@@ -126,7 +126,7 @@ def _notes(e: Entry) -> list[dict[str, str]]:
 
 def _energy_notes(r: Any) -> list[dict[str, str]]:
     """Frames per joule (else joules per step) with the counter window's error bound; a skipped
-    figure as a dash whose hover says why, never a zero (perfgate.energy)."""
+    figure as a dash whose hover says why, never a zero (perfgate.measure.energy)."""
     if r.energy_j_per_step is not None:
         value = f"{r.frames_per_j:.3g} frames/J" if r.frames_per_j is not None else f"{r.energy_j_per_step:.3g} J/step"
         bound = (r.energy or {}).get("error_bound_pct")
@@ -137,7 +137,7 @@ def _energy_notes(r: Any) -> list[dict[str, str]]:
 
 
 def _throttle_notes(r: Any) -> list[dict[str, str]]:
-    """GPU: how many timed rounds were dropped as throttled (perfgate.throttle), why on hover."""
+    """GPU: how many timed rounds were dropped as throttled (perfgate.measure.throttle), why on hover."""
     t = r.throttle or {}
     if not t.get("dropped"):
         return []

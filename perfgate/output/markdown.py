@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfgate import gate
-from perfgate.history import Run
+from perfgate.gate.verdict_file import VerdictSet, as_verdict_set
+from perfgate.history.runs import Run
 from perfgate.output.report_data import case_name, fastest_per_model, labels_by_fullname, verdict_counts
 from perfgate.output.text import fmt_num
-from perfgate.results import VerdictSet, as_verdict_set
+
+if TYPE_CHECKING:
+    from perfgate.measure.health import Health
 
 # Names (models, variants, cases) and messages come from the code under test, so from the pull
 # request: shown as they are, `<img src=x>`, `[link](url)` or `@someone` would render as HTML, a link
@@ -166,3 +169,21 @@ def ab_summary(result: Any, verdicts: Sequence[gate.Verdict], *, max_rows: int =
         if ids:
             out.append(f"{label}: " + ", ".join(_code(i) for i in ids))
     return "\n".join(out).rstrip() + "\n"
+
+
+def health_summary(health: Health) -> str:
+    """The summary of a failed health check, for the job summary and the pull-request comment."""
+    from perfgate.measure.health import FAIL
+
+    failed = [c for c in health.checks if c.status == FAIL]
+    out = [
+        f"### perfgate: cannot run here: the runner's GPU failed {len(failed)} health check(s)",
+        "",
+        f"Device {md_text(health.device)}" + (f" ({md_text(health.gpu)})" if health.gpu else "") + ". Nothing was "
+        "measured: numbers from this GPU would not be comparable. Fix the runner, then re-run the job.",
+        "",
+        "| check | status | what | fix |",
+        "|---|---|---|---|",
+    ]
+    out += [f"| {md_text(c.name)} | {c.status} | {md_text(c.detail)} | {md_text(c.fix or '')} |" for c in health.checks]
+    return "\n".join(out) + "\n"

@@ -12,9 +12,9 @@ from functools import cached_property
 from typing import Any
 
 from perfgate import gate
-from perfgate.history import Run, Series, build_series, case_label, gather, metric_value, unit_of
+from perfgate.gate.verdict_file import VerdictSet
+from perfgate.history.runs import Run, Series, build_series, case_label, gather, metric_value, unit_of
 from perfgate.record import CaseRecord
-from perfgate.results import VerdictSet
 
 
 def group_title(rec: CaseRecord) -> str:
@@ -75,7 +75,7 @@ def group_entries(runs: Sequence[Run]) -> dict[str, list[Entry]]:
 
 
 # The figure the gate compares for latency: on the CPU the median of the per-round step/reference
-# ratios (perfgate.runner), elsewhere the median in ms. Its history is what the report draws: raw
+# ratios (perfgate.cases.runner), elsewhere the median in ms. Its history is what the report draws: raw
 # ms on a shared machine move 20-30% between unchanged runs with the machine's speed.
 NORMALISED = "normalised_median"
 RATIO_UNIT = "× reference"
@@ -157,7 +157,7 @@ class TelemetryRow:
 
 
 def telemetry_rows(telemetry: Mapping[str, Any] | None) -> list[TelemetryRow]:
-    """The sampler's summary (perfgate.telemetry.TelemetrySampler.summary(): `metrics` maps each
+    """The sampler's summary (perfgate.measure.telemetry.TelemetrySampler.summary(): `metrics` maps each
     metric to its min / mean / max) as rows; metrics without three numbers are left out."""
     metrics = (telemetry or {}).get("metrics")
     if not isinstance(metrics, Mapping):
@@ -234,11 +234,11 @@ def session_verdicts(session: Any) -> VerdictSet:
 def change_point_block(
     history: Sequence[Series] | None, accepted: Sequence[Any] = (), *, metric: str = "median_ms"
 ) -> dict[str, Any] | None:
-    """The report's change points (perfgate.changepoints, as `perfgate history --change-points`
+    """The report's change points (perfgate.history.changepoints, as `perfgate history --change-points`
     finds them) over the history series it draws: one row per step, accepted ones with their
     reason; None without history. `metric` names what the series follow, for accepted_changes'
     `metric` glob; every history figure the report draws is a latency, lower is better."""
-    from perfgate.changepoints import MIN_CHANGE, MIN_SIZE, change_points, unplaced
+    from perfgate.history.changepoints import MIN_CHANGE, MIN_SIZE, change_points, unplaced
     from perfgate.output.text import fmt_num
 
     if history is None:

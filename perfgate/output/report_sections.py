@@ -8,7 +8,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from perfgate import gate
-from perfgate.history import Run, Series, unit_of
+from perfgate.gate.verdict_file import VerdictSet
+from perfgate.history.runs import Run, Series, unit_of
 from perfgate.output import charts
 from perfgate.output.report_data import (
     RATIO_UNIT,
@@ -20,7 +21,6 @@ from perfgate.output.report_data import (
 )
 from perfgate.output.terminal import skip_summary
 from perfgate.output.text import fmt_num
-from perfgate.results import VerdictSet
 
 # Verdict kinds listed row by row, open: what needs a look. The others are folded under their count
 # with what they mean (a full run has ~300 unchanged rows: the old page was 14,000 px of them).
@@ -227,7 +227,7 @@ def _peak_other_cores(entries: Sequence[Entry]) -> float | None:
 
 
 def telemetry_block(title: str, entries: Sequence[Entry]) -> dict[str, Any] | None:
-    """The sampler's summaries (perfgate.telemetry: `{interval_s, n_samples, source, metrics}`) of one
+    """The sampler's summaries (perfgate.measure.telemetry: `{interval_s, n_samples, source, metrics}`) of one
     model group: a table (mean and range per metric, and why a case was unreliable) and, per unit,
     a chart of every case's min-mean-max; folded unless a case of the group was unreliable."""
     cases = [(e, telemetry_rows(e.record.telemetry)) for e in entries]

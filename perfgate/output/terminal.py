@@ -11,11 +11,11 @@ from typing import Any
 
 from perfgate import gate
 from perfgate.gate.metrics import METRIC_UNITS
-from perfgate.history import unit_of
+from perfgate.history.runs import unit_of
+from perfgate.measure.stats import TAIL_MIN_SAMPLES
 from perfgate.output.report_data import group_title
 from perfgate.output.text import fmt, fmt_num, sparkline, text_table, value_format
 from perfgate.record import HISTORY_FIELDS, CaseRecord
-from perfgate.stats import TAIL_MIN_SAMPLES
 
 # The gated figure first (the median), the spread after; mean, min and max are in the JSON and the report.
 OPT_HEADERS = (
@@ -299,7 +299,7 @@ def _when(p: Any) -> str:
 
 def history_lines(history: Any, *, last: int = 20, brief: bool = False) -> list[str]:
     """`perfgate history`: per case a sparkline and the entries with their change (a
-    perfgate.history.History); `brief`: one line per case."""
+    perfgate.history.runs.History); `brief`: one line per case."""
     m = history.metric
     unit = f" {m.unit}" if m.unit else ""
     direction = f", {m.better} is better" if m.better else ""

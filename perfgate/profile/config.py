@@ -13,10 +13,10 @@ from typing import Any
 
 import torch
 
-from perfgate.device import bind
-from perfgate.measure import StopRule, WarmupRule
-from perfgate.variants import VARIANTS
-from perfgate.workload import ModelSpec, default_size, get_model, sizes
+from perfgate.cases.variants import VARIANTS
+from perfgate.cases.workload import ModelSpec, default_size, get_model, sizes
+from perfgate.measure.core import StopRule, WarmupRule
+from perfgate.measure.device import bind
 
 PRECISIONS = {"fp32": "baseline", "bf16": "autocast-bf16", "fp16": "autocast-fp16"}
 

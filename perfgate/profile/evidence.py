@@ -48,7 +48,7 @@ def capture_evidence(
 
 
 def reproduce_commands(case: Any, nodeid: str | None = None) -> dict[str, str]:
-    """The commands that re-run one benchmark case (a perfgate.runner.Case): the pytest case
+    """The commands that re-run one benchmark case (a perfgate.cases.runner.Case): the pytest case
     alone, and a full profile of it."""
     opts = dict(case.options)
     node = nodeid or f"benchmarks/test_models.py::test_step[{case.id}]"

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from perfgate.measure import make_timer
+from perfgate.measure.core import make_timer
 
 BREAKDOWN_MARGIN = 0.25
 

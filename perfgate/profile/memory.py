@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from perfgate.memory import MIB, MemoryTracker
+from perfgate.measure.memory import MIB, MemoryTracker
 
 
 def tensor_mib(tensors: Any) -> float:

@@ -8,11 +8,11 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from perfgate import runner
+from perfgate.cases import runner
+from perfgate.cases.variant_steps import Cast, Env, Quantize
+from perfgate.cases.variants import Variant, get_variant
 from perfgate.profile.config import PRECISIONS
 from perfgate.profile.suggest import speedup_band, speedup_bands
-from perfgate.variant_steps import Cast, Env, Quantize
-from perfgate.variants import Variant, get_variant
 
 
 def mutates(variant: Variant) -> bool:

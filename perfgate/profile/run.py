@@ -3,7 +3,7 @@
 For each point of an optional sweep (one option, several values) it reports:
 1. the simple benchmark: mean, median, std, min, max, FPS, with telemetry sampled throughout
    and FLOPs per step against a matmul peak measured on this machine: the runner's pipeline
-   (`perfgate.runner.build_case` / `measure_case`) with fixed round counts, read from its record;
+   (`perfgate.cases.runner.build_case` / `measure_case`) with fixed round counts, read from its record;
 2. the memory profile of one step (peak, weights, activations, headroom);
 3. a layer-by-layer breakdown of the forward (`layers`);
 4. a precision comparison: fp32 against bf16 and fp16 autocast (`precision`);
@@ -27,10 +27,12 @@ from typing import Any
 
 import torch
 
-from perfgate import gate, runner
-from perfgate.gate.policy import GateSettings
-from perfgate.measure import StopRule
-from perfgate.memory import MIB
+from perfgate import gate
+from perfgate.cases import runner
+from perfgate.cases.variant_steps import Env, VariantError
+from perfgate.gate.settings import GateSettings
+from perfgate.measure.core import StopRule
+from perfgate.measure.memory import MIB
 from perfgate.profile import suggest
 from perfgate.profile.config import (
     ProfileConfig,
@@ -48,7 +50,6 @@ from perfgate.profile.memory import memory_profile
 from perfgate.profile.precision import precision_comparison
 from perfgate.profile.trace import nvtx_section, torch_trace_section, trace_steps
 from perfgate.record import CaseRecord
-from perfgate.variant_steps import Env, VariantError
 
 # The record's FLOPs and roofline fields, as flops.flops_extra_info fills them.
 ROOFLINE_FIELDS = (
@@ -274,7 +275,7 @@ def new_run_dir(out_dir: Path, cfg: ProfileConfig, first: ProfilePoint) -> Path:
 
 def run_profile(cfg: ProfileConfig, *, stream: Any = None) -> tuple[Path, dict[str, Any]]:
     """Profile every point of `cfg` and write report.json and report.html into a new run folder."""
-    from perfgate.fingerprint import fingerprint, fingerprint_id
+    from perfgate.measure.fingerprint import fingerprint, fingerprint_id
 
     device = check_config(cfg)
     pts = points(cfg)
@@ -307,7 +308,8 @@ def run_profile(cfg: ProfileConfig, *, stream: Any = None) -> tuple[Path, dict[s
 
 
 def write_report(run_dir: Path, report: dict[str, Any]) -> None:
-    from perfgate.output import files, html  # jinja2 and matplotlib load only when a report is written
+    from perfgate import files
+    from perfgate.output import html
 
     files.write_text(run_dir / "report.json", json.dumps(report, indent=2, default=str) + "\n")
     files.write_text(run_dir / "report.html", html.profile_report(report))

@@ -10,7 +10,7 @@
 | peak_memory | peak memory > 8 GiB |
 | memory_headroom | < 10% of the device's memory left at peak (warning); > 50% left (info) |
 | gpu_utilisation | CUDA only: mean GPU utilisation < 50% while measuring |
-| unreliable | telemetry saw clock slowdowns, low clocks or busy neighbours (see perfgate.telemetry) |
+| unreliable | telemetry saw clock slowdowns, low clocks or busy neighbours (see perfgate.measure.telemetry) |
 
 Each suggestion's `source` is the section of docs/profiling.md that explains its rule: a user's
 message names only perfgate's own documents. Advice depends on the device: a CPU run gets no

@@ -5,12 +5,12 @@ process then sees one CUDA device, as on a GPU runner (availability, count, inde
 capability), while any real CUDA work still fails as on a CPU build. A test that silently depends
 on the default device (CUDA when present) fails under it; the first H100 run found such failures
 the hard way. PERFGATE_FAKE_CUDA=0 switches it off; PERFGATE_FAKE_CUDA_COUNT=N fakes N devices (one
-GPU per xdist worker: tests/test_parallel.py).
+GPU per xdist worker: tests/dist/test_parallel.py).
 
 Its limit: the torch profiler's CUDA activity cannot be faked (test_profiling's trace test fails
 under it, and the failing profiler then slows every later op), so run the device-dependent tests:
-`PYTHONPATH=tests/fake_cuda pytest tests/test_plugin.py tests/ci/test_workflows.py tests/test_session.py
-tests/test_fingerprint.py tests/test_tiers.py tests/test_device.py tests/test_history.py`.
+`PYTHONPATH=tests/fake_cuda pytest tests/plugin/test_plugin.py tests/ci/test_workflows.py tests/plugin/test_session.py
+tests/measure/test_fingerprint.py tests/cases/test_tiers.py tests/measure/test_device.py tests/history/test_history.py`.
 """
 
 import os

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from perfgate.models.owl_audio_decoder import (
+from models.owl_audio_decoder import (
     CONFIGS,
     OUTPUT_KIND,
     OwlAudioDecoder,
@@ -90,21 +90,12 @@ def test_no_zero_initialised_parameters() -> None:
             assert p.abs().max() > 0, name
 
 
-def test_example_inputs_deterministic() -> None:
+def test_example_inputs_shapes() -> None:  # seeds, dtype, unknown options: tests/models/test_contract.py
     config = CONFIGS["tiny"]
     (a,) = example_inputs(config, batch=2, seed=3)
-    (b,) = example_inputs(config, batch=2, seed=3)
-    (c,) = example_inputs(config, batch=2, seed=4)
-    assert torch.equal(a, b)
-    assert not torch.equal(a, c)
     assert a.shape == (2, config.latent_channels, 120)
     (d,) = example_inputs(config, latent_len=7)
     assert d.shape == (1, config.latent_channels, 7)
-
-
-def test_example_inputs_rejects_unknown_option() -> None:
-    with pytest.raises(TypeError, match="bogus"):
-        example_inputs(CONFIGS["tiny"], bogus=1)
 
 
 def test_step_info() -> None:
@@ -112,8 +103,6 @@ def test_step_info() -> None:
     assert step_info(CONFIGS["full"], batch=3) == {"audio_s": 6.0}
     assert step_info(CONFIGS["full"], latent_len=60) == {"audio_s": 1.0}
     assert step_info(CONFIGS["tiny"]) == pytest.approx({"audio_s": 1800 / 44100})
-    with pytest.raises(TypeError, match="bogus"):
-        step_info(CONFIGS["tiny"], bogus=1)
 
 
 def test_output_kind_and_sample_rate() -> None:

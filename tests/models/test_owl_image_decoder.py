@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from perfgate.models.owl_image_decoder import (
+from models.owl_image_decoder import (
     CONFIGS,
     OUTPUT_KIND,
     OwlImageDecoder,
@@ -94,28 +94,15 @@ def test_no_zero_initialised_output_convs() -> None:
             assert p.abs().max() > 0, name
 
 
-def test_example_inputs_deterministic() -> None:
+def test_example_inputs_shape() -> None:  # seeds, dtype, unknown options: tests/models/test_contract.py
     config = CONFIGS["tiny"]
     (a,) = example_inputs(config, batch=2, seed=3)
-    (b,) = example_inputs(config, batch=2, seed=3)
-    (c,) = example_inputs(config, batch=2, seed=4)
-    assert torch.equal(a, b)
-    assert not torch.equal(a, c)
     assert a.shape == (2, config.latent_channels, config.latent_size, config.latent_size)
-    (h,) = example_inputs(config, dtype=torch.bfloat16)
-    assert h.dtype == torch.bfloat16
-
-
-def test_example_inputs_rejects_unknown_option() -> None:
-    with pytest.raises(TypeError, match="bogus"):
-        example_inputs(CONFIGS["tiny"], bogus=1)
 
 
 def test_step_info() -> None:
     assert step_info(CONFIGS["full"]) == {"frames": 1.0}
     assert step_info(CONFIGS["tiny"], batch=4) == {"frames": 4.0}
-    with pytest.raises(TypeError, match="bogus"):
-        step_info(CONFIGS["tiny"], bogus=1)
 
 
 def test_output_kind() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from perfgate.models.self_forcing_dit import (
+from models.self_forcing_dit import (
     CONFIGS,
     DEFAULT_BLOCK_INDEX,
     OUTPUT_KIND,
@@ -41,13 +41,6 @@ def test_full_size_shapes() -> None:
     assert tuple(2 * p for p in cfg.rope_pairs) == (44, 42, 42)
 
 
-@pytest.mark.parametrize("size", sorted(CONFIGS), ids=str)
-def test_meta_construction(size: str) -> None:
-    with torch.device("meta"):
-        model = SelfForcingDiT(CONFIGS[size])
-    assert all(p.is_meta for p in model.parameters())
-
-
 def test_upstream_state_dict_keys() -> None:
     with torch.device("meta"):
         keys = set(SelfForcingDiT(CONFIGS["tiny"]).state_dict())
@@ -78,18 +71,14 @@ def test_upstream_state_dict_keys() -> None:
     assert not any(k.startswith(("blocks.0.norm1", "blocks.0.norm2", "head.norm")) for k in keys)
 
 
-def test_example_inputs_shapes_and_determinism() -> None:
+def test_example_inputs_shapes_and_cache_views() -> None:  # seeds: tests/models/test_contract.py
     cfg = CONFIGS["tiny"]
     a = example_inputs(cfg, batch=2, seed=3)
-    b = example_inputs(cfg, batch=2, seed=3)
-    c = example_inputs(cfg, batch=2, seed=4)
     end = (DEFAULT_BLOCK_INDEX + 1) * cfg.block_tokens
     cache = (cfg.num_layers, 2, end, cfg.num_heads, cfg.head_dim)
     cross = (cfg.num_layers, 2, cfg.text_len, cfg.num_heads, cfg.head_dim)
     assert [tuple(t.shape) for t in a] == [(2, 16, 3, 8, 8), (2, 3), cache, cache, cross, cross, ()]
     assert a[-1].dtype == torch.int64 and int(a[-1]) == DEFAULT_BLOCK_INDEX * cfg.block_tokens
-    assert all(torch.equal(x, y) for x, y in zip(a, b))
-    assert not torch.equal(a[0], c[0])
     # The caches are views of full-capacity buffers; only earlier blocks hold data.
     assert a[2]._base is not None and a[2]._base.shape[2] == cfg.max_tokens
     assert a[2][:, :, : int(a[-1])].abs().sum() > 0

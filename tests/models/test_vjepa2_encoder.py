@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from perfgate.models.vjepa2_encoder import (
+from models.vjepa2_encoder import (
     CONFIGS,
     OUTPUT_KIND,
     VJEPA2Encoder,
@@ -119,24 +119,6 @@ def test_rope_tables_and_rotation() -> None:
     x = torch.randn(1, 2, 24, 28)
     y = apply_rope(x, cos, sin)
     assert torch.equal(y[..., 24:], x[..., 24:])
-
-
-def test_example_inputs_deterministic() -> None:
-    config = CONFIGS["tiny"]
-    (a,) = example_inputs(config, seed=3)
-    (b,) = example_inputs(config, seed=3)
-    (c,) = example_inputs(config, seed=4)
-    assert torch.equal(a, b)
-    assert not torch.equal(a, c)
-    (d,) = example_inputs(config, dtype=torch.bfloat16)
-    assert d.dtype == torch.bfloat16
-
-
-def test_example_inputs_rejects_unknown_option() -> None:
-    with pytest.raises(TypeError, match="resolution"):
-        example_inputs(CONFIGS["tiny"], resolution=64)
-    with pytest.raises(TypeError, match="resolution"):
-        step_info(CONFIGS["tiny"], resolution=64)
 
 
 @pytest.mark.parametrize(

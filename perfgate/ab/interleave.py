@@ -1,0 +1,274 @@
+"""Interleaved A/B in one process: the base and the head revision's model code, round by round.
+
+Two revisions' processes differ by more than the slowdowns worth catching (on the development VM
+the same case read -22% to +25% from one fresh process to the next), while the step times of two
+models measured in the same rounds of one process move together. So `perfgate ab` (mode
+`interleaved`) loads both revisions' model files into one process (the base's under an alias
+module name), builds each case twice with the same seed, and times them in alternating rounds,
+the order random each round, an untimed call before each timed one (as the reference workload
+is timed): the per-round ratio head/base cancels the machine's speed, the median ratio of a
+process is the figure, and a few fresh processes average what one process has alone (memory
+layout). Measured: two builds of the same model read within +-0.7% of each other in each of 6
+fresh processes (owl world model, audio decoder, Wan VAE, tiny, 2 s each).
+
+What it cannot see: a change outside the model files (the harness, torch, an op both sides
+share), which slows both sides alike. Mode `processes` (perfgate.ab.run) compares whole revisions.
+
+Run as `python -m perfgate.ab.interleave --base ROOT --head ROOT --out JSON CASE...` in the head's
+checkout: one fresh process, every case given, one JSON result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import importlib.util
+import json
+import math
+import os
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from perfgate.measure.core import busy_cpu_s, contention, make_timer
+from perfgate.measure.memory import MemoryTracker
+from perfgate.measure.stats import StopRule, stop_reason
+
+INJECT_HEAD = "PERFGATE_INJECT_HEAD"  # local:K, for `perfgate gate-quality --ab`: the head's model does K% more work
+
+
+@dataclasses.dataclass(kw_only=True)
+class Interleaved:
+    samples_base_ms: list[float]
+    samples_head_ms: list[float]
+    ratios: list[float]  # head / base per round
+    contention_cores: float
+    peak_base_mib: float | None
+    peak_head_mib: float | None
+    out_base: Any = dataclasses.field(default=None, repr=False)
+    out_head: Any = dataclasses.field(default=None, repr=False)
+
+    @property
+    def median_ratio(self) -> float:
+        return float(statistics.median(self.ratios))
+
+
+def measure_interleaved(
+    base: Callable[[], Any],
+    head: Callable[[], Any],
+    device: torch.device | str,
+    *,
+    stop: StopRule = StopRule(),
+    warmup_rounds: int = 5,
+    seed: int = 0,
+) -> Interleaved:
+    """Alternate the two steps round by round (random order, an untimed call before each timed one)
+    until the median ratio is known to `stop.precision`, or a bound of `stop` is hit."""
+    device = torch.device(device)
+    timer = make_timer(device)
+    out_base, out_head = base(), head()
+    for _ in range(warmup_rounds):
+        base()
+        head()
+    rng = random.Random(seed)
+    a_ms: list[float] = []
+    b_ms: list[float] = []
+    ratios: list[float] = []
+    gc.collect()
+    was = gc.isenabled()
+    gc.disable()  # a collection would land in one side's sample
+    try:
+        cpu0, t0 = busy_cpu_s(), time.perf_counter()
+        reason = None
+        while reason is None:
+            times = {}
+            for name, step in rng.sample([("base", base), ("head", head)], 2):
+                step()
+                times[name] = timer.time_ms(step)[0]
+            a_ms.append(times["base"])
+            b_ms.append(times["head"])
+            ratios.append(times["head"] / times["base"])
+            reason = stop_reason(ratios, time.perf_counter() - t0, stop)
+        wall_s = time.perf_counter() - t0
+        cpu1 = busy_cpu_s()
+    finally:
+        if was:
+            gc.enable()
+    peaks = []
+    for step in (base, head):
+        with MemoryTracker(device) as mem:
+            step()
+            step()
+        peaks.append(mem.result.peak_mem_mib if mem.result else None)
+    return Interleaved(
+        samples_base_ms=a_ms,
+        samples_head_ms=b_ms,
+        ratios=ratios,
+        contention_cores=contention(cpu0, cpu1, wall_s),
+        peak_base_mib=peaks[0],
+        peak_head_mib=peaks[1],
+        out_base=out_base,
+        out_head=out_head,
+    )
+
+
+def load_family(path: Path, alias: str) -> ModuleType:
+    """A model family file loaded under another module name (the base revision's copy)."""
+    spec = importlib.util.spec_from_file_location(alias, path)
+    if spec is None or spec.loader is None:
+        raise FileNotFoundError(f"{path}: no model family file there")
+    from perfgate.cases.workload import MODELS
+
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[alias] = module
+    # A user's model file registers itself (module=__name__) when it runs; the base's copy would
+    # register the same name from the alias module, which the registry refuses. So it runs against
+    # an empty registry, and the head's entries are put back: base_spec points a copy at the alias.
+    registered = dict(MODELS)
+    MODELS.clear()
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        MODELS.clear()
+        MODELS.update(registered)
+    return module
+
+
+def base_spec(spec: Any, head_root: Path, base_root: Path) -> Any:
+    """The head's model spec pointed at the base revision's copy of its family file (and of its
+    factory, when the file defines it), or None when the base has no such file or factory (new)."""
+    origin = importlib.util.find_spec(spec.module).origin
+    rel = Path(origin).resolve().relative_to(head_root.resolve())
+    path = base_root / rel
+    if not path.is_file():
+        return None
+    alias = f"perfgate_ab_base.{spec.module}"
+    base = sys.modules.get(alias) or load_family(path, alias)
+    factory = spec.factory
+    if factory is not None and getattr(factory, "__module__", None) == spec.module:
+        # A factory defined in the family file: the base's own copy, else head's code would run on both sides.
+        factory = getattr(base, factory.__qualname__, None)
+        if factory is None:
+            return None
+    return dataclasses.replace(spec, module=alias, factory=factory)
+
+
+def measure_case(
+    case_id: str, cases: dict[str, Any], head_root: Path, base_root: Path, stop: StopRule
+) -> dict[str, Any]:
+    """One case, both revisions, in this process: the figures `perfgate.ab.verdicts` judges."""
+    from perfgate.cases import accuracy
+    from perfgate.cases.runner import RunOptions, build_case, isolate
+    from perfgate.cases.steps import reference_output
+    from perfgate.cases.workload import build_workload
+
+    case = cases[case_id]
+    head_spec = case.spec
+    spec_b = base_spec(head_spec, head_root, base_root)
+    if spec_b is None:
+        return {"case": case_id, "error": "the base revision has no file for this model family"}
+    device = torch.device(case.device)
+    isolate(device)
+    opts = RunOptions(count_flops=False, telemetry_interval_s=None, reference=False, warm_compile=False)
+    built = {}
+    # Built in a random order: the model built second sits elsewhere in memory, and a fixed order
+    # read as a steady -1% on the world model; random, it is noise that the processes average.
+    for side, spec in random.sample([("base", spec_b), ("head", head_spec)], 2):
+        wl = build_workload(spec, case.size, device, seed=0, **dict(case.options))
+        built[side] = build_case(case, opts, prepared=(wl, reference_output(wl)))
+    head_step = built["head"].step
+    if inject := os.environ.get(INJECT_HEAD):  # gate-quality: a slowdown in the head's model alone
+        from perfgate.quality.inject import local_slowdown_step, parse
+
+        kind, k = parse(inject)
+        if kind != "local":
+            raise ValueError(f"{INJECT_HEAD}={inject!r}: only local:K applies to one side of a process")
+        head_step = local_slowdown_step(head_step, built["head"].converted.module, k)
+    m = measure_interleaved(built["base"].step, head_step, device, stop=stop, seed=random.randrange(2**31))
+    acc = {
+        side: accuracy.metrics(out, built[side].reference, kind=built[side].workload.output_kind)
+        for side, out in (("base", m.out_base), ("head", m.out_head))
+    }
+    return {
+        "case": case_id,
+        "ratio": m.median_ratio,
+        "rounds": len(m.ratios),
+        "median_base_ms": statistics.median(m.samples_base_ms),
+        "median_head_ms": statistics.median(m.samples_head_ms),
+        "peak_base_mib": m.peak_base_mib,
+        "peak_head_mib": m.peak_head_mib,
+        "contention_cores": m.contention_cores,
+        "accuracy_base": acc["base"],
+        "accuracy_head": acc["head"],
+        "device": str(device),
+        "model": case.model,
+        "variant": case.variant,
+    }
+
+
+def all_cases(device: str) -> list[Any]:
+    """Every case of every registered model at every size (ids name the size): what a case id given
+    on the command line can be."""
+    from perfgate.cases.selection import expand_cases
+    from perfgate.cases.workload import MODELS, sizes
+
+    return [
+        c
+        for name, spec in MODELS.items()
+        for size in sizes(spec)
+        for c in expand_cases(device, models=[name], sizes_=[size])
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m perfgate.ab.interleave")
+    p.add_argument("--base", type=Path, required=True)
+    p.add_argument("--head", type=Path, required=True)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--device", default=None)
+    p.add_argument("--budget-s", type=float, default=3.0, help="timed seconds per case (default 3)")
+    p.add_argument("cases", nargs="+")
+    args = p.parse_args(argv)
+    from perfgate.cases.project import load_models
+    from perfgate.measure.device import default_device, resolve
+
+    load_models()
+    if os.environ.get("PERFGATE_INJECT"):  # gate-quality: an op both sides share made slower
+        from perfgate.quality.inject import parse, slow_linear
+
+        kind, k = parse(os.environ["PERFGATE_INJECT"])
+        if kind == "shared":
+            slow_linear(k)
+    device = str(resolve(args.device or default_device()))
+    known = {c.id: c for c in all_cases(device)}
+    stop = StopRule(budget_s=args.budget_s, min_rounds=50, max_rounds=400, precision=0.005)
+    results = []
+    for case_id in args.cases:
+        if case_id not in known:
+            results.append({"case": case_id, "error": "no such case in the head revision"})
+            continue
+        if reason := known[case_id].skip_reason():
+            results.append({"case": case_id, "skipped": reason})
+            continue
+        try:
+            results.append(measure_case(case_id, known, args.head, args.base, stop))
+        except Exception as exc:  # noqa: BLE001 - one case's failure is its result, the others still run
+            results.append(
+                {"case": case_id, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+            )
+    args.out.write_text(
+        json.dumps({"results": results}, default=lambda v: None if isinstance(v, float) and math.isnan(v) else str(v))
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

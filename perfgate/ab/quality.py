@@ -1,0 +1,253 @@
+"""The gate's quality on real suite cases: same-job A/B against the stored-baseline gate, side by side.
+
+Per comparison and condition (no slowdown, or K% injected by `perfgate.quality.inject`, in the model
+alone or in `F.linear`, an op everything shares):
+
+- same-job A/B as `perfgate ab --mode auto` would run it: a slowdown in the model alone is a
+  model-file change, so interleaved mode (fresh processes of this checkout each timing the base and
+  the head model of every case round by round, the head's model doing K% more work); a slowdown of
+  an op everything shares is a change outside the model files (the harness, torch), so processes
+  mode (whole revisions in alternating fresh processes, the head's processes slowed), which is the
+  only mode that can see it;
+- the stored-baseline gate, as a pull request meets it: a baseline recorded by one `pytest` process,
+  then a second process with the slowdown, gated by the session against it (this repository's
+  policy, its re-measurement included), and the same two runs judged again at the default policy
+  (5%, no re-measurement: what the first judgement before a re-measurement would be).
+
+Slowdowns round-robin, every process fresh, every verdict and wall time kept (`--json`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from perfgate import gate
+from perfgate.ab import run as ab_run
+from perfgate.gate.policy import Policy
+from perfgate.record import CaseRecord
+
+CONDITIONS = (
+    ("local", 0.0),
+    ("local", 2.0),
+    ("local", 5.0),
+    ("local", 10.0),
+    ("shared", 2.0),
+    ("shared", 5.0),
+    ("shared", 10.0),
+)
+
+
+def _latency(verdicts: Sequence[gate.Verdict]) -> dict[str, str]:
+    return {v.case.split("[", 1)[1].rstrip("]"): v.verdict for v in verdicts if v.metric == "latency"}
+
+
+def interleaved(
+    repo: Path, cases: Sequence[str], kind: str, k: float, policy: Policy, *, max_processes: int
+) -> dict[str, Any]:
+    """One interleaved A/B comparison of `cases`, base = head = this checkout, the head slowed."""
+    side = ab_run.working_tree(repo)
+    env = {}
+    if k:
+        env = {"PERFGATE_INJECT_HEAD": f"local:{k:g}"} if kind == "local" else {"PERFGATE_INJECT": f"shared:{k:g}"}
+    t0 = time.perf_counter()
+    res = ab_run.run_interleaved(side, side, cases, policy, max_processes=max_processes, env=env)
+    estimates = {c: [r["ratio"] for r in rows if "ratio" in r] for c, rows in res.interleaved.items()}
+    return {
+        "mode": "interleaved",
+        "verdicts": _latency(res.verdicts),
+        "processes": res.processes,
+        "wall_s": time.perf_counter() - t0,
+        "ratios": estimates,
+    }
+
+
+def processes(
+    repo: Path, cases: Sequence[str], k: float, policy: Policy, *, max_pairs: int, device: str
+) -> dict[str, Any]:
+    """One processes-mode A/B comparison of `cases`, base = head = this checkout, every head process
+    with `F.linear` K% slower (`-p perfgate.quality.inject`)."""
+    head = ab_run.working_tree(repo)
+    base = dataclasses.replace(head, name="base")  # the same checkout: the injection is the only change
+    selection = ["--perfgate-device", device]
+    inject = {"PERFGATE_INJECT": f"shared:{k:g}"} if k else {}
+
+    def measure(s: ab_run.Side, ids: Sequence[str]) -> dict[str, CaseRecord]:
+        if s is head:
+            return ab_run.measure(s, ids, [*selection, "-p", "perfgate.quality.inject"], env=inject)
+        return ab_run.measure(s, ids, selection)
+
+    t0 = time.perf_counter()
+    res = ab_run.run_ab(base, head, cases, policy, measure_fn=measure, max_pairs=max_pairs)
+    estimates = {
+        c: [h.median_ms / b.median_ms for b, h in ((p.base, p.head) for p in pairs) if b and h]
+        for c, pairs in res.pairs.items()
+    }
+    return {
+        "mode": "processes",
+        "verdicts": _latency(res.verdicts),
+        "processes": res.processes,
+        "wall_s": time.perf_counter() - t0,
+        "ratios": estimates,
+    }
+
+
+def _pytest(repo: Path, nodes: Sequence[str], extra: Sequence[str], env: dict[str, str]) -> None:
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        *nodes,
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--perfgate-no-flops",
+        "--perfgate-fail-unjudged",
+        "no",
+        *extra,
+    ]
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("PERFGATE_INJECT", "CI"))}
+    subprocess.run(cmd, cwd=repo, env={**full_env, **env}, capture_output=True, text=True, timeout=3600)
+
+
+def stored(repo: Path, cases: Sequence[str], kind: str, k: float, *, device: str) -> dict[str, Any]:
+    """One stored-baseline comparison: record in one process, gate the slowed run in the next."""
+    nodes = [f"{ab_run.TEST_FILE}::test_step[{c}]" for c in cases]
+    with tempfile.TemporaryDirectory(prefix="perfgate-gq-") as tmp:
+        t0 = time.perf_counter()
+        common = ["--perfgate-device", device, "--perfgate-baselines", f"{tmp}/baselines"]
+        _pytest(
+            repo,
+            nodes,
+            [
+                *common,
+                "--perfgate-record",
+                "--perfgate-no-gate",
+                "--benchmark-json",
+                f"{tmp}/base.json",
+                "--perfgate-verdicts",
+                f"{tmp}/v0.json",
+            ],
+            {},
+        )
+        inject = {"PERFGATE_INJECT": f"{kind}:{k:g}"} if k else {}
+        _pytest(
+            repo,
+            nodes,
+            [
+                *common,
+                "-p",
+                "perfgate.quality.inject",
+                "--benchmark-json",
+                f"{tmp}/cur.json",
+                "--perfgate-verdicts",
+                f"{tmp}/v1.json",
+            ],
+            inject,
+        )
+        wall = time.perf_counter() - t0
+        try:
+            session = json.loads(Path(f"{tmp}/v1.json").read_text())["verdicts"]
+            base = {
+                b["name"]: CaseRecord.from_extra_info(b["extra_info"])
+                for b in json.loads(Path(f"{tmp}/base.json").read_text())["benchmarks"]
+            }
+            cur = {
+                b["name"]: CaseRecord.from_extra_info(b["extra_info"])
+                for b in json.loads(Path(f"{tmp}/cur.json").read_text())["benchmarks"]
+            }
+        except (OSError, KeyError, json.JSONDecodeError) as exc:
+            return {"error": f"{type(exc).__name__}: {exc}", "wall_s": wall}
+    repo_policy = {v["case"].split("[", 1)[1].rstrip("]"): v["verdict"] for v in session if v["metric"] == "latency"}
+    default = {}
+    for name, rec in cur.items():
+        if name in base:
+            d = gate.decide(name, [rec], base[name], Policy())  # the first judgement, before any re-measurement
+            default |= _latency(d.verdicts)
+    return {"repo_policy": repo_policy, "default_policy": default, "wall_s": wall}
+
+
+def run(
+    repo: Path,
+    cases: Sequence[str],
+    *,
+    comparisons: dict[tuple[str, float], int],
+    device: str,
+    max_processes: int = 6,
+    max_pairs: int = 8,
+    out: Path | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Comparisons round-robin over the conditions until each has its count; `out` rewritten after each."""
+    from perfgate.gate import policy as policy_mod
+
+    policy = Policy(defaults=policy_mod.GateSettings())  # the default rules: what the experiment measures
+    done: list[dict[str, Any]] = []
+    left = dict(comparisons)
+    while any(left.values()):
+        for (kind, k), n in list(left.items()):
+            if not n:
+                continue
+            row = {
+                "kind": kind,
+                "slowdown_pct": k,
+                "interleaved": (
+                    interleaved(repo, cases, kind, k, policy, max_processes=max_processes)
+                    if kind == "local"
+                    else processes(repo, cases, k, policy, max_pairs=max_pairs, device=device)
+                ),
+                "stored": stored(repo, cases, kind, k, device=device),
+            }
+            done.append(row)
+            left[(kind, k)] -= 1
+            if progress:
+                i, s = row["interleaved"], row["stored"]
+                progress(
+                    f"[{len(done)}] {kind} +{k:g}%: {i.get('mode', 'interleaved')} {i['verdicts']} "
+                    f"({i['processes']} processes, {i['wall_s']:.0f} s); "
+                    f"stored {s.get('repo_policy')} / default {s.get('default_policy')} ({s['wall_s']:.0f} s)"
+                )
+            if out is not None:
+                from perfgate import files
+
+                files.write_json(out, {"cases": list(cases), "device": device, "comparisons": done})
+    return done
+
+
+def rates(done: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per condition and rule: regressions / judged case comparisons, and wall time per comparison."""
+    out = []
+    for kind, k in CONDITIONS:
+        rows = [r for r in done if r["kind"] == kind and r["slowdown_pct"] == k]
+        if not rows:
+            continue
+        for rule, get in (
+            ("same-job A/B", lambda r: r["interleaved"]["verdicts"]),
+            ("stored, repo policy", lambda r: r["stored"].get("repo_policy", {})),
+            ("stored, default 5% (first judgement)", lambda r: r["stored"].get("default_policy", {})),
+        ):
+            verdicts = [v for r in rows for v in get(r).values()]
+            judged = [v for v in verdicts if v != gate.UNRELIABLE]
+            wall = [r["interleaved" if rule.startswith("same") else "stored"]["wall_s"] for r in rows]
+            modes = {r["interleaved"].get("mode", "interleaved") for r in rows} if rule.startswith("same") else set()
+            out.append(
+                {
+                    "kind": kind,
+                    "mode": "/".join(sorted(modes)),
+                    "slowdown_pct": k,
+                    "rule": rule,
+                    "alarms": sum(v == gate.REGRESSION for v in judged),
+                    "n": len(judged),
+                    "unreliable": len(verdicts) - len(judged),
+                    "wall_s_per_comparison": sum(wall) / len(wall),
+                }
+            )
+    return out

@@ -1,0 +1,353 @@
+"""`perfgate ab`: measure the base and the head revision in one job, in alternating fresh processes.
+
+The base revision is checked out into a git worktree of its own (`.perfgate/ab/worktrees/<sha>`);
+the head is the working tree unless `--head` names another revision. Each side runs entirely on
+its own code, harness included: `python -m pytest benchmarks` with the side's folder first on
+`PYTHONPATH` and as working directory, so a change to the harness is measured too (a slower
+harness shows as a slower case, as users would see it). Each side keeps its own inductor cache
+(`.perfgate/ab/inductor/<sha>`), so compiled artifacts of one revision never serve the other.
+
+Pairs of processes (one per side, in random order) run the cases not yet decided; after each pair
+the gate (`perfgate.ab.verdicts`) decides what it can, and a case leaves the schedule once its verdict
+is clear. Budgets bound the pairs and the wall time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from perfgate.ab import verdicts as ab
+from perfgate.gate.policy import Policy
+from perfgate.gate.verdicts import INCONCLUSIVE, Verdict
+from perfgate.record import CaseRecord
+from perfgate.results import load_records
+
+TEST_FILE = "benchmarks/test_models.py"
+
+
+class ABError(ValueError):
+    """Bad input for an A/B run (a revision git cannot resolve, a dirty tree to bisect ...): one line."""
+
+
+def git(repo: Path, *args: str) -> str:
+    r = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
+    if r.returncode:
+        raise ABError(f"git {' '.join(args)}: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else 'failed'}")
+    return r.stdout.strip()
+
+
+def default_base(repo: Path) -> str:
+    """The merge base of HEAD with the upstream main (origin/main, upstream/main, else main)."""
+    for ref in ("origin/main", "upstream/main", "main"):
+        if subprocess.run(["git", "rev-parse", "--verify", "-q", ref], cwd=repo, capture_output=True).returncode == 0:
+            return git(repo, "merge-base", "HEAD", ref)
+    raise ABError("no upstream main to compare with (origin/main, upstream/main or main): name one with --base REF")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Side:
+    name: str  # "base" or "head"
+    label: str  # the revision as given, with its short sha
+    sha: str  # the commit (the working tree: the commit it is on)
+    root: Path  # the checkout its processes run in
+    cache: Path  # its own inductor cache
+
+
+def checkout(repo: Path, ref: str, name: str) -> Side:
+    """A side at `ref` in a worktree of its own (reused when the same commit was checked out before)."""
+    sha = git(repo, "rev-parse", "--verify", f"{ref}^{{commit}}")
+    root = repo / ".perfgate" / "ab" / "worktrees" / sha[:12]
+    if not (root / ".git").exists():
+        root.parent.mkdir(parents=True, exist_ok=True)
+        git(repo, "worktree", "add", "--detach", "--force", str(root), sha)
+    return Side(
+        name=name,
+        label=f"{ref} ({sha[:10]})",
+        sha=sha,
+        root=root,
+        cache=repo / ".perfgate" / "ab" / "inductor" / sha[:12],
+    )
+
+
+def working_tree(repo: Path) -> Side:
+    dirty = " with uncommitted changes" if git(repo, "status", "--porcelain", "--untracked-files=no") else ""
+    sha = git(repo, "rev-parse", "HEAD")
+    return Side(
+        name="head",
+        label=f"working tree at {sha[:10]}{dirty}",
+        sha=sha,
+        root=repo,
+        cache=repo / ".perfgate" / "ab" / "inductor" / "working-tree",
+    )
+
+
+def side_env(side: Side, extra: dict[str, str] | None = None, harness: Path | None = None) -> dict[str, str]:
+    """The environment of a side's processes: its checkout first on the path (after `harness`, a
+    perfgate to run instead of the side's own, as `perfgate bisect` does for old commits)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "GITHUB_STEP_SUMMARY"))}
+    paths = [str(harness)] if harness else []
+    env["PYTHONPATH"] = os.pathsep.join([*paths, str(side.root), *filter(None, [env.get("PYTHONPATH")])])
+    return {**env, **(extra or {})}
+
+
+def collect(side: Side, selection: Sequence[str]) -> list[str]:
+    """The case ids the side's suite would run for `selection` (skipped ones included)."""
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "benchmarks", "--collect-only", "-q", "-p", "no:cacheprovider", *selection],
+        cwd=side.root,
+        env=side_env(side),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    ids = [line.split("[", 1)[1].rstrip("]") for line in r.stdout.splitlines() if "::test_step[" in line]
+    if r.returncode not in (0, 5) or (r.returncode == 5 and not ids):
+        tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise ABError(f"{side.name} ({side.label}): collecting the cases failed: {tail[0]}")
+    return ids
+
+
+def measure(
+    side: Side,
+    case_ids: Sequence[str],
+    selection: Sequence[str],
+    *,
+    env: dict[str, str] | None = None,
+    timeout_s: float = 3600,
+) -> dict[str, CaseRecord]:
+    """One fresh process of `side` measuring `case_ids`: their records by case id (a case that was
+    skipped or failed is missing)."""
+    with tempfile.TemporaryDirectory(prefix=f"perfgate-ab-{side.name}-") as tmp:
+        out = Path(tmp) / "results.json"
+        nodes = [f"{TEST_FILE}::test_step[{c}]" for c in case_ids]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pytest",
+            *nodes,
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--perfgate-no-gate",
+            "--benchmark-json",
+            str(out),
+            "--perfgate-verdicts",
+            str(Path(tmp) / "verdicts.json"),
+            "--perfgate-inductor-cache",
+            str(side.cache),
+            *selection,
+        ]
+        subprocess.run(cmd, cwd=side.root, env=side_env(side, env), capture_output=True, text=True, timeout=timeout_s)
+        return load_records(out, samples=True) if out.is_file() else {}
+
+
+@dataclass(kw_only=True)
+class ABResult:
+    base: str
+    head: str
+    verdicts: list[Verdict] = field(default_factory=list)
+    pairs: dict[str, list[ab.Pair]] = field(default_factory=dict)
+    new: list[str] = field(default_factory=list)  # cases only the head has
+    removed: list[str] = field(default_factory=list)  # cases only the base has
+    skipped: list[str] = field(default_factory=list)  # measured by neither side (an unavailable variant)
+    interleaved: dict[str, list[dict]] = field(default_factory=dict)  # interleaved mode: per-process results
+    mode: str = "processes"
+    processes: int = 0
+    wall_s: float = 0.0
+
+
+Measure = Callable[[Side, Sequence[str]], dict[str, CaseRecord]]
+
+
+def run_ab(
+    base: Side,
+    head: Side,
+    cases: Sequence[str],
+    policy: Policy,
+    *,
+    measure_fn: Measure,
+    max_pairs: int = 12,
+    budget_s: float = 3600.0,
+    seed: int | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> ABResult:
+    """Pairs of processes, in random order, until every case is decided or a budget runs out."""
+    rng = random.Random(seed)
+    result = ABResult(base=base.label, head=head.label, pairs={c: [] for c in cases})
+    undecided = list(cases)
+    t0 = time.perf_counter()
+    for i in range(max_pairs):
+        if not undecided:
+            break
+        if time.perf_counter() - t0 > budget_s:
+            if progress:
+                progress(f"budget of {budget_s:g} s spent after {i} pair(s); {len(undecided)} case(s) undecided")
+            break
+        order = [base, head] if rng.random() < 0.5 else [head, base]
+        got = {s.name: measure_fn(s, undecided) for s in order}
+        result.processes += 2
+        for case in list(undecided):
+            b, h = got["base"].get(case), got["head"].get(case)
+            if b is None and h is None and not result.pairs[case]:
+                result.skipped.append(case)  # a variant neither side can run here: nothing to compare
+                undecided.remove(case)
+                continue
+            if b is None or h is None:
+                continue
+            result.pairs[case].append(ab.Pair(base=b, head=h))
+            decided = ab.verdicts(_fullname(case), result.pairs[case], policy, final=False)
+            if decided is not None:
+                result.verdicts += decided
+                undecided.remove(case)
+                if progress:
+                    progress(
+                        f"{case}: {decided[0].verdict} after {len(result.pairs[case])} pair(s): {decided[0].message}"
+                    )
+        if progress:
+            progress(
+                f"pair {i + 1}/{max_pairs} ({'-'.join(s.name for s in order)}): {len(undecided)} case(s) undecided, "
+                f"{time.perf_counter() - t0:.0f} s"
+            )
+    for case in undecided:
+        final = ab.verdicts(_fullname(case), result.pairs[case], policy, final=True)
+        result.verdicts += final or [
+            Verdict(case=_fullname(case), metric="latency", verdict=INCONCLUSIVE, message="not measured")
+        ]
+    result.wall_s = time.perf_counter() - t0
+    return result
+
+
+def _fullname(case_id: str) -> str:
+    return f"{TEST_FILE}::test_step[{case_id}]"
+
+
+def result_json(result: ABResult, verdicts: Sequence[Verdict]) -> dict:
+    """The verdicts and, per case, each pair's per-process figures (what the verdict rests on)."""
+
+    def fig(r: CaseRecord) -> dict:
+        return {
+            "median_ms": r.median_ms,
+            "normalised_median": r.normalised_median,
+            "peak_mem_mib": r.peak_mem_mib,
+            "unreliable": r.unreliable,
+        }
+
+    return {
+        "base": result.base,
+        "head": result.head,
+        "processes": result.processes,
+        "wall_s": result.wall_s,
+        "new": result.new,
+        "removed": result.removed,
+        "skipped": result.skipped,
+        "verdicts": [v.as_dict() for v in verdicts],
+        "pairs": {
+            case: [{"base": fig(p.base), "head": fig(p.head)} for p in pairs]
+            for case, pairs in result.pairs.items()
+            if pairs
+        },
+    }
+
+
+def run_interleaved(
+    base: Side,
+    head: Side,
+    cases: Sequence[str],
+    policy: Policy,
+    *,
+    max_processes: int = 6,
+    budget_s: float = 3600.0,
+    case_budget_s: float = 3.0,
+    device: str | None = None,
+    env: dict[str, str] | None = None,
+    harness: Path | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> ABResult:
+    """Interleaved mode: fresh processes of the head's checkout, each measuring both revisions' model
+    code round by round (perfgate.ab.interleave), until every case is decided or a budget runs out."""
+    result = ABResult(base=base.label, head=head.label, mode="interleaved")
+    undecided = list(cases)
+    t0 = time.perf_counter()
+    for i in range(max_processes):
+        if not undecided or time.perf_counter() - t0 > budget_s:
+            break
+        with tempfile.TemporaryDirectory(prefix="perfgate-ab-") as tmp:
+            out = Path(tmp) / "interleaved.json"
+            cmd = [
+                sys.executable,
+                "-m",
+                "perfgate.ab.interleave",
+                "--base",
+                str(base.root),
+                "--head",
+                str(head.root),
+                "--out",
+                str(out),
+                "--budget-s",
+                str(case_budget_s),
+                *(["--device", device] if device else []),
+                *undecided,
+            ]
+            r = subprocess.run(
+                cmd, cwd=head.root, env=side_env(head, env, harness), capture_output=True, text=True, timeout=3600
+            )
+            if not out.is_file():
+                tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
+                raise ABError(f"the interleaved measurement failed: {tail[0]}")
+            got = {row["case"]: row for row in json.loads(out.read_text(encoding="utf8"))["results"]}
+        result.processes += 1
+        for case in list(undecided):
+            row = got.get(case, {"case": case, "error": "no result"})
+            result.interleaved.setdefault(case, []).append(row)
+            if "skipped" in row:
+                result.skipped.append(case)
+                undecided.remove(case)
+                continue
+            if "error" in row and "base revision has no file" in row["error"]:
+                result.new.append(case)
+                undecided.remove(case)
+                continue
+            decided = ab.interleaved_verdicts(_fullname(case), result.interleaved[case], policy, final=False)
+            if decided is not None:
+                result.verdicts += decided
+                undecided.remove(case)
+                if progress:
+                    n = len(result.interleaved[case])
+                    progress(f"{case}: {decided[0].verdict} after {n} process(es): {decided[0].message}")
+        if progress:
+            progress(
+                f"process {i + 1}/{max_processes}: {len(undecided)} case(s) undecided, {time.perf_counter() - t0:.0f} s"
+            )
+    for case in undecided:
+        result.verdicts += (
+            ab.interleaved_verdicts(_fullname(case), result.interleaved.get(case, []), policy, final=True) or []
+        )
+    result.wall_s = time.perf_counter() - t0
+    return result
+
+
+# Files whose change does not change what a benchmark measures.
+_IRRELEVANT = ("README", "docs/", "tests/", "baselines/", ".github/", "scripts/", "LICENSE", ".gitignore")
+
+
+def choose_mode(repo: Path, base_sha: str, head_ref: str | None, family_files: set[str]) -> tuple[str, str]:
+    """("interleaved" | "processes", why): interleaved when every relevant change between the two
+    revisions is in a model family file, since only model code can be loaded twice into one process."""
+    changed = git(repo, "diff", "--name-only", base_sha, *([head_ref] if head_ref else [])).splitlines()
+    relevant = [f for f in changed if f and not f.startswith(_IRRELEVANT) and not f.endswith(".md")]
+    outside = [f for f in relevant if f not in family_files]
+    if outside:
+        return (
+            "processes",
+            f"changes outside the model files ({', '.join(outside[:3])}{' ...' if len(outside) > 3 else ''})",
+        )
+    return "interleaved", "only model files changed" if relevant else "no relevant change"

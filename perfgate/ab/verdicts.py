@@ -1,0 +1,245 @@
+"""Same-job A/B: the verdict on a case measured in both revisions, in alternating fresh processes.
+
+A stored baseline was measured days earlier, in another process, maybe on another machine; an A/B
+comparison measures the base revision (A) and the head (B) in the same job, process after
+process, in pairs whose order is random. Per process a case gives one statistic (its median step
+time, on a CPU the median step/reference ratio, which cancels the machine's speed), and per pair
+the ratio B/A; the pairs' log ratios are tested with the Wilcoxon signed-rank test (scipy),
+one-sided: a regression needs p < alpha AND a median ratio above 1 + `ab_min_effect`. Pairing
+cancels what two adjacent processes share (the machine's state at that minute); repeating fresh
+processes averages what one process has alone (memory layout, thread placement).
+
+The decision is sequential, so a clear case stops early: "unchanged" as soon as the 95%
+confidence interval of the median ratio lies within +-`ab_min_effect`, a regression or improvement
+as soon as it is significant (Wilcoxon's exact test needs at least 7 pairs for p < 0.01), else
+"inconclusive" when the pairs run out. Memory, accuracy and speedup are judged on the per-side
+medians with the stored gate's own judges.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from perfgate.gate.metrics import judge_accuracy, judge_memory, judge_speedup
+from perfgate.gate.policy import Policy
+from perfgate.gate.settings import GateSettings
+from perfgate.gate.verdicts import IMPROVEMENT, INCONCLUSIVE, REGRESSION, UNCHANGED, UNRELIABLE, Verdict
+from perfgate.measure.stats import median_ci
+from perfgate.record import CaseRecord
+
+MIN_PAIRS = 3  # fewer pairs than this decide nothing
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pair:
+    """One case measured once in each revision, in adjacent processes."""
+
+    base: CaseRecord
+    head: CaseRecord
+
+    @property
+    def reliable(self) -> bool:
+        return not (self.base.unreliable or self.head.unreliable)
+
+
+def timing(rec: CaseRecord, normalise: bool) -> float:
+    """The per-process statistic paired: the step/reference ratio's median where both are there."""
+    if normalise and rec.normalised_median is not None:
+        return rec.normalised_median
+    if rec.median_ms is None:
+        raise ValueError(f"{rec.model} {rec.variant}: a record without median_ms cannot be compared")
+    return rec.median_ms
+
+
+def log_ratios(pairs: Sequence[Pair], s: GateSettings) -> list[float]:
+    """log(head / base) per reliable pair; normalised only when every record of the pairs has it."""
+    reliable = [p for p in pairs if p.reliable]
+    normalise = s.normalise and all(r.normalised_median is not None for p in reliable for r in (p.base, p.head))
+    return [math.log(timing(p.head, normalise) / timing(p.base, normalise)) for p in reliable]
+
+
+def _wilcoxon(logs: Sequence[float]) -> tuple[float, float]:
+    """(p slower, p faster): one-sided Wilcoxon signed-rank tests of the log ratios against 0."""
+    from scipy import stats as sps
+
+    if all(x == 0 for x in logs):
+        return 1.0, 1.0
+    slower = float(sps.wilcoxon(logs, alternative="greater").pvalue)
+    faster = float(sps.wilcoxon(logs, alternative="less").pvalue)
+    return slower, faster
+
+
+def _t_test(logs: Sequence[float]) -> tuple[float, float, float, float]:
+    """(p slower, p faster, CI low, CI high) of the mean log ratio: one-sample t-tests (scipy)."""
+    from scipy import stats as sps
+
+    mean, sd = statistics.fmean(logs), statistics.stdev(logs)
+    if sd == 0:  # identical figures: no spread to test against, the sign decides
+        return (0.0 if mean > 0 else 1.0), (0.0 if mean < 0 else 1.0), mean, mean
+    p_slower = float(sps.ttest_1samp(logs, 0.0, alternative="greater").pvalue)
+    p_faster = float(sps.ttest_1samp(logs, 0.0, alternative="less").pvalue)
+    half = float(sps.t.ppf(0.975, len(logs) - 1)) * sd / math.sqrt(len(logs))
+    return p_slower, p_faster, mean - half, mean + half
+
+
+def judge_logs(
+    case: str,
+    logs: Sequence[float],
+    s: GateSettings,
+    *,
+    final: bool,
+    unit: str,
+    test: str,
+    baseline_ms: float | None,
+    current_ms: float | None,
+    n_total: int,
+) -> Verdict | None:
+    """A latency verdict on per-process log ratios head/base, or None while more are needed (never
+    when `final`: then an undecided case is inconclusive or unchanged by its estimate).
+
+    `test`: "wilcoxon" for process pairs (a rank test: one outlying process cannot decide) or "t" for
+    the per-process medians of interleaved rounds (nearly normal: 3 processes decide, where the rank
+    test needs 7 for p < 0.01)."""
+    if len(logs) < MIN_PAIRS:
+        if not final:
+            return None
+        why = f"{len(logs)} reliable {unit}(s) of {n_total}: too few to judge"
+        return Verdict(case=case, metric="latency", verdict=UNRELIABLE if n_total else INCONCLUSIVE, message=why)
+    if test == "t":
+        p_slower, p_faster, lo_log, hi_log = _t_test(logs)
+        est = math.exp(statistics.fmean(logs))
+    else:
+        p_slower, p_faster = _wilcoxon(logs)
+        lo_log, hi_log = median_ci(logs)
+        est = math.exp(statistics.median(logs))
+    lo, hi = math.exp(lo_log), math.exp(hi_log)
+    up, down = 1 + s.ab_min_effect, 1 / (1 + s.ab_min_effect)
+    ci = f"95% CI {(lo - 1) * 100:+.1f}%..{(hi - 1) * 100:+.1f}%"
+    what = f"head/base {(est - 1) * 100:+.1f}% ({ci}) over {len(logs)} {unit}s"
+    kw = dict(
+        case=case,
+        metric="latency",
+        change_pct=(est - 1) * 100,
+        baseline=baseline_ms,
+        current=current_ms,
+        compared=f"head/base per {unit}",
+    )
+    p = min(p_slower, p_faster)
+    if p_slower < s.alpha and est > up:
+        return Verdict(**kw, verdict=REGRESSION, p_value=p_slower, message=f"{what}, p={p_slower:.2g}")
+    if p_faster < s.alpha and est < down:
+        return Verdict(**kw, verdict=IMPROVEMENT, p_value=p_faster, message=f"{what}, p={p_faster:.2g}")
+    if down < lo and hi < up:
+        return Verdict(**kw, verdict=UNCHANGED, p_value=p, message=f"{what}: within +-{s.ab_min_effect:.0%}")
+    if not final:
+        return None
+    moved = est > up or est < down
+    why = "moved but not significantly" if moved else "no change beyond the noise"
+    return Verdict(**kw, verdict=INCONCLUSIVE if moved else UNCHANGED, p_value=p, message=f"{what}: {why} (p={p:.2g})")
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    got = [v for v in values if v is not None]
+    return statistics.median(got) if got else None
+
+
+def latency_verdict(case: str, pairs: Sequence[Pair], s: GateSettings, *, final: bool) -> Verdict | None:
+    """Process mode: the latency verdict of the process pairs so far, or None while more are needed."""
+    reliable = [p for p in pairs if p.reliable]
+    return judge_logs(
+        case,
+        log_ratios(pairs, s),
+        s,
+        final=final,
+        unit="process pair",
+        test="wilcoxon",
+        n_total=len(pairs),
+        baseline_ms=_median([p.base.median_ms for p in reliable]),
+        current_ms=_median([p.head.median_ms for p in reliable]),
+    )
+
+
+def interleaved_verdicts(case: str, results: Sequence[dict], policy: Policy, *, final: bool) -> list[Verdict] | None:
+    """Interleaved mode: verdicts from per-process results of `perfgate.ab.interleave` (each a median
+    head/base ratio of interleaved rounds), or None while more processes are needed."""
+    ok = [r for r in results if "ratio" in r]
+    if not ok:
+        if not final:
+            return None
+        why = next((r.get("skipped") or r.get("error") for r in results), None) or "not measured"
+        return [Verdict(case=case, metric="latency", verdict=INCONCLUSIVE, message=why)]
+    last = ok[-1]
+
+    def settings(metric: str) -> GateSettings:
+        return policy.settings(last["model"], last["variant"], metric, last["device"])
+
+    latency = judge_logs(
+        case,
+        [math.log(r["ratio"]) for r in ok],
+        settings("latency"),
+        final=final,
+        unit="process",
+        test="t",
+        n_total=len(results),
+        baseline_ms=_median([r["median_base_ms"] for r in ok]),
+        current_ms=_median([r["median_head_ms"] for r in ok]),
+    )
+    if latency is None:
+        return None
+
+    def side(name: str) -> CaseRecord:
+        return CaseRecord(
+            model=last["model"],
+            variant=last["variant"],
+            device=last["device"],
+            peak_mem_mib=_median([r.get(f"peak_{name}_mib") for r in ok]),
+            accuracy=dict(last[f"accuracy_{name}"]),
+        )
+
+    base, head = side("base"), side("head")
+    others = [
+        judge_memory(case, head, base, settings("memory")),
+        judge_accuracy(case, head, base, settings("accuracy")),
+    ]
+    return [latency, *(v for v in others if v is not None)]
+
+
+def _side(pairs: Sequence[Pair], side: str) -> CaseRecord:
+    """One side's record with the medians over its processes (peak memory, error, speedup)."""
+    recs = [getattr(p, side) for p in pairs]
+
+    med = _median
+    acc = {k: med([r.accuracy.get(k) for r in recs]) for k in recs[-1].accuracy}
+    return replace(
+        recs[-1],
+        peak_mem_mib=med([r.peak_mem_mib for r in recs]),
+        speedup=med([r.speedup for r in recs]),
+        accuracy={k: v for k, v in acc.items() if v is not None},
+    )
+
+
+def verdicts(case: str, pairs: Sequence[Pair], policy: Policy, *, final: bool) -> list[Verdict] | None:
+    """Every metric's verdict for a case, or None while its latency needs more pairs."""
+    head_rec = pairs[-1].head if pairs else None
+    if head_rec is None:
+        return (
+            None if not final else [Verdict(case=case, metric="latency", verdict=INCONCLUSIVE, message="not measured")]
+        )
+
+    def settings(metric: str) -> GateSettings:
+        return policy.settings(head_rec.model, head_rec.variant, metric, head_rec.device)
+
+    latency = latency_verdict(case, pairs, settings("latency"), final=final)
+    if latency is None:
+        return None
+    base, head = _side(pairs, "base"), _side(pairs, "head")
+    others = [
+        judge_memory(case, head, base, settings("memory")),
+        judge_accuracy(case, head, base, settings("accuracy")),
+    ]
+    if latency.verdict != UNRELIABLE:
+        others.append(judge_speedup(case, head, base, settings("speedup")))
+    return [latency, *(v for v in others if v is not None)]

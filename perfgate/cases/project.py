@@ -1,0 +1,64 @@
+"""The project's `[tool.perfgate]` table, read and checked in one place, and the models it registers.
+
+Every stage reads its part of this one table (the gate its policy, the cases their registries and
+tiers, the history its accepted changes); an unknown key or a bad value is one line naming the file.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from perfgate.cases.workload import load_registries
+
+
+class PolicyError(ValueError):
+    """A bad policy; the message names the file and the key."""
+
+
+TABLE_KEYS = (
+    "gate",
+    "override",
+    "budget",
+    "tolerance",
+    "variants",
+    "registries",
+    "model_files",
+    "tier",
+    "tiers",
+    "case_timeout_s",
+    "accepted_changes",  # intended steps in the history: perfgate.history.changepoints (not read by the gate)
+)
+
+
+def load_table(pyproject: str | Path) -> dict[str, Any]:
+    """The `[tool.perfgate]` table of a pyproject.toml ({} when the file or the table is absent)."""
+    path = Path(pyproject)
+    if not path.is_file():
+        return {}
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise PolicyError(f"{path}: invalid TOML ({exc}); fix the file") from None
+    table = data.get("tool", {}).get("perfgate", {})
+    unknown = set(table) - set(TABLE_KEYS)
+    if unknown:
+        raise PolicyError(f"{path} [tool.perfgate]: unknown key {sorted(unknown)[0]!r}; known: {', '.join(TABLE_KEYS)}")
+    for key, example in (("registries", "models"), ("model_files", "my_model.py")):
+        value = table.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise PolicyError(
+                f'{path} [tool.perfgate] {key}: must be a list of strings, e.g. {key} = ["{example}"], got {value!r}'
+            )
+    return table
+
+
+def load_models(root: str | Path | None = None, model_files: Sequence[str] = ()) -> None:
+    """Register the models the project at `root` (default: the current directory) names: its
+    pyproject.toml [tool.perfgate] registries and model_files, then `model_files`. Errors are one
+    line: PolicyError (the table), RegistryError (a module or file), FileNotFoundError."""
+    root = Path.cwd() if root is None else Path(root)
+    table = load_table(root / "pyproject.toml")
+    load_registries(table.get("registries", []), [*table.get("model_files", []), *model_files], root)

@@ -1,0 +1,459 @@
+"""Distributed runs: per-rank result files and their aggregation into one pytest-benchmark/perfgate
+run (the rank topology, process group and lockstep rules are in perfgate.measure.topology, the
+data-parallel step kinds in perfgate.cases.steps).
+
+Under `torchrun --nproc-per-node N -m pytest benchmarks -p perfgate.plugin.torchrun` every rank
+measures the same cases on its own device and writes `rank<R>.json`; rank 0 aggregates them with
+`aggregate()`: per case the slowest rank's latency (its stats and raw samples, so the gate tests
+the worst rank), min/max/mean of every numeric metric across ranks, a rank-by-rank summary, the
+stragglers, and for data-parallel step kinds the throughput summed over ranks. The result is an
+ordinary perfgate result file: `perfgate compare`, `history` and `report` read it like any run.
+
+The backend follows the device: NCCL for CUDA, gloo for the CPU; the code path is the same.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import statistics
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from perfgate.output.text import fmt_g, text_table
+from perfgate.cases.workload import DATA_PARALLEL_STEPS
+from perfgate.measure.topology import Topology
+from perfgate.record import CaseRecord, speedup
+
+DEFAULT_STRAGGLER_PCT = 10.0  # a rank whose median is this much above the median of rank medians
+# Step kinds (perfgate.cases.steps) whose ranks each process their own data: throughput sums over ranks,
+# and outside torchrun they are selected only by name.
+RANK_FILE = re.compile(r"^rank(\d+)\.json$")
+AGGREGATED_FILE = "aggregated.json"
+# extra_info keys that identify a rank or describe the case's set-up: not metrics to aggregate.
+_NOT_METRICS = frozenset(
+    {"rank", "local_rank", "world_size", "local_world_size", "options", "tolerance", "items_per_step"}
+)
+
+
+class AggregateError(ValueError):
+    """Per-rank results that cannot be aggregated; the message names the file and the fix."""
+
+
+# ----------------------------------------------------------------------------- per-rank files
+
+
+def rank_file(folder: str | os.PathLike[str], rank: int) -> Path:
+    return Path(folder) / f"rank{rank}.json"
+
+
+def rank_files(folder: str | os.PathLike[str]) -> dict[int, Path]:
+    """rank -> rank<R>.json in `folder`."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return {}
+    found = {}
+    for p in folder.iterdir():
+        m = RANK_FILE.match(p.name)
+        if m:
+            found[int(m.group(1))] = p
+    return dict(sorted(found.items()))
+
+
+def rank_block(t: Topology, *, backend: str, num_threads: int, device: str) -> dict[str, Any]:
+    """What a rank records about itself, top-level (`perfgate_dist`) and in each case's extra_info."""
+    import socket
+
+    return {
+        "rank": t.rank,
+        "world_size": t.world_size,
+        "local_rank": t.local_rank,
+        "local_world_size": t.local_world_size,
+        "dist_backend": backend,
+        "num_threads": num_threads,
+        "host": socket.gethostname(),
+        "rank_device": device,
+    }
+
+
+def run_rank(data: Mapping[str, Any], fallback: int | None = None) -> int:
+    """The rank a result file belongs to: its `perfgate_dist` block, its entries, else `fallback`."""
+    block = data.get("perfgate_dist")
+    if isinstance(block, Mapping) and isinstance(block.get("rank"), int):
+        return int(block["rank"])
+    ranks = {b.get("extra_info", {}).get("rank") for b in data.get("benchmarks", []) if isinstance(b, Mapping)}
+    ranks.discard(None)
+    if len(ranks) == 1 and isinstance(next(iter(ranks)), int):
+        return int(next(iter(ranks)))
+    if fallback is None:
+        raise AggregateError("result file names no rank (no perfgate_dist block, no extra_info.rank)")
+    return fallback
+
+
+def load_rank_runs(folder: str | os.PathLike[str]) -> dict[int, dict[str, Any]]:
+    """rank -> validated result of every rank<R>.json in `folder` (AggregateError when unusable)."""
+    from perfgate.gate import store
+
+    files = rank_files(folder)
+    if not files:
+        raise AggregateError(
+            f"{folder}: no rank<R>.json files; run `torchrun ... -m pytest benchmarks -p perfgate.plugin.torchrun` "
+            f"(they go to --perfgate-dist-dir) or pass the folder holding them"
+        )
+    runs: dict[int, dict[str, Any]] = {}
+    for file_rank, path in files.items():
+        try:
+            data = store.load(path)
+        except store.BaselineError as exc:
+            raise AggregateError(str(exc)) from None
+        rank = run_rank(data, fallback=file_rank)
+        if rank != file_rank:
+            raise AggregateError(
+                f"{path}: holds rank {rank}'s results but is named for rank {file_rank}; rename it rank{rank}.json"
+            )
+        runs[rank] = data
+    worlds = {
+        r: d["perfgate_dist"]["world_size"] for r, d in runs.items() if isinstance(d.get("perfgate_dist"), Mapping)
+    }
+    if len(set(worlds.values())) > 1:
+        raise AggregateError(
+            f"{folder}: rank files of runs with different world sizes ({worlds}); remove the stale rank<R>.json files"
+        )
+    if worlds:
+        world = next(iter(worlds.values()))
+        extra = [r for r in runs if r >= world]
+        if extra:
+            raise AggregateError(
+                f"{rank_file(folder, extra[0])}: rank {extra[0]} is outside the world size {world} of the other "
+                "files; remove it"
+            )
+    return runs
+
+
+def record_refusal(exit_statuses: Mapping[int, int], world_size: int) -> str | None:
+    """Why the aggregate of a run must not be recorded as a baseline (None: it may): every rank
+    must have reported and passed."""
+    unknown = [r for r in range(world_size) if r not in exit_statuses]
+    if unknown:
+        return f"no exit status from rank(s) {', '.join(map(str, unknown))}"
+    failed = {r: s for r, s in sorted(exit_statuses.items()) if s != 0}
+    if failed:
+        return "the run failed on " + ", ".join(f"rank {r} (exit {s})" for r, s in failed.items())
+    return None
+
+
+# ----------------------------------------------------------------------------- aggregation
+
+
+def numeric_leaves(info: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
+    """Every numeric scalar of extra_info as a dotted path (throughput.frames, accuracy.rel_l2)."""
+    out: dict[str, float] = {}
+    for k, v in info.items():
+        if not prefix and k in _NOT_METRICS:
+            continue
+        key = f"{prefix}{k}"
+        if isinstance(v, bool):
+            continue
+        if isinstance(v, (int, float)):
+            out[key] = float(v)
+        elif isinstance(v, Mapping):
+            out.update(numeric_leaves(v, f"{key}."))
+    return out
+
+
+def across_ranks(infos: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
+    """min, max and mean over ranks of each numeric metric (over the ranks that have it)."""
+    leaves = [numeric_leaves(i) for i in infos]
+    keys = list(dict.fromkeys(k for lv in leaves for k in lv))
+    out = {}
+    for k in keys:
+        vals = [lv[k] for lv in leaves if k in lv]
+        out[k] = {"min": min(vals), "max": max(vals), "mean": statistics.fmean(vals)}
+    return out
+
+
+def find_stragglers(
+    medians_ms: Mapping[int, float], threshold_pct: float = DEFAULT_STRAGGLER_PCT
+) -> list[dict[str, Any]]:
+    """Ranks whose median is more than `threshold_pct` % above the median of the rank medians."""
+    if threshold_pct < 0:
+        raise ValueError(f"straggler threshold must not be negative, got {threshold_pct}")
+    if len(medians_ms) < 2:
+        return []
+    ref = statistics.median(medians_ms.values())
+    out = []
+    for rank, med in sorted(medians_ms.items()):
+        if ref > 0 and med > ref * (1.0 + threshold_pct / 100.0):
+            out.append(
+                {"rank": rank, "median_ms": med, "median_of_ranks_ms": ref, "excess_pct": (med / ref - 1.0) * 100.0}
+            )
+    return out
+
+
+def rank_summary(rank: int, entry: Mapping[str, Any]) -> dict[str, Any]:
+    info = entry.get("extra_info") or {}
+    keys = (
+        "mean_ms",
+        "min_ms",
+        "max_ms",
+        "p90_ms",
+        "std_ms",
+        "rounds",
+        "peak_mem_mib",
+        "first_call_s",
+        "contention_cores",
+        "fps",
+        "device",
+        "num_threads",
+        "host",
+        "unreliable",
+    )
+    s = {"rank": rank, "median_ms": median_ms(entry), **{k: info[k] for k in keys if k in info}}
+    if isinstance(info.get("throughput"), Mapping):
+        s["throughput"] = dict(info["throughput"])
+    if isinstance(info.get("accuracy"), Mapping):
+        s["accuracy"] = dict(info["accuracy"])
+    return s
+
+
+def _worst_accuracy(accs: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """The worst value of each accuracy figure over the ranks (errors up, similarities down)."""
+    lower_is_worse = {"finite", "cosine", "psnr_db"}
+    keys = list(dict.fromkeys(k for a in accs for k in a))
+    out = {}
+    for k in keys:
+        vals = [a[k] for a in accs if isinstance(a.get(k), (int, float))]
+        if vals:
+            out[k] = min(vals) if k in lower_is_worse else max(vals)
+    return out
+
+
+def median_ms(entry: Mapping[str, Any]) -> float:
+    """A benchmark entry's median in ms: perfgate's extra_info, else pytest-benchmark's stats (s)."""
+    info = entry.get("extra_info") or {}
+    if isinstance(info.get("median_ms"), (int, float)):
+        return float(info["median_ms"])
+    return float((entry.get("stats") or {}).get("median", 0.0)) * 1e3
+
+
+def aggregate_case(
+    entries: Mapping[int, Mapping[str, Any]], *, world_size: int, threshold_pct: float
+) -> dict[str, Any]:
+    """One benchmark entry from the same case measured on several ranks (rank -> entry)."""
+    infos = {r: e.get("extra_info") or {} for r, e in sorted(entries.items())}
+    medians = {r: median_ms(e) for r, e in sorted(entries.items())}
+    slowest = max(medians, key=lambda r: (medians[r], -r))
+    out = copy.deepcopy(dict(entries[slowest]))
+    info = out.setdefault("extra_info", {})
+    for k in ("rank", "local_rank", "host", "rank_device"):
+        info.pop(k, None)
+    data_parallel = info.get("step") in DATA_PARALLEL_STEPS
+    if info.get("device"):
+        info["device"] = str(info["device"]).split(":", 1)[0]  # cuda:3 -> cuda, as in a one-process run
+    info["slowest_rank"] = slowest
+    info["world_size"] = world_size
+    missing = [r for r in range(world_size) if r not in infos]
+    if missing:
+        info["missing_ranks"] = missing
+    info["throughput_aggregation"] = "sum" if data_parallel else "slowest"
+    if data_parallel:
+        units = list(dict.fromkeys(u for i in infos.values() for u in (i.get("throughput") or {})))
+        info["throughput"] = {
+            u: sum(float((i.get("throughput") or {}).get(u, 0.0)) for i in infos.values()) for u in units
+        }
+        if isinstance(info.get("items_per_step"), Mapping):
+            info["items_per_step"] = {
+                u: sum(float((i.get("items_per_step") or {}).get(u, 0.0)) for i in infos.values())
+                for u in info["items_per_step"]
+            }
+        if "frames" in info["throughput"]:
+            info["fps"] = info["throughput"]["frames"]
+    for key in ("peak_mem_mib", "reserved_mem_mib", "contention_cores"):
+        vals = [float(i[key]) for i in infos.values() if isinstance(i.get(key), (int, float))]
+        if vals:
+            info[key] = max(vals)  # the fullest device and the busiest neighbourhood decide
+    accs = [i["accuracy"] for i in infos.values() if isinstance(i.get("accuracy"), Mapping)]
+    if accs:
+        info["accuracy"] = _worst_accuracy(accs)
+    unreliable = [f"rank {r}: {i['unreliable']}" for r, i in infos.items() if i.get("unreliable")]
+    if unreliable:
+        info["unreliable"] = "; ".join(unreliable)
+    info["across_ranks"] = across_ranks(list(infos.values()))
+    info["ranks"] = [rank_summary(r, entries[r]) for r in infos]
+    info["stragglers"] = find_stragglers(medians, threshold_pct)
+    info["straggler_threshold_pct"] = threshold_pct
+    return out
+
+
+def _case_group(info: Mapping[str, Any]) -> tuple:
+    return (info.get("model"), info.get("size"), json.dumps(info.get("options") or {}, sort_keys=True, default=str))
+
+
+def _respeed(benchmarks: list[dict[str, Any]]) -> None:
+    """Speedups over the eager baseline from the aggregated (slowest-rank) medians, by the one rule
+    (perfgate.record.speedup) on milliseconds: across ranks, the slowest rank's time is the step's."""
+    records = [CaseRecord.from_extra_info({**b["extra_info"], "median_ms": median_ms(b)}) for b in benchmarks]
+    eager = {_case_group(b["extra_info"]): r for b, r in zip(benchmarks, records) if r.variant == "baseline"}
+    for b, rec in zip(benchmarks, records):
+        base = eager.get(_case_group(b["extra_info"]))
+        value = speedup(base, rec, "median_ms") if base is not None and rec.model else None
+        if value is not None:
+            b["extra_info"]["speedup"] = value
+            b["extra_info"]["speedup_basis"] = "median_ms"
+
+
+def aggregate(
+    runs: Mapping[int, Mapping[str, Any]],
+    *,
+    threshold_pct: float = DEFAULT_STRAGGLER_PCT,
+    world_size: int | None = None,
+) -> dict[str, Any]:
+    """One perfgate result from per-rank results (rank -> pytest-benchmark JSON with a perfgate block).
+
+    The top level (machine, commit, fingerprint) is the lowest rank's; `perfgate.dist.ranks`
+    says how many ranks contributed. Cases keep the order the lowest rank ran them in.
+    """
+    if not runs:
+        raise AggregateError("no per-rank results to aggregate")
+    if threshold_pct < 0:
+        raise AggregateError(f"straggler threshold {threshold_pct} must not be negative")
+    ranks = sorted(runs)
+    blocks = {r: runs[r].get("perfgate_dist") for r in ranks if isinstance(runs[r].get("perfgate_dist"), Mapping)}
+    declared = {b["world_size"] for b in blocks.values() if isinstance(b.get("world_size"), int)}
+    if world_size is not None and declared and declared != {world_size}:
+        raise AggregateError(
+            f"world size {world_size} given, but the rank files were written by a run of {sorted(declared)} ranks"
+        )
+    world = world_size or max([*declared, ranks[-1] + 1])
+    if ranks[-1] >= world:
+        raise AggregateError(f"rank {ranks[-1]} is outside the world size {world}")
+    first = runs[ranks[0]]
+    by_case: dict[str, dict[int, Mapping[str, Any]]] = {}
+    for r in ranks:
+        for b in runs[r]["benchmarks"]:
+            by_case.setdefault(b["fullname"], {})[r] = b
+    benchmarks = [
+        aggregate_case(entries, world_size=world, threshold_pct=threshold_pct) for entries in by_case.values()
+    ]
+    _respeed(benchmarks)
+    out = {k: copy.deepcopy(v) for k, v in first.items() if k not in ("benchmarks", "perfgate_dist")}
+    block = out.setdefault("perfgate", {})
+    fp_ids = {r: (runs[r].get("perfgate") or {}).get("fingerprint_id") for r in ranks}
+    if isinstance(block.get("fingerprint"), dict):
+        block["fingerprint"]["world_size"] = world  # informative: not (yet) a key field
+    block["distributed"] = {
+        "world_size": world,
+        "ranks": ranks,
+        "missing_ranks": [r for r in range(world) if r not in runs],
+        "backend": next((b.get("dist_backend") for b in blocks.values() if b.get("dist_backend")), None),
+        "hosts": sorted({b["host"] for b in blocks.values() if b.get("host")}),
+        "straggler_threshold_pct": threshold_pct,
+        "stragglers": sum(len(b["extra_info"]["stragglers"]) for b in benchmarks),
+        "fingerprint_ids": fp_ids if len(set(fp_ids.values())) > 1 else None,
+        "throughput": "summed over ranks for data-parallel steps (" + ", ".join(sorted(DATA_PARALLEL_STEPS)) + "), "
+        "the slowest rank's otherwise; latency is always the slowest rank's",
+    }
+    out["benchmarks"] = benchmarks
+    return out
+
+
+# ----------------------------------------------------------------------------- reporting
+
+
+def _case_label(bench: Mapping[str, Any]) -> str:
+    name = str(bench.get("name") or bench.get("fullname"))
+    m = re.search(r"\[(.+)\]$", name)
+    return m.group(1) if m else name
+
+
+def _throughput(info: Mapping[str, Any]) -> str:
+    unit = info.get("unit")
+    thr = (info.get("throughput") or {}).get(unit) if unit else None
+    return f"{fmt_g(thr)} {unit}/s" if isinstance(thr, (int, float)) else "-"
+
+
+RANK_TABLE_HEADERS = ("case", "rank", "median ms", "p90 ms", "throughput", "peak MiB", "vs median", "note")
+
+
+def rank_rows(aggregated: Mapping[str, Any]) -> list[list[str]]:
+    """Rows of the rank-by-rank table: each rank, then the aggregate as the gate sees it."""
+    rows = []
+    for b in aggregated["benchmarks"]:
+        info = b["extra_info"]
+        ranks = info.get("ranks") or []
+        ref = statistics.median([s["median_ms"] for s in ranks]) if ranks else None
+        strag = {s["rank"] for s in info.get("stragglers") or []}
+        for s in ranks:
+            vs = f"{(s['median_ms'] / ref - 1) * 100:+.1f}%" if ref else "-"
+            note = ", ".join(
+                n
+                for n in (
+                    "straggler" if s["rank"] in strag else "",
+                    "slowest" if s["rank"] == info.get("slowest_rank") else "",
+                    "unreliable" if s.get("unreliable") else "",
+                )
+                if n
+            )
+            rows.append(
+                [
+                    _case_label(b) if s is ranks[0] else "",
+                    str(s["rank"]),
+                    fmt_g(s.get("median_ms")),
+                    fmt_g(s.get("p90_ms")),
+                    _throughput({"unit": info.get("unit"), "throughput": s.get("throughput")}),
+                    fmt_g(s.get("peak_mem_mib")),
+                    vs,
+                    note,
+                ]
+            )
+        how = "sum" if info.get("throughput_aggregation") == "sum" else "slowest"
+        rows.append(
+            [
+                "",
+                "all",
+                fmt_g(info.get("median_ms")),
+                fmt_g(info.get("p90_ms")),
+                f"{_throughput(info)} ({how})",
+                fmt_g(info.get("peak_mem_mib")),
+                "",
+                f"latency: rank {info.get('slowest_rank')}",
+            ]
+        )
+    return rows
+
+
+def rank_table(aggregated: Mapping[str, Any]) -> list[str]:
+    return text_table(RANK_TABLE_HEADERS, rank_rows(aggregated))
+
+
+def straggler_lines(aggregated: Mapping[str, Any]) -> list[str]:
+    lines = []
+    for b in aggregated["benchmarks"]:
+        for s in b["extra_info"].get("stragglers") or []:
+            lines.append(
+                f"straggler: {_case_label(b)} rank {s['rank']} median {s['median_ms']:.4g} ms is "
+                f"{s['excess_pct']:.1f}% above the median of ranks ({s['median_of_ranks_ms']:.4g} ms; "
+                f"threshold {b['extra_info'].get('straggler_threshold_pct', DEFAULT_STRAGGLER_PCT):g}%)"
+            )
+    return lines
+
+
+def summary_lines(aggregated: Mapping[str, Any], path: str | os.PathLike[str] | None = None) -> list[str]:
+    d = (aggregated.get("perfgate") or {}).get("distributed") or {}
+    head = f"perfgate: aggregated {len(d.get('ranks') or [])} of {d.get('world_size')} ranks"
+    if d.get("backend"):
+        head += f" ({d['backend']})"
+    if path is not None:
+        head += f" into {path}"
+    lines = [head]
+    if d.get("missing_ranks"):
+        lines.append(f"perfgate: no results from rank(s) {', '.join(map(str, d['missing_ranks']))}")
+    if d.get("fingerprint_ids"):
+        lines.append(
+            f"perfgate: ranks ran on different fingerprints {d['fingerprint_ids']}; the file carries rank "
+            f"{min(d['ranks'])}'s"
+        )
+    return [*lines, *rank_table(aggregated), *straggler_lines(aggregated)]

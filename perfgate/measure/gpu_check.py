@@ -1,0 +1,317 @@
+"""The GPU acceptance run behind `scripts/gpu-check`: one command for whoever has a GPU.
+
+Steps, each a subprocess with its own log and JUnit XML under the output folder:
+
+1. `perfgate health` of the device (persistence mode, clocks, other processes, ECC, free memory):
+   a failed check fails the acceptance but the steps after it still run, for the whole picture;
+2. `perfgate doctor` on the device;
+3. the harness's tests (`pytest tests`; `-n auto` when pytest-xdist is installed);
+4. every variant of one small family (physicsnemo-block, full size: Linear layers, so int8 and FP8
+   run; 12.6 M parameters, so the compiled variants build in seconds) on the default device,
+   recorded as a baseline in a folder of its own;
+5. the same selection again, unchanged, gated against that record: what a pull request sees;
+6. a summary of what passed (`summary.md`, `summary.json`), printed at the end.
+
+Without CUDA it says so and exits 5 (perfgate's "cannot run here"), unless `--device cpu` asks for
+a rehearsal of the flow on the CPU (how this module is tested). Exit 0 when every step passed,
+else 1. It installs nothing: scripts/gpu-check uses the project's set-up (`PERFGATE_SKIP_INSTALL=1`
+takes the machine's Python as it is).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perfgate.exitcodes import FAILED as EXIT_FAILED
+from perfgate.exitcodes import OK as EXIT_OK
+from perfgate.exitcodes import UNAVAILABLE as EXIT_UNAVAILABLE
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(kw_only=True)
+class StepResult:
+    name: str
+    command: list[str]
+    rc: int
+    wall_s: float
+    log: str
+    outcomes: dict[str, int] = field(default_factory=dict)  # from the JUnit XML: passed, failed, skipped, errors
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+
+def junit_outcomes(path: Path) -> dict[str, int]:
+    """Passed / failed / skipped / errors of a pytest JUnit XML (empty if it was not written)."""
+    if not path.is_file():
+        return {}
+    out = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        if case.find("failure") is not None:
+            out["failed"] += 1
+        elif case.find("error") is not None:
+            out["errors"] += 1
+        elif case.find("skipped") is not None:
+            out["skipped"] += 1
+        else:
+            out["passed"] += 1
+    return out
+
+
+def run_step(name: str, command: list[str], out: Path, *, junit: Path | None = None) -> StepResult:
+    """Run one step, its output both to the terminal (progress survives a killed run) and its log."""
+    log = out / f"{name}.log"
+    print(f"gpu-check: [{name}] {shlex.join(command)}", flush=True)
+    t0 = time.perf_counter()
+    with log.open("w", encoding="utf8") as fh:
+        proc = subprocess.Popen(
+            command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+        )
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            fh.write(line)
+        rc = proc.wait()
+    wall = time.perf_counter() - t0
+    result = StepResult(
+        name=name,
+        command=command,
+        rc=rc,
+        wall_s=wall,
+        log=str(log.relative_to(out)),
+        outcomes=junit_outcomes(junit) if junit else {},
+    )
+    print(f"gpu-check: [{name}] exit {rc} in {wall:.0f} s", flush=True)
+    return result
+
+
+def case_lines(results_json: Path) -> list[dict[str, Any]]:
+    """Per measured case of a pytest-benchmark JSON: id, median ms, share of peak (or why none)."""
+    if not results_json.is_file():
+        return []
+    rows = []
+    for b in json.loads(results_json.read_text(encoding="utf8")).get("benchmarks", []):
+        info = b.get("extra_info", {})
+        rows.append(
+            {
+                "case": b["name"],
+                "median_ms": info.get("median_ms"),
+                "peak_share": info.get("peak_share"),
+                "peak_note": info.get("peak_note"),
+                "unreliable": info.get("unreliable"),
+            }
+        )
+    return rows
+
+
+def verdict_counts(verdicts_json: Path) -> tuple[dict[str, int], list[str], dict[str, str]]:
+    """(verdicts by kind, the failing ones as lines, skipped cases with reasons) of a verdict file."""
+    if not verdicts_json.is_file():
+        return {}, [], {}
+    data = json.loads(verdicts_json.read_text(encoding="utf8"))
+    counts: dict[str, int] = {}
+    failing = []
+    for v in data.get("verdicts", []):
+        counts[v["verdict"]] = counts.get(v["verdict"], 0) + 1
+        if v["verdict"] in ("regression", "budget"):
+            failing.append(f"{v['case'].split('::')[-1]} {v['metric']}: {v['message']}")
+    return counts, failing, data.get("skipped", {})
+
+
+def summary(steps: list[StepResult], out: Path, device: str) -> tuple[str, dict[str, Any]]:
+    """The Markdown summary and its data."""
+    record = case_lines(out / "record.json")
+    rerun_counts, rerun_failing, skipped = verdict_counts(out / "rerun-verdicts.json")
+    shares = [r["peak_share"] for r in record if r["peak_share"] is not None]
+    data = {
+        "device": device,
+        "passed": all(s.ok for s in steps),
+        "steps": [{**asdict(s), "ok": s.ok} for s in steps],
+        "record_cases": record,
+        "rerun_verdicts": rerun_counts,
+        "rerun_failing": rerun_failing,
+        "skipped": skipped,
+        "max_peak_share": max(shares) if shares else None,
+    }
+    lines = [
+        f"# gpu-check on {device}: {'PASSED' if data['passed'] else 'FAILED'}",
+        "",
+        "| step | exit | wall s | passed | failed | skipped |",
+        "|---|---|---|---|---|---|",
+    ]
+    for s in steps:
+        o = s.outcomes
+        lines.append(
+            f"| {s.name} | {s.rc} | {s.wall_s:.0f} | {o.get('passed', '-')} | "
+            f"{o.get('failed', 0) + o.get('errors', 0) if o else '-'} "
+            f"| {o.get('skipped', '-')} |"
+        )
+    lines.append(f"| total | | {sum(s.wall_s for s in steps):.0f} | | | |")
+    if record:
+        lines += ["", "Recorded cases (median ms, share of the measured peak of the math each runs):", ""]
+        lines += [
+            f"- {r['case']}: {r['median_ms']:.3f} ms, "
+            + (
+                f"{r['peak_share']:.0%} of peak"
+                if r["peak_share"] is not None
+                else f"no share ({r['peak_note'] or 'no FLOPs counted'})"
+            )
+            + (f"; UNRELIABLE: {r['unreliable']}" if r["unreliable"] else "")
+            for r in record
+        ]
+    if rerun_counts:
+        lines += [
+            "",
+            "Unchanged rerun against the record: " + ", ".join(f"{n} {k}" for k, n in sorted(rerun_counts.items())),
+        ]
+        lines += [f"- FAILING {f}" for f in rerun_failing]
+    if skipped:
+        lines += ["", "Skipped, with their reasons:"] + [
+            f"- {case}: {reason}" for case, reason in sorted(skipped.items())
+        ]
+    return "\n".join(lines) + "\n", data
+
+
+def pytest_command(python: str, *args: str) -> list[str]:
+    return [python, "-m", "pytest", *args]
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="scripts/gpu-check", description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--device", default=None, help="cuda or cuda:N (default: cuda); cpu rehearses the flow without a GPU"
+    )
+    p.add_argument(
+        "--model", default="physicsnemo-block", help="the family whose every variant is run (default physicsnemo-block)"
+    )
+    p.add_argument("--variants", default=None, help="comma-separated variants or globs (default: every variant)")
+    p.add_argument("--budget-s", type=float, default=2.0, help="timed seconds per case (default 2)")
+    p.add_argument("--skip-tests", action="store_true", help="leave out the harness's tests (step 2)")
+    p.add_argument(
+        "--out", default=str(ROOT / ".perfgate" / "gpu-check"), help="output folder (default .perfgate/gpu-check)"
+    )
+    p.add_argument("pytest_args", nargs="*", help="more arguments for both benchmark runs (after --)")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    import torch
+
+    device = args.device or "cuda"
+    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+        print(
+            f"gpu-check: no CUDA device here (torch {torch.__version__}, built for CUDA {torch.version.cuda}; "
+            "torch.cuda.is_available() is False): run it on a machine with an NVIDIA GPU, or --device cpu to "
+            "rehearse the flow",
+            file=sys.stderr,
+        )
+        return EXIT_UNAVAILABLE
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in out.glob("*"):
+        if stale.is_file():
+            stale.unlink()
+    baselines = out / "baselines"
+    if baselines.exists():
+        import shutil
+
+        shutil.rmtree(baselines)  # the record must be this run's own
+    py = sys.executable
+    steps = [
+        run_step(
+            "health", [py, "-m", "perfgate", "health", "--device", device, "--json", str(out / "health.json")], out
+        ),
+        run_step("doctor", [py, "-m", "perfgate", "doctor", "--device", device], out),
+    ]
+    if not args.skip_tests:
+        try:
+            import xdist  # noqa: F401
+
+            parallel = ["-n", "auto"]
+        except ImportError:
+            parallel = []
+        steps.append(
+            run_step(
+                "tests",
+                pytest_command(py, "tests", "-q", *parallel, "--junit-xml", str(out / "tests.xml")),
+                out,
+                junit=out / "tests.xml",
+            )
+        )
+    selection = [
+        "--perfgate-device",
+        device,
+        "--perfgate-models",
+        args.model,
+        "--perfgate-budget-s",
+        str(args.budget_s),
+        "--perfgate-baselines",
+        str(baselines),
+        "-v",
+        "-rs",
+        *args.pytest_args,
+    ]
+    if args.variants:
+        selection += ["--perfgate-variants", args.variants]
+    steps.append(
+        run_step(
+            "record",
+            pytest_command(
+                py,
+                "benchmarks",
+                *selection,
+                "--perfgate-record",
+                "gpu-check",
+                "--perfgate-no-gate",
+                "--benchmark-json",
+                str(out / "record.json"),
+                "--perfgate-verdicts",
+                str(out / "record-verdicts.json"),
+                "--junit-xml",
+                str(out / "record.xml"),
+            ),
+            out,
+            junit=out / "record.xml",
+        )
+    )
+    steps.append(
+        run_step(
+            "rerun",
+            pytest_command(
+                py,
+                "benchmarks",
+                *selection,
+                "--benchmark-json",
+                str(out / "rerun.json"),
+                "--perfgate-verdicts",
+                str(out / "rerun-verdicts.json"),
+                "--junit-xml",
+                str(out / "rerun.xml"),
+            ),
+            out,
+            junit=out / "rerun.xml",
+        )
+    )
+    text, data = summary(steps, out, device)
+    from perfgate import files
+
+    files.write_text(out / "summary.md", text)
+    files.write_json(out / "summary.json", data)
+    print("\n" + text + f"\ngpu-check: everything is in {out}")
+    return EXIT_OK if data["passed"] else EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,204 @@
+"""State of one benchmark session, without pytest: selection, baselines, in-run speedups, verdicts.
+
+The pytest plugin creates one `Session` and asks it for cases, results and verdicts; the same
+object serves a script that benchmarks without pytest.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from perfgate import gate
+from perfgate.cases.runner import Case, CaseResult, RunOptions, run_case
+from perfgate.cases.tiers import Tier
+from perfgate.cases.variant_steps import Env
+from perfgate.gate import store as baseline_store
+from perfgate.gate.policy import Policy
+from perfgate.measure.fingerprint import fingerprint, fingerprint_id
+from perfgate.profile.evidence import capture_evidence, reproduce_commands, with_evidence
+from perfgate.record import CaseRecord, speedup, speedup_basis
+
+
+@dataclass(kw_only=True)
+class Session:
+    device: str
+    baselines_root: Path
+    policy: Policy = Policy()
+    run_options: RunOptions = field(default_factory=RunOptions)
+    gate_enabled: bool = True
+    fail_on_improvement: bool = False
+    results: dict[str, CaseResult] = field(default_factory=dict)
+    verdicts: list[gate.Verdict] = field(default_factory=list)
+    skips: dict[str, str] = field(default_factory=dict)
+    fail_on_graph_break: bool = False
+    case_timeout_s: float = 0.0  # 0: no limit (the plugin sets the configured one)
+    unjudged: str = ""  # the end-of-run line when no latency could be judged
+    trace: str = "off"  # evidence on failure: "off", "all" cases or only "regressed" ones
+    evidence_dir: Path = Path(".perfgate/evidence")
+    # The selection and the outputs, set by the pytest plugin (and its hook implementations).
+    tier: Tier | None = None
+    default_variants: list[str] | None = None  # the tier's, else [tool.perfgate] variants; None: all
+    cases: list[Case] = field(default_factory=list)
+    record_label: str | None = None  # record the run as a baseline under this label; None: do not
+    verdict_file: Path | None = None  # where the verdicts JSON is written at the end; None: nowhere
+    recorded: Path | None = None  # the baseline file this run recorded
+    record_refused: str | None = None  # why this run was not recorded although asked to
+    compared_elsewhere: list[str] = field(default_factory=list)  # how --benchmark-compare files' machines differ
+
+    def __post_init__(self) -> None:
+        self.fingerprint = fingerprint(self.device)
+        self.fingerprint_id = fingerprint_id(self.fingerprint)
+        self.env = Env.detect(self.device)
+        self._baselines: baseline_store.Baselines | None = None  # read on first use
+        self._eager: dict[tuple, CaseRecord] = {}  # group -> this run's reliable eager record
+        self._eager_unreliable: set[tuple] = set()  # groups whose eager run was unreliable: no speedups
+
+    @property
+    def baseline_dir(self) -> Path:
+        return baseline_store.baseline_dir(self.baselines_root, self.fingerprint_id)
+
+    @property
+    def baselines(self) -> baseline_store.Baselines:
+        if self._baselines is None:
+            self._baselines = baseline_store.Baselines(self.baseline_dir, self.fingerprint)
+        return self._baselines
+
+    def load_baseline(self) -> baseline_store.Baselines | None:
+        """This fingerprint's baselines, the newest file validated now (BaselineError if it is
+        broken); None when none was recorded."""
+        self.baselines.check_newest()
+        return self.baselines if self.baselines.files else None
+
+    def baseline_record(self, fullname: str) -> tuple[CaseRecord, Path] | None:
+        """The case's record in the newest baseline that holds it, and that file."""
+        found = self.baselines.entry(fullname)
+        return (CaseRecord.from_extra_info(found[1]["extra_info"]), found[0]) if found else None
+
+    def no_baseline_notice(self) -> str:
+        return (
+            f"perfgate: no baseline recorded for this machine's fingerprint {self.fingerprint_id} "
+            f"(looked in {self.baseline_dir}); nothing is compared with another machine's numbers. "
+            f"Record one with: pytest benchmarks --perfgate-record"
+        )
+
+    def _group(self, case: Case) -> tuple:
+        return (case.model, case.size, case.options, case.device)
+
+    def run(self, case: Case, progress: Callable[[str], None] | None = None) -> CaseResult:
+        """Measure a case: its reliability as the gate sees it, and its speedup over the eager
+        baseline of this run when there is one."""
+        result = run_case(case, self.case_options(case), progress=progress)
+        rec = result.record
+        rec.unreliable = gate.unreliable_reason(
+            rec, self.policy.settings(case.model, case.variant, "latency", case.device)
+        )
+        basis = speedup_basis(rec)  # the one rule (perfgate.record.speedup)
+        group = self._group(case)
+        if case.variant == "baseline":
+            if rec.unreliable:
+                self._eager.pop(group, None)  # no speedups from a contended eager run
+                self._eager_unreliable.add(group)
+            else:
+                self._eager[group] = rec
+                self._eager_unreliable.discard(group)
+        eager = self._eager.get(group)
+        if eager and speedup_basis(eager) == basis:
+            rec.speedup = speedup(eager, rec, basis)
+            rec.speedup_basis = basis
+        elif group in self._eager_unreliable:
+            rec.speedup_note = "the eager baseline of this run was unreliable (its verdict says why)"
+        elif eager:
+            rec.speedup_note = (
+                f"the eager baseline was timed as {speedup_basis(eager)}, this case as {basis}: not comparable"
+            )
+        else:
+            rec.speedup_note = "no eager baseline of this model ran before it in this run"
+        return result
+
+    def case_options(self, case: Case) -> RunOptions:
+        """The run options for one case: at least as many rounds as its real-time budgets need to be
+        judged (a p90 budget: MLPerf LoadGen's 64 samples), whatever the stop rule would stop at."""
+        need = gate.budget_min_rounds(self.policy, case.model, case.size, case.variant, self.hardware)
+        stop = self.run_options.stop
+        if need <= stop.min_rounds:
+            return self.run_options
+        return replace(self.run_options, stop=replace(stop, min_rounds=need, max_rounds=max(stop.max_rounds, need)))
+
+    @property
+    def hardware(self) -> str:
+        """What budgets match on: the GPU name, or the CPU model."""
+        return self.fingerprint.get("gpu_name") or self.fingerprint.get("cpu_model") or ""
+
+    def measure_and_judge(
+        self, case: Case, fullname: str, progress: Callable[[str], None] | None = None
+    ) -> tuple[CaseResult, list[gate.Verdict]]:
+        """Run a case and gate it, re-measuring while the gate asks to (`gate.decide`)."""
+        t0 = time.perf_counter()
+        found = self.baseline_record(fullname) if self.gate_enabled else None
+        baseline = found[0] if found else None
+        result = self.run(case, progress)
+        runs, verdicts = [result.record], []
+        while self.gate_enabled:
+            decision = gate.decide(fullname, runs, baseline, self.policy)
+            if not decision.remeasure:
+                result.record = decision.record
+                verdicts = (
+                    [replace(v, baseline_file=str(found[1])) for v in decision.verdicts]
+                    if found
+                    else list(decision.verdicts)
+                )
+                break
+            if progress:
+                progress(f"suspected latency regression; re-measuring ({len(runs)} run(s) so far)")
+            result.step = None  # two copies of a large model need not fit on the device at once
+            result.measurement.output = None
+            result = self.run(case, progress)
+            result.record.remeasured = len(runs)
+            runs.append(result.record)
+        verdicts += gate.absolute_checks(
+            fullname, result.record, self.policy, self.hardware, fail_on_graph_break=self.fail_on_graph_break
+        )
+        if self.trace == "all" or (self.trace == "regressed" and self.failing(verdicts, case)):
+            verdicts = self.attach_evidence(case, fullname, result, verdicts, progress)
+        result.record.case_wall_s = time.perf_counter() - t0
+        result.step = None  # the step holds the model: do not keep it past the case
+        result.measurement.output = None  # device tensors would count in later cases' absolute peaks
+        self.results[fullname] = result
+        self.verdicts.extend(verdicts)
+        return result, verdicts
+
+    def attach_evidence(
+        self,
+        case: Case,
+        fullname: str,
+        result: CaseResult,
+        verdicts: list[gate.Verdict],
+        progress: Callable[[str], None] | None,
+    ) -> list[gate.Verdict]:
+        """A profiler trace (and on CUDA a memory snapshot) of the case, named by its failing verdicts."""
+        if result.step is None:
+            return verdicts
+        if progress:
+            progress("writing a profiler trace as evidence")
+        evidence = capture_evidence(result.step, case.device, self.evidence_dir / case.id)
+        evidence["reproduce"] = reproduce_commands(case, nodeid=fullname)
+        result.record.evidence = evidence
+        return [with_evidence(v, evidence) if v.verdict in gate.FAILING else v for v in verdicts]
+
+    def baseline_sources(self) -> dict[str, int]:
+        """How many cases were judged against each baseline file, newest file first."""
+        cases: dict[str, set[str]] = {}
+        for v in self.verdicts:
+            if v.baseline_file:
+                cases.setdefault(v.baseline_file, set()).add(v.case)
+        return {f: len(c) for f, c in sorted(cases.items(), reverse=True)}
+
+    def failing(self, verdicts: list[gate.Verdict], case: Case) -> list[gate.Verdict]:
+        ratchet = (
+            self.fail_on_improvement
+            or self.policy.settings(case.model, case.variant, "latency", case.device).fail_on_improvement
+        )
+        return gate.failing(verdicts, fail_on_improvement=ratchet)

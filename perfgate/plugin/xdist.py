@@ -1,0 +1,389 @@
+"""pytest plugin for runs in several processes: options and hooks only; the logic is
+perfgate.dist.workers (xdist workers, merging) and perfgate.dist.shard (the split across runners).
+
+    pytest benchmarks --perfgate-gpus auto           # one worker per GPU of this machine
+    pytest benchmarks -n 8 --dist loadgroup          # the same, spelt in xdist's options
+    pytest benchmarks --perfgate-shard 2/4           # the second of four runners (a CI matrix)
+    perfgate aggregate .perfgate/shards              # the four shards' files -> one run
+
+Under pytest-xdist the controller hands each worker a GPU (`workerinput`), refuses set-ups whose
+workers would share a device, and merges what the workers ship back (`workeroutput`) into the
+controller's perfgate session before perfgate.plugin.hooks writes its verdicts, tables and job summary;
+`--benchmark-json`, `--benchmark-save` and `--perfgate-record` get the merged run. pytest-benchmark
+disables itself in xdist workers ("benchmarks cannot be performed reliably in a parallelized
+environment"): perfgate times the cases itself and uses pytest-benchmark as the results' format
+only, and the contention it warns of is what `xdist_problem` refuses, so the workers re-enable it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from perfgate.dist import shard
+from perfgate.dist import workers as parallel
+from perfgate.dist.workers import ALLOW_OPTION
+
+_STATE = pytest.StashKey["ParallelState"]()
+
+
+@dataclass(kw_only=True)
+class ParallelState:
+    spec: shard.ShardSpec | None
+    shard_dir: Path
+    allow_shared: bool
+    block: dict[str, Any] | None = None  # this shard's perfgate.dist.shard block
+    devices: dict[str, str] = field(default_factory=dict)  # controller: worker id -> device
+    outputs: dict[str, dict[str, Any]] = field(default_factory=dict)  # controller: worker id -> what it shipped
+    lost: list[str] = field(default_factory=list)  # controller: workers that ended without results
+    record_label: str | None = None  # controller: --perfgate-record, applied to the merged run
+    merged: dict[str, Any] | None = None  # controller: the merged results
+    checked: bool = False
+    lines: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class MergedCase:
+    """A case measured by a worker, in the controller's session: what its outputs read (`extra_info`)."""
+
+    extra_info: dict[str, Any]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    g = parser.getgroup("perfgate-parallel", "perfgate: xdist workers (one per GPU) and shards across runners")
+    g.addoption(
+        "--perfgate-gpus",
+        default=None,
+        metavar="N|auto",
+        help="measure in N pytest-xdist workers, one per GPU (auto: every GPU here); the same as -n N --dist "
+        "loadgroup with --perfgate-device cuda",
+    )
+    g.addoption(
+        "--perfgate-shard",
+        default=None,
+        metavar="I/N",
+        help="run shard I of N of the selected cases (1 <= I <= N), a stable split that keeps a model's variants "
+        "with its eager baseline; writes its files to --perfgate-shard-dir for `perfgate aggregate`",
+    )
+    g.addoption(
+        "--perfgate-shard-dir",
+        default=None,
+        metavar="DIR",
+        help="where a shard writes shard-I-of-N.json and verdicts.shard-I-of-N.json (default .perfgate/shards)",
+    )
+    g.addoption(
+        ALLOW_OPTION,
+        action="store_true",
+        help="let xdist workers share a device (the CPU, or more workers than GPUs): their timings contend, so only "
+        "to test the plumbing, never to gate",
+    )
+
+
+def _worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def _controller(config: pytest.Config) -> bool:
+    return not _worker(config) and config.getoption("dist", "no") != "no"
+
+
+def _session(config: pytest.Config) -> Any:
+    from perfgate.plugin.hooks import _KEY
+
+    return config.stash.get(_KEY, None)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    # Before perfgate.plugin.hooks configures: its hooks below read this state.
+    from perfgate.measure.topology import topology
+
+    text = config.getoption("perfgate_shard")
+    try:
+        spec = shard.parse(text) if text is not None else None
+    except ValueError as exc:
+        raise pytest.UsageError(f"perfgate: {exc}") from None
+    if spec and config.getoption("perfgate_record", None):
+        raise pytest.UsageError(
+            f"perfgate: --perfgate-record with {shard.OPTION}: a shard holds part of the cases; record from one "
+            "unsharded run (-n <GPUs> --dist loadgroup spreads it over this machine's GPUs)"
+        )
+    gpus = config.getoption("perfgate_gpus")
+    if gpus is not None and not _worker(config):  # workers get the same arguments: they must not start workers
+        # Set here and as xdist's own pytest_cmdline_main would (tx), whichever of the two runs first.
+        try:
+            n = parallel.gpu_workers(gpus, _gpu_count(), config.getoption("numprocesses", None))
+        except ValueError as exc:
+            raise pytest.UsageError(f"perfgate: {exc}") from None
+        if config.getoption("dist", "no") not in ("no", "loadgroup"):
+            raise pytest.UsageError(
+                f"perfgate: --perfgate-gpus with --dist {config.getoption('dist')}: drop --dist and -n "
+                "(--perfgate-gpus sets both)"
+            )
+        config.option.numprocesses, config.option.dist, config.option.tx = n, "loadgroup", ["popen"] * n
+    if config.getoption("numprocesses", None) and topology().distributed:
+        raise pytest.UsageError("perfgate: -n (pytest-xdist) under torchrun: use one or the other")
+    folder = config.getoption("perfgate_shard_dir") or Path(config.rootpath) / ".perfgate" / "shards"
+    config.stash[_STATE] = ParallelState(
+        spec=spec, shard_dir=Path(folder), allow_shared=config.getoption(ALLOW_OPTION.lstrip("-").replace("-", "_"))
+    )
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_perfgate_device(config: pytest.Config) -> str | None:
+    return config.workerinput.get("perfgate_device") if _worker(config) else None  # type: ignore[attr-defined]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_perfgate_configure_session(config: pytest.Config, session: Any) -> None:
+    state = config.stash.get(_STATE, None)
+    if state is None:
+        return
+    if state.spec is not None:
+        from perfgate.gate.store import BaselineError
+
+        baselines = session.baselines
+        try:
+            durations = shard.durations_s(baselines.files, session.fingerprint)
+        except BaselineError as exc:
+            raise pytest.UsageError(f"perfgate: {exc}") from None
+        basis = f"case_wall_s of {baselines.folder}" if durations else "case count (no case_wall_s recorded)"
+        session.cases, state.block = shard.apply(session.cases, state.spec, durations, basis)
+    if _worker(config):  # the controller records, writes the verdicts and the job summary, once
+        session.record_label = None
+        session.verdict_file = None
+        config.option.perfgate_fail_unjudged = "no"
+        os.environ.pop("GITHUB_STEP_SUMMARY", None)
+    elif _controller(config):
+        state.record_label, session.record_label = session.record_label, None
+
+
+# ----------------------------------------------------------------------------- controller
+
+
+def _requested_device(config: pytest.Config) -> str:
+    import torch
+
+    from perfgate.measure.device import default_device
+
+    d = torch.device(config.getoption("perfgate_device") or default_device())
+    return str(d) if d.type != "cuda" or d.index is not None else "cuda"
+
+
+def _gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    state = node.config.stash.get(_STATE, None)
+    if state is None:
+        return
+    in_use: dict[int, int] = {}
+    for d in state.devices.values():
+        if d.startswith("cuda:"):
+            in_use[int(d[5:])] = in_use.get(int(d[5:]), 0) + 1
+    device = parallel.worker_device(_requested_device(node.config), _gpu_count(), in_use)
+    node.workerinput["perfgate_device"] = device
+    state.devices[node.gateway.id] = device
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    config = node.config
+    state, session = config.stash.get(_STATE, None), _session(config)
+    if state is None or session is None or state.checked:
+        return
+    cases = {c.id for c in session.cases}
+    if not any(parallel.case_id(i) in cases for i in ids):
+        return  # not a benchmark run (e.g. perfgate's own tests under -n auto)
+    state.checked = True
+    workers = int(config.getoption("numprocesses") or 1)
+    problem = parallel.xdist_problem(
+        requested=_requested_device(config),
+        workers=workers,
+        gpu_count=_gpu_count(),
+        dist=config.getoption("dist"),
+        allow_shared=state.allow_shared,
+    )
+    if problem:
+        pytest.exit(f"perfgate: {problem}", returncode=pytest.ExitCode.USAGE_ERROR)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    session = _session(config)
+    if config.getvalue("dist") != "loadgroup" or session is None:
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    groups = {c.id: parallel.group_name(c) for c in session.cases}
+
+    class CaseGroupScheduling(LoadGroupScheduling):
+        """xdist's loadgroup, the group of a benchmark case being its model's (see perfgate.dist.workers)."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return parallel.scope_of(nodeid, groups) or super()._split_scope(nodeid)
+
+    return CaseGroupScheduling(config, log)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object | None) -> None:
+    state = node.config.stash.get(_STATE, None)
+    if state is None:
+        return
+    wid = node.gateway.id
+    shipped = getattr(node, "workeroutput", {}).get("perfgate")
+    if shipped is not None:
+        state.outputs[wid] = shipped
+    elif error is not None:
+        state.lost.append(f"worker {wid} on {state.devices.get(wid, '?')} ended without results ({error})")
+    state.devices.pop(wid, None)  # its GPU goes to a replacement worker
+
+
+def _worker_order(wid: str) -> tuple[int, str]:
+    digits = "".join(ch for ch in wid if ch.isdigit())
+    return (int(digits) if digits else 0, wid)
+
+
+def _merge_workers(config: pytest.Config, state: ParallelState, s: Any, exitstatus: int) -> None:
+    """The workers' results and verdicts into the controller's session; the merged run to the
+    files the user asked for."""
+    from perfgate import files
+    from perfgate.gate import store
+    from perfgate.gate.verdict_file import verdicts_from_json
+
+    order = sorted(state.outputs, key=_worker_order)
+    runs = [(wid, json.loads(state.outputs[wid]["results"])) for wid in order]
+    vsets = [(wid, verdicts_from_json(json.loads(state.outputs[wid]["verdicts"]), wid)) for wid in order]
+    merged = parallel.merge_runs(runs)
+    vs = parallel.merge_verdicts(vsets)
+    merged["perfgate"]["workers"] = {
+        wid: {"device": state.outputs[wid]["device"], "cases": [parallel.case_id(b["name"]) for b in run["benchmarks"]]}
+        for wid, run in runs
+    }
+    s.verdicts, s.skips = list(vs.verdicts), dict(vs.skipped)
+    s.results = {b["fullname"]: MergedCase(b.get("extra_info") or {}) for b in merged["benchmarks"]}
+    state.merged = merged
+    bs = getattr(config, "_benchmarksession", None)
+    if bs is not None and bs.json:
+        files.write_json(bs.json, merged)
+        state.lines.append(f"perfgate: the {len(order)} workers' results merged into {bs.json}")
+    if bs is not None and (bs.save or bs.autosave):
+        bs.storage.save(merged, bs.save or bs.autosave)
+    if state.record_label and merged["benchmarks"]:
+        if exitstatus == 0 and not state.lost:
+            s.recorded = store.record(s.baseline_dir, merged, state.record_label)
+        else:
+            why = f"exit {int(exitstatus)}" if exitstatus else "; ".join(state.lost)
+            s.record_refused = f"perfgate: not recording a baseline: the run failed ({why}); fix it and record again"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    # Before perfgate.plugin.hooks's: it writes the verdicts, the job summary and the tables from the
+    # session this fills with the workers' results.
+    config = session.config
+    state, s = config.stash.get(_STATE, None), _session(config)
+    if state is None or s is None:
+        return
+    if _worker(config):
+        _ship(config, s)
+        return
+    if _controller(config) and state.outputs:
+        try:
+            _merge_workers(config, state, s, int(exitstatus))
+        except parallel.MergeError as exc:
+            state.lines.append(f"perfgate: cannot merge the workers' results: {exc}")
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR
+            return
+    state.lines += state.lost
+    if state.spec is not None:
+        _write_shard(config, state, s)
+
+
+def _ship(config: pytest.Config, s: Any) -> None:
+    """A worker's results and verdicts to the controller, as JSON text (execnet carries only
+    built-in types; the results hold whatever pytest-benchmark's machine_info does)."""
+    from perfgate.gate.verdict_file import verdicts_json
+    from perfgate.output import report_data
+    from perfgate.plugin.hooks import run_json
+
+    if not s.results and not s.skips and not s.verdicts:  # a worker that ran no case (more workers than groups)
+        return
+    data = run_json(config)
+    verdicts = verdicts_json(report_data.session_verdicts(s), s.fingerprint)
+    config.workeroutput["perfgate"] = {  # type: ignore[attr-defined]
+        "results": json.dumps(data, default=str),
+        "verdicts": json.dumps(verdicts, default=str),
+        "device": s.device,
+    }
+
+
+def _write_shard(config: pytest.Config, state: ParallelState, s: Any) -> None:
+    """The shard's results and verdicts, written even when it measured nothing, so that
+    `perfgate aggregate` can tell a shard without cases from a missing one."""
+    from perfgate import files
+    from perfgate.gate.verdict_file import verdicts_json
+    from perfgate.output import report_data
+    from perfgate.plugin.hooks import run_json
+
+    assert state.spec is not None
+    data = state.merged if state.merged is not None else run_json(config)
+    data.setdefault("perfgate", {})["shard"] = state.block
+    results = files.write_json(state.shard_dir / state.spec.results_name, data)
+    files.write_json(
+        state.shard_dir / state.spec.verdicts_name, verdicts_json(report_data.session_verdicts(s), s.fingerprint)
+    )
+    n = len(state.block["cases"]) if state.block else 0
+    state.lines.append(
+        f"perfgate: shard {state.spec.label}: {n} of {state.block['selected'] if state.block else '?'} case(s); "
+        f"results and verdicts in {results.parent} (merge the shards with: perfgate aggregate {results.parent})"
+    )
+
+
+# ----------------------------------------------------------------------------- workers
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """In a worker, pytest-benchmark takes the samples again (see the module's docstring); the
+    controller writes what the user asked pytest-benchmark to write, from the merged run."""
+    config = session.config
+    bs = getattr(config, "_benchmarksession", None)
+    if bs is None:
+        return
+    state = config.stash.get(_STATE, None)
+    if _controller(config) and state is not None and bs.compare:
+        # The controller measures nothing, so pytest-benchmark would print no compared table.
+        bs.compare, config.option.benchmark_compare = None, None
+        state.lines.append(
+            "perfgate: --benchmark-compare has no table under xdist (pytest-benchmark shows none for the "
+            "workers' cases); perfgate's tables and the gate's verdicts above cover them"
+        )
+    if not _worker(config):
+        return
+    bs.disabled = bool(config.getoption("benchmark_disable")) and not config.getoption("benchmark_enable")
+    bs.xdist_warning = False
+    bs.json = bs.save = bs.autosave = bs.compare = None
+    bs.compared_mapping = {}
+    bs.histogram = False
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    state = config.stash.get(_STATE, None)
+    if state is None or _worker(config):
+        return
+    if state.merged is not None:
+        workers = state.merged["perfgate"].get("workers") or {}
+        shown = ", ".join(f"{wid} on {w['device']} ({len(w['cases'])} case(s))" for wid, w in workers.items())
+        terminalreporter.write_line(f"perfgate: {len(workers)} xdist worker(s) measured: {shown}")
+    for line in state.lines:
+        terminalreporter.write_line(line)

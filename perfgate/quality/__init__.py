@@ -1,0 +1,3 @@
+"""The gate's measured quality: the false-alarm and detection experiment, its injected slowdowns,
+and the rates with their confidence intervals.
+"""

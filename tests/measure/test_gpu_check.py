@@ -1,0 +1,74 @@
+"""scripts/gpu-check: says so without CUDA; its whole flow rehearsed on the CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PERFGATE_", "GITHUB_"))}
+    return {**env, "PERFGATE_SKIP_INSTALL": "1", "PERFGATE_PYTHON": sys.executable, **extra}
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the answer on a machine without CUDA")
+def test_without_cuda_it_says_so_and_exits_non_zero(tmp_path: Path) -> None:
+    r = subprocess.run(
+        [str(ROOT / "scripts" / "gpu-check"), "--out", str(tmp_path)],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 5
+    assert "gpu-check: no CUDA device here" in r.stderr and "--device cpu" in r.stderr
+    assert list(tmp_path.iterdir()) == []  # nothing ran
+
+
+@pytest.mark.slow
+def test_the_flow_rehearsed_on_the_cpu_records_reruns_and_summarises(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    r = subprocess.run(
+        [
+            str(ROOT / "scripts" / "gpu-check"),
+            "--device",
+            "cpu",
+            "--skip-tests",
+            "--variants",
+            "baseline,bf16,cudagraphs",
+            "--budget-s",
+            "0.3",
+            "--out",
+            str(out),
+            "--",
+            "--perfgate-min-rounds",
+            "5",
+        ],
+        env=_env(PERFGATE_INDUCTOR_CACHE=str(tmp_path / "inductor")),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    data = json.loads((out / "summary.json").read_text())
+    assert data["passed"] and [s["name"] for s in data["steps"]] == ["health", "doctor", "record", "rerun"]
+    record = {s["name"]: s for s in data["steps"]}["record"]
+    assert record["outcomes"] == {"passed": 2, "failed": 0, "skipped": 1, "errors": 0}
+    assert sorted(c["case"] for c in data["record_cases"]) == [
+        "test_step[physicsnemo-block-tiny-baseline]",
+        "test_step[physicsnemo-block-tiny-bf16]",
+    ]
+    assert data["rerun_verdicts"].get("regression", 0) == 0 and sum(data["rerun_verdicts"].values()) > 0
+    assert "CUDA graphs need a CUDA device" in data["skipped"]["physicsnemo-block-tiny-cudagraphs"]
+    assert list((out / "baselines").glob("*/0001_gpu-check.json"))
+    summary = (out / "summary.md").read_text()
+    assert summary.startswith("# gpu-check on cpu: PASSED") and "| record | 0 |" in summary
+    assert "gpu-check: [rerun] exit 0" in r.stdout  # progress per step

@@ -1,0 +1,111 @@
+"""Session bookkeeping that needs no model: in-run speedups from stand-in results."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from perfgate.cases.runner import Case, CaseResult
+from perfgate.measure.core import Measurement
+from perfgate.measure.memory import PeakMemory
+from perfgate.plugin import session as sess
+from perfgate.record import CaseRecord
+
+
+def _result(case: Case, median_ms: float, normalised: float | None) -> CaseResult:
+    m = Measurement(
+        samples_ms=[median_ms] * 10,
+        first_call_s=0.0,
+        warmup_rounds=0,
+        stop="precise",
+        memory=PeakMemory(peak_mem_mib=1.0, reserved_mem_mib=None, method="vmhwm"),
+        device="cpu",
+        timer="CpuTimer",
+    )
+    rec = CaseRecord(
+        model=case.model,
+        variant=case.variant,
+        device="cpu",
+        samples_ms=m.samples_ms,
+        median_ms=median_ms,
+        normalised_median=normalised,
+        contention_cores=0.0,
+    )
+    return CaseResult(case=case, measurement=m, record=rec)
+
+
+def test_in_run_speedup_uses_reference_normalised_medians_so_drift_between_cases_cancels(tmp_path, monkeypatch):
+    # Eager measured on a fast moment (10 ms, 2.0x the reference), the variant on a machine 50%
+    # slower (7.5 ms but 1.0x the reference): the code is 2x faster, the milliseconds say 1.33x.
+    results = {"baseline": (10.0, 2.0), "bf16": (7.5, 1.0), "compile": (5.0, None)}
+    monkeypatch.setattr(sess, "run_case", lambda case, opts, progress=None: _result(case, *results[case.variant]))
+    s = sess.Session(device="cpu", baselines_root=tmp_path)
+    cases = {v: Case(model="m", size="tiny", variant=v, device="cpu") for v in results}
+    s.run(cases["baseline"])
+    bf16 = s.run(cases["bf16"]).extra_info
+    assert bf16["speedup"] == pytest.approx(2.0) and bf16["speedup_basis"] == "normalised_median"
+    # A variant without reference samples is not compared with a normalised eager value.
+    assert "speedup" not in s.run(cases["compile"]).extra_info
+
+
+def _timed(case: Case, samples_ms: list[float]) -> CaseResult:
+    r = _result(case, sorted(samples_ms)[len(samples_ms) // 2], None)
+    r.record.samples_ms, r.record.reference_ms = samples_ms, [1.0] * len(samples_ms)
+    return r
+
+
+@pytest.mark.parametrize(
+    "pooled,slow_runs,verdict,runs",
+    [
+        (True, 1, "unchanged", 3),  # one slow run of three: the pooled median is the normal one
+        (True, 2, "regression", 3),  # two of three: still slow when pooled
+        (False, 1, "unchanged", 2),  # each: the first re-measurement clears it
+        (False, 2, "unchanged", 3),  # each: the last re-measurement clears it
+    ],
+)
+def test_a_suspected_regression_is_re_measured_pooled_or_each(tmp_path, monkeypatch, pooled, slow_runs, verdict, runs):
+    from perfgate.gate.policy import Policy
+    from perfgate.gate.settings import GateSettings
+
+    rng = __import__("numpy").random.default_rng(0)
+    normal = lambda: list(10 * (1 + 0.01 * rng.standard_normal(40)))  # noqa: E731
+    calls: list[int] = []
+
+    def run_case(case, opts, progress=None):
+        calls.append(1)
+        return _timed(case, [x * (1.5 if len(calls) <= slow_runs else 1.0) for x in normal()])
+
+    monkeypatch.setattr(sess, "run_case", run_case)
+    s = sess.Session(
+        device="cpu", baselines_root=tmp_path, policy=Policy(defaults=GateSettings(remeasure_pooled=pooled))
+    )
+    base = _timed(Case(model="m", size="tiny", variant="bf16", device="cpu"), normal())
+    monkeypatch.setattr(s, "baseline_record", lambda name: (base.record, Path("baselines/x/0001_b.json")))
+    result, verdicts = s.measure_and_judge(Case(model="m", size="tiny", variant="bf16", device="cpu"), "case")
+    (lat,) = [v for v in verdicts if v.metric == "latency"]
+    assert (lat.verdict, len(calls)) == (verdict, runs)
+    assert ("3 runs pooled" in lat.message) == pooled
+    assert result.extra_info["remeasured"] == runs - 1
+    assert ("pooled" in result.extra_info) == pooled and (
+        not pooled or len(result.extra_info["pooled"]["samples_ms"]) == 120
+    )
+
+
+def test_a_p90_budget_raises_the_rounds_so_the_budget_is_judged(tmp_path, monkeypatch):
+    from perfgate.gate.policy import parse
+    from perfgate.measure.core import measure
+    from perfgate.measure.stats import summarize
+
+    seen = []
+    monkeypatch.setattr(sess, "run_case", lambda case, opts, progress=None: seen.append(opts) or _result(case, 1, None))
+    policy = parse({"budget": [{"model": "m", "variant": "bf16", "max_p90_ms": 33}]})
+    s = sess.Session(device="cpu", baselines_root=tmp_path, policy=policy)
+    s.run(Case(model="m", size="tiny", variant="bf16", device="cpu"))
+    s.run(Case(model="m", size="tiny", variant="baseline", device="cpu"))
+    budgeted, plain = seen
+    assert (budgeted.stop.min_rounds, budgeted.stop.max_rounds) == (64, 200)
+    assert plain.stop == s.run_options.stop and plain.stop.min_rounds == 10
+    # The measurement honours it: a precise step stops at 64 rounds, enough for a p90.
+    m = measure(lambda: sum(range(100)), "cpu", stop=budgeted.stop)
+    assert len(m.samples_ms) >= 64 and summarize(m.samples_ms)["p90_ms"] is not None

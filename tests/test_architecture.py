@@ -1,0 +1,160 @@
+"""Import direction: perfgate's packages are stages, and a stage imports only the stages below it.
+
+The order, bottom first (docs/architecture.md explains each): the root's record, results, files and
+exitcodes; measure; cases; gate; quality; ab; history; output; profile; dist; plugin; commands;
+cli. An import of a later stage from an earlier one is an up-arrow and fails this test; imports
+inside one stage are free. Every import counts: module level, inside functions and under
+TYPE_CHECKING (a type-only import is still a dependency a reader must follow). No two modules
+import each other, and perfgate never imports the repository's top-level `models` (the wheel
+ships without it).
+
+Run it on any tree: `python tests/test_architecture.py [ROOT]` prints the up-arrows.
+"""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Bottom first. The root's own modules sit at the bottom: every stage may read a record or write a file.
+STAGES = (
+    ("record", "results", "files", "exitcodes", "__init__"),
+    ("measure",),
+    ("cases",),
+    ("gate",),
+    ("quality",),
+    ("ab",),
+    ("history",),
+    ("output",),
+    ("profile",),
+    ("dist",),
+    ("plugin",),
+    ("commands",),
+    ("cli", "__main__"),
+)
+LEVEL = {name: i for i, names in enumerate(STAGES) for name in names}
+
+
+def stage(module: str) -> str:
+    """'perfgate.gate.decide' -> 'gate'; 'perfgate' (the package itself) -> '__init__'."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def modules(root: Path) -> Iterator[tuple[str, Path]]:
+    for path in sorted((root / "perfgate").rglob("*.py")):
+        parts = path.relative_to(root).with_suffix("").parts
+        yield ".".join(parts[:-1] if parts[-1] == "__init__" else parts), path
+
+
+def imported(module: str, source: str, root: Path, *, is_package: bool = False) -> Iterator[tuple[int, str]]:
+    """(line, module) for every import in `source`, wherever it stands, relative ones resolved."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".")
+                base = base[: len(base) - node.level + (1 if is_package else 0)]
+                target = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                target = node.module or ""
+            for alias in node.names:
+                # `from perfgate import gate` imports the module perfgate.gate, `from perfgate import x` a name
+                sub = f"{target}.{alias.name}"
+                as_path = root / Path(*sub.split("."))
+                yield node.lineno, sub if as_path.with_suffix(".py").is_file() or as_path.is_dir() else target
+
+
+def violations(root: Path = ROOT) -> list[str]:
+    """One line per up-arrow or import of `models`: 'file:line: importer (stage) -> imported (stage)'."""
+    out = []  # one line per import statement and imported module
+    for module, path in modules(root):
+        source = path.read_text(encoding="utf8")
+        for line, target in sorted(set(imported(module, source, root, is_package=path.name == "__init__.py"))):
+            where = f"{path.relative_to(root)}:{line}"
+            if target == "models" or target.startswith("models."):
+                out.append(f"{where}: {module} imports the repository's {target}")
+            elif target == "perfgate" or target.startswith("perfgate."):
+                low, high = stage(module), stage(target)
+                if LEVEL.get(high, -1) > LEVEL.get(low, -1):
+                    out.append(f"{where}: {module} ({low}) -> {target} ({high})")
+    return out
+
+
+def mutual_imports(root: Path = ROOT) -> list[tuple[str, str]]:
+    """Pairs of perfgate modules that import each other (a cycle a reader cannot start from)."""
+    graph = {
+        module: {
+            t for _, t in imported(module, path.read_text(encoding="utf8"), root, is_package=path.name == "__init__.py")
+        }
+        for module, path in modules(root)
+    }
+    return sorted((a, b) for a, targets in graph.items() for b in targets if a < b and a in graph.get(b, ()))
+
+
+def test_no_two_modules_import_each_other(tmp_path: Path) -> None:
+    assert mutual_imports() == []
+    root = _tree(tmp_path)
+    workload = root / "perfgate" / "cases" / "workload.py"  # steps imports workload: importing steps back is a cycle
+    workload.write_text(
+        workload.read_text() + "\n\ndef _kinds():\n    from perfgate.cases import steps\n\n    return steps\n"
+    )
+    assert mutual_imports(root) == [("perfgate.cases.steps", "perfgate.cases.workload")]
+
+
+def test_the_tests_mirror_the_packages() -> None:
+    """tests/<stage>/ for each stage's tests; `models` for the families, `ci` for the workflows."""
+    packages = {p.name for p in (ROOT / "perfgate").iterdir() if (p / "__init__.py").is_file()}
+    folders = {p.parent.name for p in (ROOT / "tests").glob("*/test_*.py")}
+    assert folders - packages <= {"models", "ci"}, sorted(folders - packages - {"models", "ci"})
+    assert all((ROOT / "tests" / f / "__init__.py").is_file() for f in folders)  # tests.<stage>.test_x, unique names
+
+
+def test_every_module_belongs_to_a_stage() -> None:
+    unknown = {stage(m) for m, _ in modules(ROOT)} - set(LEVEL)
+    assert not unknown, f"perfgate/{sorted(unknown)[0]}: add it to STAGES here and to docs/architecture.md"
+
+
+def test_imports_only_point_down_and_never_at_models() -> None:
+    assert violations() == []
+
+
+def _tree(tmp_path: Path) -> Path:
+    shutil.copytree(ROOT / "perfgate", tmp_path / "perfgate", ignore=shutil.ignore_patterns("__pycache__"))
+    return tmp_path
+
+
+def test_the_check_fails_on_an_upward_import_inside_a_function(tmp_path: Path) -> None:
+    root = _tree(tmp_path)
+    stats = root / "perfgate" / "measure" / "stats.py"
+    stats.write_text(
+        stats.read_text() + "\n\ndef _late():\n    from perfgate.plugin import hooks\n\n    return hooks\n"
+    )
+    assert len(found := violations(root)) == 1
+    assert "perfgate.measure.stats (measure) -> perfgate.plugin.hooks (plugin)" in found[0]
+
+
+def test_the_check_fails_on_a_relative_or_package_import_upward_and_on_models(tmp_path: Path) -> None:
+    root = _tree(tmp_path)
+    decide = root / "perfgate" / "gate" / "decide.py"
+    decide.write_text(decide.read_text() + "\nfrom ..output import text\nfrom perfgate import commands\n")
+    core = root / "perfgate" / "measure" / "core.py"
+    core.write_text(core.read_text() + "\nimport models.physicsnemo_block\n")
+    found = violations(root)
+    assert len(found) == 3, found
+    assert any("perfgate.gate.decide (gate) -> perfgate.output.text (output)" in f for f in found)
+    assert any("perfgate.gate.decide (gate) -> perfgate.commands (commands)" in f for f in found)
+    assert any("imports the repository's models.physicsnemo_block" in f for f in found)
+
+
+if __name__ == "__main__":
+    found = violations(Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else ROOT)
+    print("\n".join(found))
+    print(f"{len(found)} up-arrow(s)")
