@@ -153,6 +153,11 @@ def pytest_configure(config: pytest.Config) -> None:
         )
     except ValueError as exc:
         raise pytest.UsageError(f"perfgate: {exc}") from None
+    if session.case_timeout_s:
+        # The runner imports torch._dynamo on a case's first build; on a busy VM that took over 10 s,
+        # the time limit's alarm cut the import in half, and the half-imported module failed every
+        # later case. Imported here, before any limit is armed.
+        import torch._dynamo  # noqa: F401
     session.default_variants = list(session.tier.variants) or table.get("variants")
     session.cases = _expand(config, session)  # bad selections fail here, before collection
     config.hook.pytest_perfgate_configure_session(config=config, session=session)
