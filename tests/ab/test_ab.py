@@ -84,12 +84,12 @@ def test_interleaved_worker_on_a_real_model_sees_an_injected_slowdown_and_not_it
     case = "owl-audio-decoder-tiny-baseline"
     # What is asserted is deterministic: the verdict kinds and the direction, never how many
     # percent a ratio reads (an injected 10% read +26% while another job ran and turned CI red).
-    same = [_worker([case, "no-such-case"], tmp_path)[0] for _ in range(2)]
+    same = [_worker([case, "no-such-case"], tmp_path)[0] for _ in range(3)]
     assert all(r["ratio"] > 0 and r["rounds"] > 0 for r in same), same
     (v, *_) = ab.interleaved_verdicts(f"x[{case}]", same, Policy(), final=True)
     assert v.verdict in (gate.UNCHANGED, gate.INCONCLUSIVE), v.message  # never an alarm on unchanged code
     # A slowdown far beyond any machine's noise (the interleaved ratio cancels the machine's speed).
-    slowed = [_worker([case], tmp_path, {"PERFGATE_INJECT_HEAD": "local:50"})[0] for _ in range(2)]
+    slowed = [_worker([case], tmp_path, {"PERFGATE_INJECT_HEAD": "local:50"})[0] for _ in range(3)]
     assert all(r.get("ratio", 0) > 1 for r in slowed), slowed
     (v, *_) = ab.interleaved_verdicts(f"x[{case}]", slowed, Policy(), final=True)
     # Direction, not significance: over 3 processes on a busy VM the t-test's p can land either side
