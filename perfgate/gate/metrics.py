@@ -268,6 +268,18 @@ def judge_speedup(case: str, cur: CaseRecord, base: CaseRecord, s: GateSettings)
     return Verdict(**kw, verdict=UNCHANGED, message=f"{what}: within the {s.speedup_tolerance:.0%} tolerance")
 
 
+def judge_instructions(case: str, cur: CaseRecord, base: CaseRecord, s: GateSettings) -> Verdict | None:
+    from perfgate.counts.judge import judge_instructions as judge  # the counts package imports the gate's verdicts
+
+    return judge(case, cur, base, s)
+
+
+def judge_kernels(case: str, cur: CaseRecord, base: CaseRecord, s: GateSettings) -> Verdict | None:
+    from perfgate.counts.judge import judge_kernels as judge
+
+    return judge(case, cur, base, s)
+
+
 GATED: tuple[GatedMetric, ...] = (
     GatedMetric(
         name="latency",
@@ -313,6 +325,24 @@ GATED: tuple[GatedMetric, ...] = (
         unit="x",
         timing=True,
         judge=judge_speedup,
+    ),
+    GatedMetric(
+        name="instructions",
+        reads="instructions_per_step",
+        setting="instructions_tolerance",
+        better="lower",
+        unit="instructions",
+        timing=False,  # counted under callgrind: a busy machine does not move it
+        judge=judge_instructions,
+    ),
+    GatedMetric(
+        name="kernels",
+        reads="kernels_per_step",
+        setting="instructions_tolerance",  # unused: any change of the launches per step counts
+        better="lower",
+        unit="launches",
+        timing=False,
+        judge=judge_kernels,
     ),
 )
 METRIC_NAMES = tuple(m.name for m in GATED)

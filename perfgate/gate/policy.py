@@ -55,6 +55,8 @@ class GateSettings:
     fail_on_improvement: bool = False  # ratchet: an unexpected improvement fails until re-recorded
     normalise: bool = True  # CPU latency judged on step/reference-workload ratios (cancels machine drift)
     ab_min_effect: float = 0.02  # A/B (`perfgate ab`): the smallest median slowdown a significant change must reach
+    instructions_tolerance: float = 0.01  # relative change of callgrind's instructions per step that counts
+    instructions_nondeterministic: float = 0.001  # two identical processes further apart: "nondeterministic"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -152,6 +154,8 @@ _RANGES: dict[str, tuple[float, float, bool, str]] = {  # (low, high, low inclus
     "remeasure": (0, 10, True, "a whole number of re-measurements, 0 to 10"),
     "contention_max": (0.0, 1024.0, True, "cores"),
     "ab_min_effect": (0.0, 1.0, True, "a relative change, e.g. 0.02 for 2%"),
+    "instructions_tolerance": (0.0, 1.0, True, "a relative change, e.g. 0.01 for 1%"),
+    "instructions_nondeterministic": (0.0, 1.0, True, "a relative difference, e.g. 0.001 for 0.1%"),
 }
 
 
@@ -263,6 +267,7 @@ TABLE_KEYS = (
     "tier",
     "tiers",
     "case_timeout_s",
+    "counts",  # instructions under callgrind, op and kernel counts: perfgate.counts.suite
     "accepted_changes",  # intended steps in the history: perfgate.changepoints (not read by the gate)
 )
 
