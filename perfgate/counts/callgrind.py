@@ -16,6 +16,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# Code without a symbol (MKL's and oneDNN's JIT kernels) is named by its address, which moves with
+# what ran before in the process: counted as one entry so two runs' tables line up.
+_ADDRESS = re.compile(r"^0x[0-9a-f]+(?:'\d+)?$")
+JIT = "(code without a symbol: JIT kernels)"
+_LEVEL = re.compile(r"'\d+$")
 _COMPRESSED = re.compile(r"\((\d+)\)(?:\s(.*))?$")
 # Name kinds share one compression table each: fn/cfn (functions), fl/fi/fe/cfi/cfl (files), ob/cob.
 _KIND = {"fn": "fn", "cfn": "fn", "fl": "fl", "fi": "fl", "fe": "fl", "cfi": "fl", "cfl": "fl", "ob": "ob", "cob": "ob"}
@@ -76,6 +81,8 @@ def parse(path: str | os.PathLike[str]) -> Dump:
         if c.isdigit() or c in "+-*":
             values = line.split()[npos:]  # position columns (`positions:`), then the events
             cost = int(values[ir]) if ir < len(values) else 0
+            if cost >= 1 << 63:  # written unsigned: a call in progress when collection was toggled goes below 0
+                cost -= 1 << 64
             if after_calls:
                 if callee != fn:  # a recursive call's cost is already this function's own
                     incl[fn] = incl.get(fn, 0) + cost
@@ -87,6 +94,8 @@ def parse(path: str | os.PathLike[str]) -> Dump:
         key, sep, value = line.partition("=")
         if sep and key in _KIND:
             name = _name(value.strip(), tables[_KIND[key]])
+            if key in ("fn", "cfn") and _ADDRESS.match(name):
+                name = JIT
             if key == "fn":
                 fn = name
             elif key == "cfn":
@@ -111,13 +120,24 @@ def parse(path: str | os.PathLike[str]) -> Dump:
     return Dump(path=str(path), total=total, self_ir=self_ir, inclusive_ir=incl, trigger=trigger)
 
 
+def merged_levels(dump: Dump) -> dict[str, list[int]]:
+    """{function: [self, inclusive]} with callgrind's recursion levels (`f'2`, `f'3`) folded into
+    `f`: which level a call lands on moves with the call depth the case ran at, not with its work.
+    Self counts add up; the inclusive count is the largest level's (the outer call holds the inner)."""
+    out: dict[str, list[int]] = {}
+    for name, incl in dump.inclusive_ir.items():
+        base = _LEVEL.sub("", name)
+        row = out.setdefault(base, [0, 0])
+        row[0] += dump.self_ir.get(name, 0)
+        row[1] = max(row[1], incl)
+    return out
+
+
 def top_functions(dump: Dump, *, share: float = 0.002, limit: int = 120, width: int = 200) -> dict[str, list[int]]:
-    """{function: [self, inclusive]} for the functions whose inclusive count is at least `share` of
+    """{function: [self, inclusive]} (levels merged) for the functions whose count is at least `share` of
     the window (at most `limit`, largest first, names cut to `width`): what a record keeps for
     attribution later."""
     floor = dump.total * share
-    ranked = sorted(
-        (n for n, v in dump.inclusive_ir.items() if v >= floor or dump.self_ir.get(n, 0) >= floor),
-        key=lambda n: -dump.inclusive_ir.get(n, 0),
-    )
-    return {n[:width]: [dump.self_ir.get(n, 0), dump.inclusive_ir.get(n, 0)] for n in ranked[:limit]}
+    rows = merged_levels(dump)
+    ranked = sorted((n for n, (s, i) in rows.items() if i >= floor or s >= floor), key=lambda n: -rows[n][1])
+    return {n[:width]: rows[n] for n in ranked[:limit]}
