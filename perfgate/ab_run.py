@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from perfgate.counts.suite import NO_COUNTS_ENV
 from perfgate.gate import ab
 from perfgate.gate.policy import Policy
 from perfgate.gate.verdicts import INCONCLUSIVE, Verdict
@@ -152,6 +153,19 @@ def measure(
     return {
         b["name"].split("[", 1)[1].rstrip("]"): CaseRecord.from_extra_info(b["extra_info"]) for b in data["benchmarks"]
     }
+
+
+def counting_once(selection: Sequence[str]) -> Callable[[Side, Sequence[str]], dict[str, CaseRecord]]:
+    """`measure` for run_ab where each side's first process counts instructions (when its
+    [tool.perfgate.counts] asks) and later ones do not: counts need no pairs (perfgate.counts)."""
+    counted: set[str] = set()
+
+    def measure_side(side: Side, case_ids: Sequence[str]) -> dict[str, CaseRecord]:
+        env = {NO_COUNTS_ENV: "1"} if side.name in counted else None
+        counted.add(side.name)
+        return measure(side, case_ids, selection, env=env)
+
+    return measure_side
 
 
 @dataclass(kw_only=True)

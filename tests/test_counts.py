@@ -308,3 +308,25 @@ def test_the_suite_records_counts_and_a_shared_op_slowdown_fails_naming_its_caus
     assert [v["verdict"] for v in found] == [REGRESSION], found
     message = found[0]["message"]
     assert "confirmed by a second process" in message and "sgemm" in message and "aten::linear" in message
+
+
+# --- perfgate ab --------------------------------------------------------------------------------
+
+
+def test_ab_decides_on_instruction_counts_after_one_pair_with_the_time_verdict_beside():
+    from perfgate.gate import ab
+    from perfgate.gate.policy import Policy
+
+    base, _ = _records()
+    timed = dict(model="m", variant="baseline", device="cpu", samples_ms=[10.0, 10.1], median_ms=10.0)
+    a = replace(base, **timed)
+    slower = replace(a, instructions_per_step=a.instructions_per_step * 1.03, median_ms=10.2)
+    without_counts = [
+        ab.Pair(base=replace(a, instructions_per_step=None), head=replace(slower, instructions_per_step=None))
+    ]
+    assert ab.verdicts("c", without_counts, Policy(), final=False) is None  # time alone needs more pairs
+    got = ab.verdicts("c", [ab.Pair(base=a, head=slower)], Policy(), final=False)
+    kinds = {v.metric: v.verdict for v in got}
+    assert kinds["instructions"] == REGRESSION and "latency" in kinds
+    same = ab.verdicts("c", [ab.Pair(base=a, head=a)], Policy(), final=False)
+    assert {v.metric: v.verdict for v in same}["instructions"] == UNCHANGED

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import platform
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -34,6 +35,7 @@ from perfgate.counts.judge import judge_instructions, spread
 from perfgate.record import CaseRecord
 
 TABLE = "counts"
+NO_COUNTS_ENV = "PERFGATE_NO_COUNTS"  # set: no instruction pass in this process (perfgate ab's later pairs)
 _KEYS = {"instructions", "steps", "warmup", "ops", "smoke_cases"}
 
 
@@ -292,9 +294,9 @@ def session_pass(config: Any, session: Any, items: Sequence[Any]) -> None:
     counts_config = getattr(session, "counts_config", None)
     if counts_config is None or config.getoption("perfgate_no_counts", False):
         return
-    if not str(session.device).startswith("cpu") or hasattr(config, "workerinput"):
+    if not str(session.device).startswith("cpu") or hasattr(config, "workerinput") or os.environ.get(NO_COUNTS_ENV):
         session.counts = SessionCounts(config=counts_config, fields={}, skipped={}, portable=None, portable_path=None)
-        return  # a GPU run counts ops and kernels only; xdist workers would each start valgrind
+        return  # ops and kernels only: a GPU run, an xdist worker (each would start valgrind), ab's later pairs
     cases, nodeids = [], {}
     for item in items:
         case = getattr(getattr(item, "callspec", None), "params", {}).get("case")
