@@ -270,9 +270,12 @@ def test_a_bad_counts_table_is_one_line_naming_the_key(table, message):
 def test_no_table_counts_nothing_and_smoke_counts_one():
     assert suite.parse({}) is None
     cfg = suite.parse({"counts": {"instructions": ["*-baseline"]}})
-    ids = ["a-tiny-baseline", "a-tiny-bf16", "b-tiny-baseline"]
-    assert suite.selected(ids, cfg, smoke=False) == ["a-tiny-baseline", "b-tiny-baseline"]
+    ids = ["a-tiny-baseline", "a-tiny-bf16", "b-tiny-baseline", "c-tiny-baseline"]
+    assert suite.selected(ids, cfg, smoke=False) == ["a-tiny-baseline", "b-tiny-baseline", "c-tiny-baseline"]
     assert suite.selected(ids, cfg, smoke=True) == ["a-tiny-baseline"]
+    cfg = suite.parse({"counts": {"instructions": ["*-baseline"], "smoke": ["b-*", "c-*"]}})
+    assert suite.selected(ids, cfg, smoke=True) == ["b-tiny-baseline"]
+    assert suite.selected(ids, suite.parse({"counts": {"smoke": []}}), smoke=True) == []
 
 
 # --- end to end under valgrind (slow: torch loads under valgrind in each process) ----------------

@@ -6,7 +6,7 @@ the count fields of each record, and the portable baselines the counts are judge
     steps = 10                     # the counted window, after `warmup` uncounted steps
     warmup = 10
     ops = true                     # aten op calls (and CUDA kernel launches) per step in every case
-    smoke_cases = 1                # --perfgate-smoke counts only this many (0: none)
+    smoke = ["physicsnemo-*"]      # --perfgate-smoke counts the first case these globs select ([]: none)
 
 Without the table nothing is counted. The instruction pass runs once, before the first case is
 timed (valgrind would load a 2-core machine's second core during the timings): one valgrind process
@@ -36,7 +36,7 @@ from perfgate.record import CaseRecord
 
 TABLE = "counts"
 NO_COUNTS_ENV = "PERFGATE_NO_COUNTS"  # set: no instruction pass in this process (perfgate ab's later pairs)
-_KEYS = {"instructions", "steps", "warmup", "ops", "smoke_cases"}
+_KEYS = {"instructions", "steps", "warmup", "ops", "smoke"}
 
 
 class CountsConfigError(ValueError):
@@ -49,7 +49,7 @@ class CountsConfig:
     steps: int = instr.STEPS
     warmup: int = instr.WARMUP
     ops: bool = True
-    smoke_cases: int = 1
+    smoke: tuple[str, ...] | None = None  # None: the first counted case
 
 
 def parse(table: Mapping[str, Any], source: str = "[tool.perfgate]") -> CountsConfig | None:
@@ -66,8 +66,11 @@ def parse(table: Mapping[str, Any], source: str = "[tool.perfgate]") -> CountsCo
     globs = raw.get("instructions", list(CountsConfig.instructions))
     if not isinstance(globs, list) or not all(isinstance(g, str) and g for g in globs):
         raise CountsConfigError(f'{where}: instructions must be a list of case globs ("*-baseline"), got {globs!r}')
+    smoke = raw.get("smoke")
+    if smoke is not None and (not isinstance(smoke, list) or not all(isinstance(g, str) and g for g in smoke)):
+        raise CountsConfigError(f"{where}: smoke must be a list of case globs, got {smoke!r}")
     ints = {}
-    for k, low in (("steps", 10), ("warmup", 1), ("smoke_cases", 0)):
+    for k, low in (("steps", 10), ("warmup", 1)):
         v = raw.get(k, getattr(CountsConfig(), k))
         if isinstance(v, bool) or not isinstance(v, int) or v < low:
             why = " (an every-Nth slowdown must not fall between the counted steps)" if k == "steps" else ""
@@ -76,14 +79,18 @@ def parse(table: Mapping[str, Any], source: str = "[tool.perfgate]") -> CountsCo
     ops = raw.get("ops", True)
     if not isinstance(ops, bool):
         raise CountsConfigError(f"{where}: ops must be true or false, got {ops!r}")
-    return CountsConfig(instructions=tuple(globs), ops=ops, **ints)
+    return CountsConfig(instructions=tuple(globs), ops=ops, smoke=None if smoke is None else tuple(smoke), **ints)
 
 
 def selected(case_ids: Sequence[str], config: CountsConfig, *, smoke: bool) -> list[str]:
     import fnmatch
 
     chosen = [c for c in case_ids if any(fnmatch.fnmatchcase(c, g) for g in config.instructions)]
-    return chosen[: config.smoke_cases] if smoke else chosen
+    if not smoke:
+        return chosen
+    if config.smoke is not None:
+        chosen = [c for c in chosen if any(fnmatch.fnmatchcase(c, g) for g in config.smoke)]
+    return chosen[:1]  # one case proves the path: torch alone takes 15-35 s to load under valgrind
 
 
 # --- the pass ---------------------------------------------------------------------------------
@@ -341,4 +348,4 @@ def session_pass(config: Any, session: Any, items: Sequence[Any]) -> None:
     if smoke:
         for c in cases:
             if c.id not in chosen and str(c.device).startswith("cpu"):
-                session.counts.skipped.setdefault(c.id, "not counted in a smoke run (smoke_cases)")
+                session.counts.skipped.setdefault(c.id, "not counted in a smoke run ([tool.perfgate.counts] smoke)")
