@@ -333,3 +333,54 @@ def test_ab_decides_on_instruction_counts_after_one_pair_with_the_time_verdict_b
     assert kinds["instructions"] == REGRESSION and "latency" in kinds
     same = ab.verdicts("c", [ab.Pair(base=a, head=a)], Policy(), final=False)
     assert {v.metric: v.verdict for v in same}["instructions"] == UNCHANGED
+
+
+# --- portable baselines ----------------------------------------------------------------------------
+
+
+def _session_counts(tmp_path, data):
+    path = tmp_path / "counts" / f"{data['key']}.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(data))
+    return suite.SessionCounts(
+        config=suite.CountsConfig(), fields={}, skipped={}, portable=suite.load_portable(path), portable_path=path
+    )
+
+
+def test_a_host_without_its_own_baseline_is_gated_on_the_committed_counts(tmp_path):
+    data = _committed_counts()
+    counts = _session_counts(tmp_path, data)
+    case_id, entry = next(iter(data["cases"].items()))
+    cur = CaseRecord(**entry)
+    same = suite.portable_verdicts(counts, case_id, "c", cur, GateSettings())
+    assert [v.verdict for v in same] == [UNCHANGED] and same[0].baseline_file.endswith(f"{data['key']}.json")
+    grown = replace(cur, instructions_per_step=cur.instructions_per_step * 1.02)
+    assert [v.verdict for v in suite.portable_verdicts(counts, case_id, "c", grown, GateSettings())] == [REGRESSION]
+    assert suite.portable_verdicts(counts, "no-such-case", "c", grown, GateSettings()) == []
+    # A host baseline without counts (recorded before them) takes the committed ones.
+    host = CaseRecord(samples_ms=[1.0], median_ms=1.0)
+    merged = suite.with_portable(counts, case_id, host)
+    assert merged.instructions_per_step == entry["instructions_per_step"] and merged.median_ms == 1.0
+
+
+def test_recording_merges_into_the_file_atomically_keeping_other_cases(tmp_path):
+    data = _committed_counts()
+    counts = _session_counts(tmp_path, data)
+    p = instructions.CountPass(virtual_cpu=data["what_determines_counts"]["virtual_cpu"], torch="2.13.0+cpu")
+    p.valgrind = data["what_determines_counts"]["valgrind"]
+    counts.pass_ = p
+    case_id, entry = next(iter(data["cases"].items()))
+    counts.fields = {case_id: {}}
+    rec = replace(CaseRecord(**entry), instructions_per_step=entry["instructions_per_step"] + 1)
+    written = suite.write_portable(counts, {case_id: rec, "uncounted": CaseRecord()})
+    again = json.loads(written.read_text())
+    assert again["cases"][case_id]["instructions_per_step"] == entry["instructions_per_step"] + 1
+    assert set(again["cases"]) == set(data["cases"])  # the others kept, the uncounted one not added
+    assert "family" in again["recorded_on"]["host_cpu"] and again["key"] == data["key"]
+
+
+def test_a_broken_count_baseline_is_one_line_naming_it(tmp_path):
+    bad = tmp_path / "x.json"
+    bad.write_text("{}")
+    with pytest.raises(suite.CountsConfigError, match=r"x\.json: no 'cases' table"):
+        suite.load_portable(bad)
