@@ -98,7 +98,7 @@ def test_the_workers_environment_has_one_size_whatever_the_paths():
 
 def _records(change: float = 0.0, **info) -> tuple[CaseRecord, CaseRecord]:
     data = _committed_counts()
-    case_id, entry = next(iter(data["cases"].items()))
+    entry = data["cases"]["physicsnemo-block-tiny-baseline"]
     base = CaseRecord(**entry)
     cur = replace(
         base,
