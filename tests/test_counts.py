@@ -19,6 +19,7 @@ from perfgate.gate.policy import GateSettings
 from perfgate.gate.verdicts import IMPROVEMENT, INCONCLUSIVE, REGRESSION, UNCHANGED
 from perfgate.record import CaseRecord
 
+pytest_plugins = ("pytester",)
 ROOT = Path(__file__).resolve().parents[1]
 H100_PROF = ROOT.parent / "shared" / "evidence" / "2026-11-23-h100" / "prof"
 needs_valgrind = pytest.mark.skipif(
@@ -294,7 +295,8 @@ def test_the_suite_records_counts_and_a_shared_op_slowdown_fails_naming_its_caus
         '[tool.perfgate.counts]\ninstructions = ["*-baseline"]\n',
     )
     args = ["-p", "perfgate.plugin", "test_models.py", "--perfgate-models", "physicsnemo-block"]
-    args += ["--perfgate-variants", "baseline", "--perfgate-max-rounds", "5", "--perfgate-no-flops"]
+    args += ["--perfgate-variants", "baseline", "--perfgate-min-rounds", "5", "--perfgate-max-rounds", "5"]
+    args += ["--perfgate-no-flops", "--perfgate-energy-window-s", "0"]
     monkeypatch.delenv("PERFGATE_INJECT", raising=False)
     rec = pytester.runpytest_subprocess(*args, "--perfgate-record", "base", timeout=600)
     assert rec.ret == 0, rec.stdout.str()[-3000:]
