@@ -198,7 +198,7 @@ def count_cases(
     import perfgate
 
     env = pinned_env(str(out), str(Path(perfgate.__file__).resolve().parents[1]))
-    limit = timeout_s if timeout_s is not None else 120 + 90 * len(cases)
+    limit = timeout_s if timeout_s is not None else 300 + 240 * len(cases)  # a busy 2-core VM: 1110 s for 10
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(
