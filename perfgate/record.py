@@ -116,6 +116,15 @@ class CaseRecord:
     attention_gflop: float | None = _f()
     flops_method: str | None = _f()
     flops_error: str | None = _f()
+    # Counts (perfgate.counts): instructions of a window of steps under callgrind (CPU), aten op
+    # calls and CUDA kernel launches per step (torch profiler); or why a case has none.
+    instructions_per_step: float | None = _f(None, history=("instructions per step (callgrind)", "lower"))
+    instructions: dict[str, Any] | None = _f()  # total, steps, valgrind, virtual_cpu, key, repeat, spread_pct
+    instructions_skipped: str | None = _f()
+    instructions_functions: dict[str, list[int]] | None = _f()  # {function: [self, inclusive]} of the window
+    aten_ops_per_step: dict[str, float] | None = _f()
+    kernels_per_step: float | None = _f(None, history=("CUDA kernel launches per step", "lower"))
+    kernel_names_per_step: dict[str, float] | None = _f()
     # Telemetry summary (sampler's own schema) and reliability.
     telemetry: dict[str, Any] | None = _f()
     contention_cores: float | None = _f()

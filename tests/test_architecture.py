@@ -28,6 +28,7 @@ STAGES = (
     ("cases",),
     ("gate",),
     ("quality",),
+    ("counts",),
     ("ab",),
     ("history",),
     ("output",),

@@ -40,10 +40,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.mode == "interleaved":
             result = ab_run.run_interleaved(base, head, [args.case], policy, harness=args.harness, device=args.device)
         else:
-            result = ab_run.run_ab(
-                base, head, [args.case], policy, measure_fn=lambda side, ids: ab_run.measure(side, ids, selection)
-            )
-        latency = next((v for v in result.verdicts if v.metric == "latency"), None)
+            result = ab_run.run_ab(base, head, [args.case], policy, measure_fn=ab_run.counting_once(selection))
+        # Instruction counts decide where both commits have them (a CPU case, [tool.perfgate.counts]).
+        counted = [v for v in result.verdicts if v.metric == "instructions" and v.verdict != gate.INCONCLUSIVE]
+        latency = next(iter(counted), None) or next((v for v in result.verdicts if v.metric == "latency"), None)
         verdict = latency.verdict if latency else gate.INCONCLUSIVE
         with args.log.open("a", encoding="utf8") as fh:
             fh.write(f"{sha[:10]} attempt {attempt}: {verdict}: {latency.message if latency else 'not measured'}\n")

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from perfgate.ab import verdicts as ab
+from perfgate.counts.suite import NO_COUNTS_ENV
 from perfgate.gate.policy import Policy
 from perfgate.gate.verdicts import INCONCLUSIVE, Verdict
 from perfgate.record import CaseRecord
@@ -148,6 +149,19 @@ def measure(
         ]
         subprocess.run(cmd, cwd=side.root, env=side_env(side, env), capture_output=True, text=True, timeout=timeout_s)
         return load_records(out, samples=True) if out.is_file() else {}
+
+
+def counting_once(selection: Sequence[str]) -> Callable[[Side, Sequence[str]], dict[str, CaseRecord]]:
+    """`measure` for run_ab where each side's first process counts instructions (when its
+    [tool.perfgate.counts] asks) and later ones do not: counts need no pairs (perfgate.counts)."""
+    counted: set[str] = set()
+
+    def measure_side(side: Side, case_ids: Sequence[str]) -> dict[str, CaseRecord]:
+        env = {NO_COUNTS_ENV: "1"} if side.name in counted else None
+        counted.add(side.name)
+        return measure(side, case_ids, selection, env=env)
+
+    return measure_side
 
 
 @dataclass(kw_only=True)

@@ -23,7 +23,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from perfgate.gate.metrics import judge_accuracy, judge_memory, judge_speedup
+from perfgate.gate.metrics import judge_accuracy, judge_instructions, judge_memory, judge_speedup
 from perfgate.gate.policy import Policy
 from perfgate.gate.settings import GateSettings
 from perfgate.gate.verdicts import IMPROVEMENT, INCONCLUSIVE, REGRESSION, UNCHANGED, UNRELIABLE, Verdict
@@ -232,11 +232,15 @@ def verdicts(case: str, pairs: Sequence[Pair], policy: Policy, *, final: bool) -
     def settings(metric: str) -> GateSettings:
         return policy.settings(head_rec.model, head_rec.variant, metric, head_rec.device)
 
-    latency = latency_verdict(case, pairs, settings("latency"), final=final)
+    # On a CPU with instruction counts on both sides they decide, one process per side (counts do not
+    # need pairs to average noise away); the time verdict of the pairs so far stands beside them.
+    counted = next((p for p in pairs if None not in (p.base.instructions_per_step, p.head.instructions_per_step)), None)
+    latency = latency_verdict(case, pairs, settings("latency"), final=final or counted is not None)
     if latency is None:
         return None
     base, head = _side(pairs, "base"), _side(pairs, "head")
     others = [
+        judge_instructions(case, counted.head, counted.base, settings("instructions")) if counted else None,
         judge_memory(case, head, base, settings("memory")),
         judge_accuracy(case, head, base, settings("accuracy")),
     ]

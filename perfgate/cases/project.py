@@ -29,6 +29,7 @@ TABLE_KEYS = (
     "tier",
     "tiers",
     "case_timeout_s",
+    "counts",  # instructions under callgrind, op and kernel counts: perfgate.counts.suite
     "accepted_changes",  # intended steps in the history: perfgate.history.changepoints (not read by the gate)
 )
 

@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
                 head,
                 common,
                 policy,
-                measure_fn=lambda side, ids: ab_run.measure(side, ids, selection),
+                measure_fn=ab_run.counting_once(selection),
                 max_pairs=args.max_pairs,
                 budget_s=args.budget_s,
                 seed=args.seed,

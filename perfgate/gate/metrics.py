@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from perfgate.gate.instructions import judge_instructions, judge_kernels  # noqa: F401  (judges of the table below)
 from perfgate.gate.settings import GateSettings
 from perfgate.gate.verdicts import IMPROVEMENT, INCONCLUSIVE, REGRESSION, UNCHANGED, Verdict
 from perfgate.record import CaseRecord
@@ -310,6 +311,24 @@ GATED: tuple[GatedMetric, ...] = (
         unit="x",
         timing=True,
         judge=judge_speedup,
+    ),
+    GatedMetric(
+        name="instructions",
+        reads="instructions_per_step",
+        setting="instructions_tolerance",
+        better="lower",
+        unit="instructions",
+        timing=False,  # counted under callgrind: a busy machine does not move it
+        judge=judge_instructions,
+    ),
+    GatedMetric(
+        name="kernels",
+        reads="kernels_per_step",
+        setting="instructions_tolerance",  # unused: any change of the launches per step counts
+        better="lower",
+        unit="launches",
+        timing=False,
+        judge=judge_kernels,
     ),
 )
 METRIC_NAMES = tuple(m.name for m in GATED)

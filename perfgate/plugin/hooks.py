@@ -17,6 +17,7 @@ from perfgate.cases.runner import Case, RunOptions
 from perfgate.cases.selection import _split, expand_cases
 from perfgate.cases.variants import set_inductor_cache
 from perfgate.cases.workload import RegistryError, load_registries
+from perfgate.counts import suite as counts_suite
 from perfgate.gate import policy as policy_mod
 from perfgate.gate import store as baseline_store
 from perfgate.gate import verdict_file
@@ -160,6 +161,14 @@ def pytest_configure(config: pytest.Config) -> None:
         import torch._dynamo  # noqa: F401
     session.default_variants = list(session.tier.variants) or table.get("variants")
     session.cases = _expand(config, session)  # bad selections fail here, before collection
+    try:
+        session.counts_config = counts_suite.parse(table, f"{Path(config.rootpath) / 'pyproject.toml'} [tool.perfgate]")
+    except counts_suite.CountsConfigError as exc:
+        raise pytest.UsageError(f"perfgate: {exc}") from None
+    session.counts_registries = (
+        [*table.get("registries", []), *config.getoption("perfgate_registry")],
+        [*table.get("model_files", []), *config.getoption("perfgate_model_file")],
+    )
     config.hook.pytest_perfgate_configure_session(config=config, session=session)
     config.stash[_KEY] = session
     if session.gate_enabled:
@@ -230,6 +239,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def pytest_collection_finish(session: pytest.Session) -> None:
     config = session.config
     if config.stash.get(_KEY, None) is not None:
+        counts_suite.session_pass(config, config.stash[_KEY], session.items)  # before any case is timed
         config.stash[_PROGRESS] = progress.for_pytest(config, progress.count_cases(session.items))
 
 
@@ -332,6 +342,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if s.record_label and s.results:
         if exitstatus == 0:
             s.recorded = _record(config, s)
+            if s.recorded and s.counts is not None:
+                records = {r.case.id: r.record for r in s.results.values()}
+                s.recorded_counts = counts_suite.write_portable(s.counts, records)
         else:  # a failing run (accuracy, build error, ...) must not become the reference
             s.record_refused = (
                 f"perfgate: not recording a baseline: the run failed (exit {int(exitstatus)}); fix it and record again"
@@ -369,6 +382,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         tr.write_line(f"perfgate: recorded baseline {s.recorded}")
     if s.record_refused:
         tr.write_line(s.record_refused)
+    if s.recorded_counts:
+        tr.write_line(f"perfgate: recorded instruction counts {s.recorded_counts} (keyed by what counts depend on)")
     if s.verdict_file is not None and _judged_anything(s):
         tr.write_line(f"perfgate: verdicts written to {s.verdict_file}")
     elif s.verdict_file is not None:

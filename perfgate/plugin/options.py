@@ -82,6 +82,11 @@ def add_options(parser: pytest.Parser) -> None:
     )
     g.addoption("--perfgate-no-flops", action="store_true", help="do not count FLOPs or time the matmul peak")
     g.addoption(
+        "--perfgate-no-counts",
+        action="store_true",
+        help="count no instructions (callgrind), aten ops or kernels although [tool.perfgate.counts] asks for them",
+    )
+    g.addoption(
         "--perfgate-energy-window-s",
         type=float,
         default=None,

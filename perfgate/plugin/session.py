@@ -10,11 +10,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from perfgate import gate
 from perfgate.cases.runner import Case, CaseResult, RunOptions, run_case
 from perfgate.cases.tiers import Tier
 from perfgate.cases.variant_steps import Env
+from perfgate.counts import suite as counts_suite
 from perfgate.gate import store as baseline_store
 from perfgate.gate.policy import Policy
 from perfgate.measure.fingerprint import fingerprint, fingerprint_id
@@ -47,6 +49,12 @@ class Session:
     recorded: Path | None = None  # the baseline file this run recorded
     record_refused: str | None = None  # why this run was not recorded although asked to
     compared_elsewhere: list[str] = field(default_factory=list)  # how --benchmark-compare files' machines differ
+    # Counts (perfgate.counts.suite): the [tool.perfgate.counts] table, the registries the valgrind
+    # worker loads, and the instruction pass's results.
+    counts_config: Any = None
+    counts_registries: tuple[list[str], list[str]] = ([], [])
+    counts: Any = None
+    recorded_counts: Path | None = None  # the portable count baseline this run recorded
 
     def __post_init__(self) -> None:
         self.fingerprint = fingerprint(self.device)
@@ -92,6 +100,7 @@ class Session:
         baseline of this run when there is one."""
         result = run_case(case, self.case_options(case), progress=progress)
         rec = result.record
+        counts_suite.annotate(self.counts, case, rec, result.step)
         rec.unreliable = gate.unreliable_reason(
             rec, self.policy.settings(case.model, case.variant, "latency", case.device)
         )
@@ -138,7 +147,7 @@ class Session:
         """Run a case and gate it, re-measuring while the gate asks to (`gate.decide`)."""
         t0 = time.perf_counter()
         found = self.baseline_record(fullname) if self.gate_enabled else None
-        baseline = found[0] if found else None
+        baseline = counts_suite.with_portable(self.counts, case.id, found[0] if found else None)
         result = self.run(case, progress)
         runs, verdicts = [result.record], []
         while self.gate_enabled:
@@ -158,6 +167,9 @@ class Session:
             result = self.run(case, progress)
             result.record.remeasured = len(runs)
             runs.append(result.record)
+        if self.gate_enabled and found is None:  # no host baseline: the counts may still have a portable one
+            s = self.policy.settings(case.model, case.variant, "instructions", case.device)
+            verdicts += counts_suite.portable_verdicts(self.counts, case.id, fullname, result.record, s)
         verdicts += gate.absolute_checks(
             fullname, result.record, self.policy, self.hardware, fail_on_graph_break=self.fail_on_graph_break
         )

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import models  # noqa: F401  (registers this repository's families)
 from perfgate.cases.selection import expand_cases
+from perfgate.counts import suite as counts_suite
 from perfgate.cases.workload import MODELS, sizes
 from perfgate.results import read_benchmark_json
 
@@ -40,9 +41,13 @@ def orphans(baselines: Path) -> list[str]:
     out = []
     known = {"cpu": generated_ids("cpu"), "cuda": generated_ids("cuda")}
     for path in sorted(baselines.glob("*/*.json")):
-        device = "cpu" if path.parent.name.startswith("cpu-") else "cuda"
-        for bench in read_benchmark_json(path, samples=False)["benchmarks"]:
-            case = bench["name"].split("[", 1)[1].rstrip("]")
+        if path.parent.name == "counts":  # the portable instruction counts (CPU), read by their own loader
+            device, cases = "cpu", list((counts_suite.load_portable(path) or {}).get("cases", {}))
+        else:
+            device = "cpu" if path.parent.name.startswith("cpu-") else "cuda"
+            benches = read_benchmark_json(path, samples=False)["benchmarks"]
+            cases = [b["name"].split("[", 1)[1].rstrip("]") for b in benches]
+        for case in cases:
             if case not in known[device] and RENAMED.get(case) not in known[device]:
                 out.append(f"{path.relative_to(baselines)}: {case}")
     return out

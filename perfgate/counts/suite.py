@@ -1,0 +1,351 @@
+"""Counts in a benchmark session: the configuration, the instruction pass before any case is timed,
+the count fields of each record, and the portable baselines the counts are judged against.
+
+    [tool.perfgate.counts]
+    instructions = ["*-baseline"]  # globs on case ids counted under callgrind in a CPU run ([]: none)
+    steps = 10                     # the counted window, after `warmup` uncounted steps
+    warmup = 10
+    ops = true                     # aten op calls (and CUDA kernel launches) per step in every case
+    smoke = ["physicsnemo-*"]      # --perfgate-smoke counts the first case these globs select ([]: none)
+
+Without the table nothing is counted. The instruction pass runs once, before the first case is
+timed (valgrind would load a 2-core machine's second core during the timings): one valgrind process
+for all the selected cases, then one more for the suspects, the cases whose count moved beyond the
+tolerance from their baseline, to confirm the change (two identical processes further apart than
+`instructions_nondeterministic` mark the case nondeterministic).
+
+Portable baselines live in `<baselines>/counts/<key>.json`, the key naming what the counts depend on
+(perfgate.measure.instructions.key), never the host: a machine of another CPU generation gates on the
+committed counts when its virtual CPU, torch and Python are the same.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from perfgate.gate.instructions import judge_instructions, spread
+from perfgate.measure import instructions as instr
+from perfgate.record import CaseRecord
+
+TABLE = "counts"
+NO_COUNTS_ENV = "PERFGATE_NO_COUNTS"  # set: no instruction pass in this process (perfgate ab's later pairs)
+_KEYS = {"instructions", "steps", "warmup", "ops", "smoke"}
+
+
+class CountsConfigError(ValueError):
+    """A bad [tool.perfgate.counts] table; the message names the key."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CountsConfig:
+    instructions: tuple[str, ...] = ("*-baseline",)
+    steps: int = instr.STEPS
+    warmup: int = instr.WARMUP
+    ops: bool = True
+    smoke: tuple[str, ...] | None = None  # None: the first counted case
+
+
+def parse(table: Mapping[str, Any], source: str = "[tool.perfgate]") -> CountsConfig | None:
+    """The `counts` table of [tool.perfgate], or None when there is none (nothing is counted)."""
+    raw = table.get(TABLE)
+    if raw is None:
+        return None
+    where = f"{source} counts"
+    if not isinstance(raw, Mapping):
+        raise CountsConfigError(f"{where}: must be a table ([tool.perfgate.counts]), got {raw!r}")
+    unknown = set(raw) - _KEYS
+    if unknown:
+        raise CountsConfigError(f"{where}: unknown key {sorted(unknown)[0]!r}; known: {', '.join(sorted(_KEYS))}")
+    globs = raw.get("instructions", list(CountsConfig.instructions))
+    if not isinstance(globs, list) or not all(isinstance(g, str) and g for g in globs):
+        raise CountsConfigError(f'{where}: instructions must be a list of case globs ("*-baseline"), got {globs!r}')
+    smoke = raw.get("smoke")
+    if smoke is not None and (not isinstance(smoke, list) or not all(isinstance(g, str) and g for g in smoke)):
+        raise CountsConfigError(f"{where}: smoke must be a list of case globs, got {smoke!r}")
+    ints = {}
+    for k, low in (("steps", 10), ("warmup", 1)):
+        v = raw.get(k, getattr(CountsConfig(), k))
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            why = " (an every-Nth slowdown must not fall between the counted steps)" if k == "steps" else ""
+            raise CountsConfigError(f"{where}: {k} must be a whole number >= {low}{why}, got {v!r}")
+        ints[k] = v
+    ops = raw.get("ops", True)
+    if not isinstance(ops, bool):
+        raise CountsConfigError(f"{where}: ops must be true or false, got {ops!r}")
+    return CountsConfig(instructions=tuple(globs), ops=ops, smoke=None if smoke is None else tuple(smoke), **ints)
+
+
+def selected(case_ids: Sequence[str], config: CountsConfig, *, smoke: bool) -> list[str]:
+    import fnmatch
+
+    chosen = [c for c in case_ids if any(fnmatch.fnmatchcase(c, g) for g in config.instructions)]
+    if not smoke:
+        return chosen
+    if config.smoke is not None:
+        chosen = [c for c in chosen if any(fnmatch.fnmatchcase(c, g) for g in config.smoke)]
+    return chosen[:1]  # one case proves the path: torch alone takes 15-35 s to load under valgrind
+
+
+# --- the pass ---------------------------------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class SessionCounts:
+    """What the session's records and verdicts read: each counted case's fields, or why it has none."""
+
+    config: CountsConfig
+    fields: dict[str, dict[str, Any]]  # case id -> record fields
+    skipped: dict[str, str]  # case id -> why it was not counted
+    portable: dict[str, Any] | None  # the portable baseline file's content (this run's key), or None
+    portable_path: Path | None
+    pass_: instr.CountPass | None = None
+
+
+def portable_path(baselines_root: Path, key: str) -> Path:
+    return Path(baselines_root) / "counts" / f"{key}.json"
+
+
+def load_portable(path: Path) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise CountsConfigError(f"{path}: unreadable count baseline ({exc}); restore it or record again") from None
+    if not isinstance(data, dict) or not isinstance(data.get("cases"), dict):
+        raise CountsConfigError(f"{path}: no 'cases' table: not a perfgate count baseline; record again")
+    return data
+
+
+def _fields(p: instr.CountPass, case_id: str) -> dict[str, Any]:
+    c = p.counts[case_id]
+    return {
+        "instructions_per_step": c.per_step,
+        "instructions": p.block(case_id),
+        "instructions_functions": c.functions,
+    }
+
+
+def run_pass(
+    cases: Sequence[Any],
+    config: CountsConfig,
+    *,
+    baseline_of: Any,
+    tolerance_of: Any,
+    baselines_root: Path,
+    root: Path,
+    registries: Sequence[str],
+    model_files: Sequence[str],
+    out_dir: Path,
+    say: Any = print,
+) -> SessionCounts:
+    """Count `cases`, then recount the suspects. `baseline_of(case_id)` gives a baseline count
+    per step (or None); `tolerance_of(case)` the instructions tolerance."""
+    say(f"perfgate: counting instructions of {len(cases)} case(s) under callgrind (one valgrind process)")
+    kw = dict(root=root, registries=registries, model_files=model_files, steps=config.steps, warmup=config.warmup)
+    first = instr.count_cases(cases, out_dir=out_dir / "pass1", **kw)
+    fields = {cid: _fields(first, cid) for cid in first.counts}
+    skipped = dict(first.errors)
+    ppath = portable_path(baselines_root, first.key) if first.counts else None
+    portable = load_portable(ppath) if ppath else None
+    suspects = []
+    for c in cases:
+        f = fields.get(c.id)
+        if f is None:
+            continue
+        base = baseline_of(c.id)
+        if base is None and portable:
+            base = (portable["cases"].get(c.id) or {}).get("instructions_per_step")
+        if base and abs(f["instructions_per_step"] / base - 1) > tolerance_of(c):
+            suspects.append(c)
+    say(
+        f"perfgate: counted {len(first.counts)} case(s) in {first.wall_s:.0f} s"
+        + (f"; {len(skipped)} not counted" if skipped else "")
+        + (f"; recounting to confirm {len(suspects)} suspected change(s) in a second process" if suspects else "")
+    )
+    if suspects:
+        # The same cases in the same order up to the last suspect: a case's count moves (0.16% on the
+        # tiny block) with what ran before it in the process (malloc's free lists, type caches).
+        last = max(cases.index(c) for c in suspects)
+        second = instr.count_cases(cases[: last + 1], out_dir=out_dir / "pass2", **kw)
+        for c in suspects:
+            block = fields[c.id]["instructions"]
+            if c.id in second.counts:
+                again = second.counts[c.id].per_step
+                block["repeat_per_step"] = again
+                block["spread_pct"] = spread(fields[c.id]["instructions_per_step"], again) * 100
+            else:
+                block["repeat_error"] = second.errors.get(c.id, "not recounted")
+    return SessionCounts(
+        config=config, fields=fields, skipped=skipped, portable=portable, portable_path=ppath, pass_=first
+    )
+
+
+# --- records and verdicts ---------------------------------------------------------------------
+
+
+def annotate(counts: SessionCounts | None, case: Any, record: CaseRecord, step: Any) -> None:
+    """Put the case's counts into its record: instructions (or why none), op and kernel counts."""
+    if counts is None:
+        return
+    f = counts.fields.get(case.id)
+    if f is not None:
+        for k, v in f.items():
+            setattr(record, k, v)
+    elif case.id in counts.skipped:
+        record.instructions_skipped = counts.skipped[case.id]
+    elif str(case.device).startswith("cpu"):
+        record.instructions_skipped = "not selected for counting ([tool.perfgate.counts] instructions)"
+    if counts.config.ops and step is not None:
+        from perfgate.measure.op_counts import count_step
+
+        oc = count_step(step, case.device, counts.config.steps)
+        record.aten_ops_per_step = oc.aten_ops_per_step
+        if oc.kernels_per_step is not None:
+            record.kernels_per_step = oc.kernels_per_step
+            record.kernel_names_per_step = oc.kernel_names_per_step
+
+
+def portable_record(counts: SessionCounts | None, case_id: str) -> CaseRecord | None:
+    """The portable baseline's counts of a case as a record (counts fields only), or None."""
+    if counts is None or not counts.portable:
+        return None
+    entry = counts.portable["cases"].get(case_id)
+    if not entry:
+        return None
+    return CaseRecord(**{k: v for k, v in entry.items() if k in _PORTABLE_FIELDS})
+
+
+_PORTABLE_FIELDS = ("instructions_per_step", "instructions", "instructions_functions", "aten_ops_per_step")
+
+
+def with_portable(counts: SessionCounts | None, case_id: str, baseline: CaseRecord | None) -> CaseRecord | None:
+    """A host baseline without counts gets the portable baseline's (recorded elsewhere, same key)."""
+    if baseline is None or baseline.instructions_per_step is not None:
+        return baseline
+    port = portable_record(counts, case_id)
+    if port is None:
+        return baseline
+    return replace(baseline, **{k: getattr(port, k) for k in _PORTABLE_FIELDS})
+
+
+def portable_verdicts(counts: SessionCounts | None, case_id: str, fullname: str, record: CaseRecord, settings: Any):
+    """Without a host baseline the gate compares nothing; the counts still have theirs."""
+    port = portable_record(counts, case_id)
+    if port is None:
+        return []
+    v = judge_instructions(fullname, record, port, settings)
+    return [replace(v, baseline_file=str(counts.portable_path))] if v is not None else []
+
+
+def write_portable(counts: SessionCounts, records: Mapping[str, CaseRecord], commit: str | None = None) -> Path | None:
+    """Record this run's counts as the portable baseline of its key (merged into the file: cases
+    not counted now keep their entries), atomically."""
+    from perfgate.files import write_json
+
+    p = counts.pass_
+    if p is None or not counts.fields or counts.portable_path is None:
+        return None
+    old = load_portable(counts.portable_path) or {"cases": {}}
+    cases = dict(old["cases"])
+    for cid, rec in records.items():
+        if rec.instructions_per_step is None:
+            continue
+        cases[cid] = {k: getattr(rec, k) for k in _PORTABLE_FIELDS if getattr(rec, k) is not None}
+    data = {
+        "schema": 1,
+        "key": p.key,
+        "what_determines_counts": {
+            "virtual_cpu": p.virtual_cpu,
+            "torch": p.torch,
+            "python": platform.python_version(),
+            "valgrind": p.valgrind,
+        },
+        "recorded_on": {"host_cpu": _host_cpu(), "commit": commit},
+        "recorded_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "cases": dict(sorted(cases.items())),
+    }
+    return write_json(counts.portable_path, data)
+
+
+def _host_cpu() -> str:
+    """The recording host's CPU (family/model), for the reader: it is not part of the key."""
+    fam = model = name = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            k, _, v = line.partition(":")
+            k, v = k.strip(), v.strip()
+            if k == "cpu family" and not fam:
+                fam = v
+            elif k == "model" and not model:
+                model = v
+            elif k == "model name" and not name:
+                name = v
+    except OSError:
+        return platform.processor()
+    return f"{name} (family {fam} model {model})"
+
+
+# --- the pytest session's glue (called from perfgate.plugin.hooks and perfgate.plugin.session) -------------
+
+
+def session_pass(config: Any, session: Any, items: Sequence[Any]) -> None:
+    """Before the first case is timed: count the selected CPU cases' instructions, once."""
+    counts_config = getattr(session, "counts_config", None)
+    if counts_config is None or config.getoption("perfgate_no_counts", False):
+        return
+    if not str(session.device).startswith("cpu") or hasattr(config, "workerinput") or os.environ.get(NO_COUNTS_ENV):
+        session.counts = SessionCounts(config=counts_config, fields={}, skipped={}, portable=None, portable_path=None)
+        return  # ops and kernels only: a GPU run, an xdist worker (each would start valgrind), ab's later pairs
+    cases, nodeids = [], {}
+    for item in items:
+        case = getattr(getattr(item, "callspec", None), "params", {}).get("case")
+        if case is None or item.get_closest_marker("skip") is not None:
+            continue
+        cases.append(case)
+        nodeids[case.id] = item.nodeid
+    smoke = bool(config.getoption("perfgate_smoke", False))
+    chosen = set(selected([c.id for c in cases], counts_config, smoke=smoke))
+    todo = [c for c in cases if c.id in chosen]
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+
+    def say(line: str) -> None:
+        if reporter is not None:
+            reporter.write_line(line)
+
+    def baseline_of(case_id: str) -> float | None:
+        if not session.gate_enabled or case_id not in nodeids:
+            return None
+        found = session.baseline_record(nodeids[case_id])
+        return found[0].instructions_per_step if found else None
+
+    def tolerance_of(case: Any) -> float:
+        return session.policy.settings(case.model, case.variant, "instructions", case.device).instructions_tolerance
+
+    table_registries = getattr(session, "counts_registries", ([], []))
+    if not todo:
+        session.counts = SessionCounts(config=counts_config, fields={}, skipped={}, portable=None, portable_path=None)
+        return
+    session.counts = run_pass(
+        todo,
+        counts_config,
+        baseline_of=baseline_of,
+        tolerance_of=tolerance_of,
+        baselines_root=session.baselines_root,
+        root=Path(config.rootpath),
+        registries=table_registries[0],
+        model_files=table_registries[1],
+        out_dir=Path(config.rootpath) / ".perfgate" / "callgrind",
+        say=say,
+    )
+    if smoke:
+        for c in cases:
+            if c.id not in chosen and str(c.device).startswith("cpu"):
+                session.counts.skipped.setdefault(c.id, "not counted in a smoke run ([tool.perfgate.counts] smoke)")

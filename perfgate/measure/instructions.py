@@ -1,0 +1,232 @@
+"""Instructions per step under callgrind: many cases in one valgrind process, each counted over a
+window of steps after its warm-up, in a pinned environment, so that unchanged code gives the same
+count in every process.
+
+What pins the count (each measured on the development VM, docs/instructions.md):
+- one thread (torch.set_num_threads(1), OMP/MKL_NUM_THREADS=1): how work splits changes it;
+- PYTHONHASHSEED=0 and PYTHONMALLOC=malloc: dict order and pymalloc arenas move it by ~0.05%;
+- `setarch -R` (no address randomisation) and an environment of fixed size: the stack's layout
+  moves it (3 KB more environment: -0.1%), so the worker gets a minimal environment padded to a
+  fixed length, its job on stdin rather than argv;
+- the CPU it runs on: none of the host's. valgrind shows the program its own canned CPUID (on an
+  AVX2 host an Intel i7-4910MQ with AVX2, AVX-512 hidden), so counts may agree across CPU
+  generations; `key()` names what the counts depend on, for portable baselines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perfgate.measure import callgrind
+
+STEPS = 10  # at least 10: an every-Nth slowdown must not fall between the counted steps
+# Python 3.11 quickens a code object after 8 calls: a window after fewer warm-up steps counts the
+# quickening, once per process, so a case counted after others that ran the same code read 0.17% less.
+WARMUP = 10
+ENV_BYTES = 4096  # the worker's argv + environment, padded to this many bytes
+INSTALL_HINT = "install valgrind (Debian/Ubuntu: apt-get install valgrind)"
+
+
+def unavailable_reason() -> str | None:
+    """Why instructions cannot be counted here, or None."""
+    if platform.system() != "Linux":
+        return f"callgrind counts run on Linux only (this is {platform.system()})"
+    for tool in ("valgrind", "callgrind_control"):
+        if shutil.which(tool) is None:
+            return f"{tool} not found on PATH: {INSTALL_HINT}"
+    return None
+
+
+def valgrind_version() -> str | None:
+    try:
+        out = subprocess.run(["valgrind", "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.strip().removeprefix("valgrind-") or None
+
+
+def key(virtual_cpu: dict[str, Any], torch_version: str, python_version: str, valgrind: str | None) -> str:
+    """What a count depends on, as a directory name: valgrind's virtual CPU (its brand and the
+    SIMD it exposes), torch's build, Python, valgrind. Never the host's name or CPU generation."""
+    simd = (
+        "avx512"
+        if any(f.startswith("avx512") for f in virtual_cpu.get("simd", []))
+        else ("avx2" if "avx2" in virtual_cpu.get("simd", []) else "sse")
+    )
+    brand = re.sub(r"[^a-z0-9]+", "-", str(virtual_cpu.get("brand", "unknown")).lower()).strip("-")
+    py = ".".join(python_version.split(".")[:2])
+    return f"vg{valgrind or 'unknown'}-{brand}-{simd}-torch{torch_version}-py{py}"
+
+
+def pinned_env(home: str, perfgate_root: str) -> dict[str, str]:
+    """The worker's whole environment: fixed values, padded to ENV_BYTES with argv."""
+    tools = os.path.dirname(shutil.which("callgrind_control") or "/usr/bin/callgrind_control")
+    env = {
+        "PATH": f"{tools}:/usr/bin:/bin",
+        "HOME": home,
+        "LANG": "C.UTF-8",
+        "PYTHONHASHSEED": "0",
+        "PYTHONMALLOC": "malloc",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONPATH": perfgate_root,
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "TORCH_CPP_LOG_LEVEL": "ERROR",
+    }
+    argv = [sys.executable, "-m", "perfgate.counts.worker"]
+    used = sum(len(a) + 1 for a in argv) + len(sys.executable) + 1
+    used += sum(len(k) + len(v) + 2 for k, v in env.items()) + len("PERFGATE_PAD=") + 1
+    env["PERFGATE_PAD"] = "x" * max(0, ENV_BYTES - used)
+    return env
+
+
+@dataclass(frozen=True, kw_only=True)
+class CaseCount:
+    case: str
+    instructions: int  # in the window
+    steps: int
+    functions: dict[str, list[int]]  # {function: [self, inclusive]} of the window (callgrind.top_functions)
+
+    @property
+    def per_step(self) -> float:
+        return self.instructions / self.steps
+
+
+@dataclass(kw_only=True)
+class CountPass:
+    """One valgrind process's counts: per case a CaseCount or the reason it has none."""
+
+    counts: dict[str, CaseCount] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    virtual_cpu: dict[str, Any] = field(default_factory=dict)
+    valgrind: str | None = None
+    torch: str = ""
+    python: str = field(default_factory=platform.python_version)
+    wall_s: float = 0.0
+    dumps: str = ""  # where the dumps lie (kept for attribution with `perfgate.measure.attribution`)
+
+    @property
+    def key(self) -> str:
+        return key(self.virtual_cpu, self.torch, self.python, self.valgrind)
+
+    def block(self, case: str) -> dict[str, Any]:
+        """The record's `instructions` block for one counted case."""
+        c = self.counts[case]
+        return {
+            "total": c.instructions,
+            "steps": c.steps,
+            "valgrind": self.valgrind,
+            "virtual_cpu": self.virtual_cpu,
+            "key": self.key,
+            "pass_cases": len(self.counts) + len(self.errors),
+            "pass_wall_s": round(self.wall_s, 1),
+        }
+
+
+def _case_json(case: Any) -> dict[str, Any]:
+    return {
+        "model": case.model,
+        "size": case.size,
+        "variant": case.variant,
+        "device": case.device,
+        "options": [list(kv) for kv in case.options],
+    }
+
+
+def count_cases(
+    cases: Sequence[Any],
+    *,
+    root: str | os.PathLike[str] = ".",
+    registries: Sequence[str] = (),
+    model_files: Sequence[str] = (),
+    steps: int = STEPS,
+    warmup: int = WARMUP,
+    out_dir: str | os.PathLike[str] | None = None,
+    timeout_s: float | None = None,
+    inject: str | None = None,
+) -> CountPass:
+    """Count `cases` (perfgate.cases.runner.Case objects on the CPU) in one valgrind process; `inject`:
+    a perfgate.quality.inject slowdown (`shared:5`, `local:2`), by default the PERFGATE_INJECT of
+    this process (the worker's environment is pinned, so it is passed in the job)."""
+    if steps < 1 or warmup < 0:
+        raise ValueError(f"steps must be >= 1 and warmup >= 0, got {steps} and {warmup}")
+    result = CountPass(valgrind=valgrind_version())
+    why = unavailable_reason()
+    if why:
+        result.errors = {c.id: why for c in cases}
+        return result
+    out = Path(out_dir or tempfile.mkdtemp(prefix="perfgate-callgrind-")).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = out / "manifest.jsonl"
+    manifest.unlink(missing_ok=True)
+    for old in out.glob("callgrind.*"):
+        old.unlink()
+    job = {
+        "cases": [_case_json(c) for c in cases],
+        "steps": steps,
+        "warmup": warmup,
+        "manifest": str(manifest),
+        "root": str(Path(root).resolve()),
+        "registries": list(registries),
+        "model_files": list(model_files),
+        "inject": inject if inject is not None else os.environ.get("PERFGATE_INJECT"),
+    }
+    setarch = ["setarch", platform.machine(), "-R"] if shutil.which("setarch") else []
+    cmd = [
+        *setarch,
+        "valgrind",
+        "--tool=callgrind",
+        "--instr-atstart=no",
+        "--collect-atstart=no",
+        f"--callgrind-out-file={out}/callgrind.%p",
+        sys.executable,
+        "-m",
+        "perfgate.counts.worker",
+    ]
+    import perfgate
+
+    env = pinned_env(str(out), str(Path(perfgate.__file__).resolve().parents[1]))
+    limit = timeout_s if timeout_s is not None else 300 + 240 * len(cases)  # a busy 2-core VM: 1110 s for 10
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(
+            cmd, input=json.dumps(job), env=env, cwd=out, capture_output=True, text=True, timeout=limit
+        )
+        tail = (proc.stderr or "").strip().splitlines()[-3:]
+    except subprocess.TimeoutExpired:
+        tail = [f"valgrind ran past {limit:.0f} s and was stopped"]
+    result.wall_s = time.perf_counter() - t0
+    result.dumps = str(out)
+    lines = [json.loads(ln) for ln in manifest.read_text().splitlines() if ln.strip()] if manifest.exists() else []
+    if lines and "virtual_cpu" in lines[0]:
+        result.virtual_cpu, result.torch = lines[0]["virtual_cpu"], lines[0]["torch"]
+        lines = lines[1:]
+    done = {ln["case"]: ln for ln in lines}
+    for c in cases:
+        ln = done.get(c.id)
+        if ln is None:
+            result.errors[c.id] = "the valgrind worker stopped before this case: " + (" | ".join(tail) or "no output")
+        elif "error" in ln:
+            result.errors[c.id] = f"counting failed under valgrind: {ln['error']}"
+        else:
+            found = sorted(out.glob(f"callgrind.*.{ln['dump']}"))
+            if not found:
+                result.errors[c.id] = f"callgrind wrote no dump number {ln['dump']} in {out}"
+                continue
+            dump = callgrind.parse(found[0])
+            result.counts[c.id] = CaseCount(
+                case=c.id, instructions=dump.total, steps=ln["steps"], functions=callgrind.top_functions(dump)
+            )
+    return result

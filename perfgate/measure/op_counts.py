@@ -1,0 +1,122 @@
+"""aten op calls and CUDA kernel launches per step, from a torch.profiler trace of a few steps.
+
+Why the profiler and not a TorchDispatchMode: a dispatch mode sees ops below autograd, after the
+composite ones are decomposed (`aten::linear` reaches it as `aten::t` + `aten::addmm`) and it does
+not see inside a compiled graph's extern calls the same way, while the profiler records every
+dispatched op at every level (aten::linear and the aten::addmm inside it) in eager and compiled
+code alike, and its CUDA activity in the same trace gives the kernel launches: one mechanism for
+both counts on every device. Both counts are read from the chrome trace the profiler exports (the
+file `perfgate profile` and `--perfgate-trace` keep), so a stored trace is counted the same way.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import tempfile
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+STEPS = 10
+KERNEL_CATS = ("kernel",)  # CUPTI's kernel activity (memcpy / memset have categories of their own)
+COPY_CATS = ("gpu_memcpy", "gpu_memset")
+
+
+@dataclass(frozen=True, kw_only=True)
+class OpCounts:
+    steps: int
+    aten_ops_per_step: dict[str, float]
+    kernels_per_step: float | None  # None: no device activity was traced (a CPU run)
+    kernel_names_per_step: dict[str, float] = field(default_factory=dict)
+    copies_per_step: float | None = None
+
+
+def counts_from_events(events: Iterable[Mapping[str, Any]], steps: int, *, device_traced: bool) -> OpCounts:
+    """Counts per step from a chrome trace's events (torch.profiler's `export_chrome_trace`)."""
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    ops: Counter[str] = Counter()
+    kernels: Counter[str] = Counter()
+    copies = 0
+    for e in events:
+        cat, name = e.get("cat"), str(e.get("name", ""))
+        if e.get("ph") not in (None, "X"):
+            continue
+        if cat == "cpu_op" and name.startswith("aten::"):
+            ops[name] += 1
+        elif cat in KERNEL_CATS:
+            kernels[name] += 1
+        elif cat in COPY_CATS:
+            copies += 1
+    return OpCounts(
+        steps=steps,
+        aten_ops_per_step={k: v / steps for k, v in sorted(ops.items())},
+        kernels_per_step=sum(kernels.values()) / steps if device_traced else None,
+        kernel_names_per_step={k: v / steps for k, v in kernels.most_common()} if device_traced else {},
+        copies_per_step=copies / steps if device_traced else None,
+    )
+
+
+def read_trace(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """A chrome trace's events (`.json` or `.json.gz`); a one-line error naming the file otherwise."""
+    p = Path(path)
+    try:
+        raw = gzip.open(p, "rt") if p.suffix == ".gz" else open(p, encoding="utf8")
+        with raw as fh:
+            data = json.load(fh)
+    except (OSError, json.JSONDecodeError, EOFError) as exc:
+        raise ValueError(f"{p}: not a readable profiler trace ({exc}); pass the .json torch.profiler wrote") from None
+    events = data.get("traceEvents") if isinstance(data, dict) else data
+    if not isinstance(events, list):
+        raise ValueError(f"{p}: no traceEvents list: not a chrome trace from torch.profiler")
+    return events
+
+
+def counts_from_ops_rows(rows: Iterable[Mapping[str, Any]], steps: int) -> OpCounts:
+    """Counts per step from `perfgate profile`'s operator rows (report.json `trace.top_ops`: name,
+    calls, self_cpu_ms, self_device_ms): a kernel is a row with device time and no CPU time of its
+    own (the profiler's kernel rows), our ranges (`module:`, `perfgate.`) left out. Only the rows
+    kept (the top N) are counted."""
+    ops: dict[str, float] = {}
+    kernels: dict[str, float] = {}
+    for r in rows:
+        name = str(r["name"])
+        if name.startswith(("module:", "perfgate.", "ProfilerStep")):
+            continue
+        if name.startswith("aten::"):
+            ops[name] = r["calls"] / steps
+        elif not r.get("self_cpu_ms") and r.get("self_device_ms"):
+            kernels[name] = r["calls"] / steps
+    return OpCounts(
+        steps=steps,
+        aten_ops_per_step=ops,
+        kernels_per_step=sum(kernels.values()),
+        kernel_names_per_step=kernels,
+    )
+
+
+def count_step(step: Callable[[], Any], device: str, steps: int = STEPS, *, warmup: int = 1) -> OpCounts:
+    """Profile `steps` calls of a warmed-up step (CPU ops; CUDA activity on a GPU) and count them."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = str(device).startswith("cuda")
+    for _ in range(warmup):
+        step()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            step()
+        if cuda:
+            torch.cuda.synchronize(torch.device(device))
+    fd, path = tempfile.mkstemp(prefix="perfgate-ops-", suffix=".json")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        return counts_from_events(read_trace(path), steps, device_traced=cuda)
+    finally:
+        os.unlink(path)
