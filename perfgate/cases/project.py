@@ -30,6 +30,7 @@ TABLE_KEYS = (
     "tiers",
     "case_timeout_s",
     "accepted_changes",  # intended steps in the history: perfgate.history.changepoints (not read by the gate)
+    "history_store",  # the kept main runs' folder: perfgate.history.store
 )
 
 
