@@ -9,6 +9,7 @@ left open) from a corrupt one (mismatched brackets, stray text), so the fix it s
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -50,7 +51,11 @@ def read_benchmark_json(path: str | os.PathLike[str], *, samples: bool = True) -
 
 def _read_text(path: Path) -> str:
     try:
+        if path.name.endswith(".gz"):  # a thinned run of the history store (perfgate.history.store)
+            return gzip.decompress(path.read_bytes()).decode("utf8")
         return path.read_text(encoding="utf8")
+    except (EOFError, gzip.BadGzipFile):
+        raise ResultFileError(path, "truncated or corrupt gzip") from None
     except OSError as exc:
         raise ResultFileError(path, f"cannot read ({exc.strerror or exc})", unreadable=True) from None
     except UnicodeDecodeError:

@@ -31,6 +31,7 @@ TABLE_KEYS = (
     "case_timeout_s",
     "counts",  # instructions under callgrind, op and kernel counts: perfgate.counts.suite
     "accepted_changes",  # intended steps in the history: perfgate.history.changepoints (not read by the gate)
+    "history_store",  # the kept main runs' folder: perfgate.history.store
 )
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
+from pathlib import Path
 
 HELP = "show a metric per case over the saved runs and baselines (sparklines, change from the previous entry)"
 
@@ -68,6 +70,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="pytest-benchmark storage folders, filtered by fingerprint (default .benchmarks)",
     )
+    add_store_argument(p)
     g = p.add_mutually_exclusive_group()
     g.add_argument(
         "--device",
@@ -80,21 +83,74 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--all-fingerprints", action="store_true", help="every fingerprint, each case per fingerprint")
 
 
+def add_store_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--store",
+        action="append",
+        default=None,
+        metavar="DIR",
+        help="a history store folder (a checkout of the perfgate-history branch; docs/history-store.md), "
+        "filtered by fingerprint (default: [tool.perfgate] history_store when that folder exists)",
+    )
+
+
 def _globs(values: list[str]) -> tuple[str, ...]:
     return tuple(v.strip() for item in values for v in item.split(",") if v.strip())
 
 
-def current_fingerprint_id(device: str | None) -> str:
-    """This machine's fingerprint id; imports torch, so only when no id was given."""
+def current_fingerprint(device: str | None) -> dict:
+    """This machine's fingerprint; imports torch, so only when no id was given."""
     from perfgate.measure.device import default_device
-    from perfgate.measure.fingerprint import fingerprint, fingerprint_id
+    from perfgate.measure.fingerprint import fingerprint
 
-    return fingerprint_id(fingerprint(device or default_device()))
+    return fingerprint(device or default_device())
+
+
+def current_fingerprint_id(device: str | None) -> str:
+    from perfgate.measure.fingerprint import fingerprint_id
+
+    return fingerprint_id(current_fingerprint(device))
+
+
+def storage_dirs(args: argparse.Namespace, default: list[str]) -> list[str]:
+    """--storage (or the default) plus the history stores: --store, else the configured one if present."""
+    from perfgate.commands import CommandError
+    from perfgate.history.store import configured_store
+
+    dirs = list(args.storage if args.storage is not None else default)
+    for d in args.store or []:
+        if not Path(d).is_dir():
+            raise CommandError(
+                f"--store {d}: no such folder; fetch the store with: git fetch origin perfgate-history && "
+                f"git worktree add {d} perfgate-history"
+            )
+        dirs.append(d)
+    if args.store is None:
+        dirs += [d for d in configured_store(getattr(args, "pyproject", "pyproject.toml")) if Path(d).is_dir()]
+    return dirs
+
+
+def auto_scope(args: argparse.Namespace, storage: list[str]):
+    """This machine's fingerprint when it has saved runs, else every fingerprint with a note
+    (perfgate.history.scope); --fingerprint and --all-fingerprints choose for themselves. The runs
+    read to decide are kept on the scope (`gathered`), so that a year of history is read once."""
+    from perfgate.history import runs as h
+    from perfgate.history.scope import Scope, choose, recorded_fingerprints
+
+    if args.all_fingerprints:
+        return Scope(None, None)
+    if args.fingerprint:
+        return Scope(args.fingerprint, None)
+    mine_id = current_fingerprint_id(args.device)
+    if h._json_files(Path(args.baselines) / mine_id):
+        return Scope(mine_id, None)
+    every = h.gather(baselines_root=args.baselines, fingerprint_id=None, storage_dirs=storage)
+    recorded = recorded_fingerprints(every.runs)
+    scope = choose(mine_id, current_fingerprint(args.device) if mine_id not in recorded else {}, recorded)
+    return replace(scope, gathered=every) if scope.fingerprint_id is None else scope
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from perfgate.commands import CommandError
     from perfgate.history import runs as h
     from perfgate.output.terminal import history_lines
@@ -109,37 +165,47 @@ def run(args: argparse.Namespace) -> int:
     for p in args.paths:
         if not Path(p).exists():
             raise CommandError(f"{p}: no such file or folder")
-    fp_id = None if args.all_fingerprints else (args.fingerprint or current_fingerprint_id(args.device))
+    storage = storage_dirs(args, [".benchmarks"])
+    scope = auto_scope(args, storage)
+    fp_id = scope.fingerprint_id
     filters = h.Filters(
         models=_globs(args.model), variants=_globs(args.variant), cases=_globs(args.case), since=since, until=until
     )
-    hist = h.collect(
-        metric=args.metric,
-        filters=filters,
-        baselines_root=args.baselines,
-        fingerprint_id=fp_id,
-        storage_dirs=args.storage if args.storage is not None else [".benchmarks"],
-        paths=args.paths,
-    )
+    if scope.gathered is not None and not args.paths and args.metric not in h._PERCENTILES:
+        g = scope.gathered  # every fingerprint, already read (p90/p99 of plain files need samples)
+        hist = h.History(h.metric_info(args.metric), h.build_series(g.runs, args.metric, filters), g.unreadable)
+        hist.files = g.files
+    else:
+        hist = h.collect(
+            metric=args.metric,
+            filters=filters,
+            baselines_root=args.baselines,
+            fingerprint_id=fp_id,
+            storage_dirs=storage,
+            paths=args.paths,
+        )
     for line in hist.unreadable:
         print(f"perfgate history: skipped {line}", file=sys.stderr)
     if hist.files == 0:
         where = f"{Path(args.baselines) / fp_id}" if fp_id else args.baselines
         raise CommandError(
-            f"no readable saved runs in {where} or {', '.join(map(str, args.storage or ['.benchmarks']))}; "
+            f"no readable saved runs in {where} or {', '.join(map(str, storage))}; "
             "record one with: pytest benchmarks --perfgate-record, or pass result files or --all-fingerprints"
         )
     if not hist.series:
         raise CommandError(_nothing_matched(hist, args))
     unplaced = _change_points(hist, args) if args.change_points else []
     if args.json:
-        print(json.dumps({"fingerprint_id": fp_id, **hist.as_dict()}, indent=1))
+        print(json.dumps({"fingerprint_id": fp_id, "note": scope.note, **hist.as_dict()}, indent=1))
         return 0
+    if scope.note:
+        print(f"perfgate history: {scope.note}")
     print("\n".join(history_lines(hist, last=args.last, brief=args.brief)))
     if args.change_points:
-        from perfgate.output.change_points import change_point_lines
+        from perfgate.output.change_points import bisect_lines, change_point_lines
 
         print("\n".join(change_point_lines(hist, min_change=args.min_change / 100, unplaced=unplaced)))
+        print("\n".join(bisect_lines(hist)))
     if hist.other_fingerprints:
         print(f"\n({hist.other_fingerprints} file(s) of other fingerprints left out; --all-fingerprints shows them)")
     return 0

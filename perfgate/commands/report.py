@@ -14,7 +14,16 @@ HELP = "write a self-contained HTML report (tables, plots, history, telemetry) o
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "runs", nargs="+", metavar="RUN.json", help="pytest-benchmark JSON files (--benchmark-json, baselines)"
+        "runs",
+        nargs="*",
+        metavar="RUN.json",
+        help="pytest-benchmark JSON files (--benchmark-json, baselines); none: the newest saved run of this "
+        "machine's fingerprint, else of every recorded fingerprint",
+    )
+    p.add_argument(
+        "--site",
+        metavar="DIR",
+        help="write the static history dashboard of every saved run here instead (index.html, one page per model)",
     )
     p.add_argument("-o", "--output", default="report.html", help="HTML file to write (default report.html)")
     p.add_argument("--verdicts", metavar="FILE", help="the gate's verdicts (pytest writes .perfgate/verdicts.json)")
@@ -39,7 +48,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="where the history's accepted_changes (intended steps) are read (default pyproject.toml)",
     )
+    from perfgate.commands.history import add_store_argument
+
+    add_store_argument(p)
+    p.add_argument("--device", default=None, help="no RUN.json: this machine's fingerprint for this device")
+    p.add_argument("--fingerprint", default=None, metavar="ID", help="no RUN.json: this fingerprint's newest run")
+    p.add_argument("--all-fingerprints", action="store_true", help="no RUN.json: every fingerprint's newest run")
     p.add_argument("--title", default="perfgate report", help="the page title")
+    p.add_argument(
+        "--commit-url",
+        default="",
+        metavar="TEMPLATE",
+        help="--site: a commit's address, e.g. https://github.com/OWNER/REPO/commit/{commit}",
+    )
     p.add_argument(
         "--markdown",
         metavar="FILE",
@@ -83,12 +104,20 @@ def _write_markdown(target: str, md: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from perfgate import files
     from perfgate.commands import CommandError
+    from perfgate.commands.history import storage_dirs
     from perfgate.gate.verdict_file import load_verdicts
     from perfgate.history.runs import load_run
     from perfgate.output import html, markdown
     from perfgate.output.report_data import history_for
     from perfgate.results import ResultFileError
 
+    storage = storage_dirs(args, STORAGE_DIRS)
+    if args.site:
+        from perfgate.commands._site import write_site
+
+        return write_site(args, storage)
+    if not args.runs:
+        args.runs = _saved_runs(args, storage)
     links = _links(args)
     try:
         runs = [load_run(p) for p in args.runs]
@@ -112,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
         history, unreadable = history_for(
             runs,
             baselines_root=args.baselines,
-            storage_dirs=args.storage if args.storage is not None else STORAGE_DIRS,
+            storage_dirs=storage,
         )
         for line in unreadable:
             print(f"perfgate report: history skipped {line}", file=sys.stderr)
@@ -128,3 +157,28 @@ def run(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def _saved_runs(args: argparse.Namespace, storage: list[str]) -> list[str]:
+    """No RUN.json named: the newest saved run of this machine's fingerprint, else of every
+    recorded one, with the one line saying so (perfgate.history.scope)."""
+    from perfgate.commands import CommandError
+    from perfgate.commands.history import auto_scope
+    from perfgate.history.runs import gather
+    from perfgate.history.scope import newest_per_fingerprint
+
+    scope = auto_scope(args, storage)
+    g = gather(baselines_root=args.baselines, fingerprint_id=scope.fingerprint_id, storage_dirs=storage)
+    chosen = newest_per_fingerprint(g.runs, scope.fingerprint_id)
+    if not chosen:
+        raise CommandError(
+            f"no saved run in {args.baselines} or {', '.join(storage)}; pass RUN.json files "
+            "(pytest --benchmark-json FILE) or record one with: pytest benchmarks --perfgate-record"
+        )
+    if scope.note:
+        print(f"perfgate report: {scope.note}", file=sys.stderr)
+    print(
+        f"perfgate report: the newest saved run of {len(chosen)} fingerprint(s): {', '.join(r.path for r in chosen)}",
+        file=sys.stderr,
+    )
+    return [r.path for r in chosen]

@@ -192,10 +192,14 @@ def load_runs(paths: Iterable[str | os.PathLike[str]], *, samples: bool = True) 
 
 
 def _json_files(folder: Path) -> list[Path]:
-    """Every *.json below `folder`, hidden files (atomic-write temporaries) excluded."""
+    """Every *.json (and gzipped *.json.gz) below `folder`, hidden files (atomic-write temporaries,
+    a store's .git) excluded."""
     if not folder.is_dir():
         return []
-    return sorted(p for p in folder.rglob("*.json") if not p.name.startswith(".") and p.is_file())
+    found = [*folder.rglob("*.json"), *folder.rglob("*.json.gz")]
+    return sorted(
+        p for p in found if not any(part.startswith(".") for part in p.relative_to(folder).parts) and p.is_file()
+    )
 
 
 def discover(

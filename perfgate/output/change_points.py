@@ -49,3 +49,53 @@ def change_point_lines(history: Any, *, min_change: float, unplaced: list[Any] =
             "check the hash in [tool.perfgate] accepted_changes"
         )
     return lines
+
+
+def case_id(name: str) -> str:
+    """The pytest id `perfgate bisect --case` takes: what is inside test_step[...]."""
+    return name[name.index("[") + 1 : -1] if name.endswith("]") and "[" in name else name
+
+
+def bisect_ranges(history: Any) -> list[dict[str, Any]]:
+    """Per unaccepted step for the worse: the last commit at the old level (good), the first at the
+    new one (bad), the case and the device; only where both runs name a commit and the two differ."""
+    out = []
+    for s in history.series:
+        for c in s.change_points or []:
+            if c["accepted"] or c["direction"] != "worse" or c["index"] < 1:
+                continue
+            good, bad = s.points[c["index"] - 1], s.points[c["index"]]
+            if not good.commit or not bad.commit or good.commit == bad.commit:
+                continue
+            device = "cuda" if s.fingerprint_id.startswith("cuda") else "cpu"
+            branches = {p.branch for p in (good, bad) if p.branch}
+            out.append(
+                {
+                    "case": case_id(s.name),
+                    "label": s.label,
+                    "fingerprint_id": s.fingerprint_id,
+                    "good": good.commit,
+                    "bad": bad.commit,
+                    "branch": ",".join(sorted(branches)) or None,
+                    "change_pct": c["change_pct"],
+                    "command": f"perfgate bisect {good.commit[:12]} {bad.commit[:12]} --case {case_id(s.name)} "
+                    f"--device {device}",
+                }
+            )
+    return out
+
+
+def bisect_lines(history: Any) -> list[str]:
+    """The `perfgate bisect` command for each step for the worse, with its commit range."""
+    ranges = bisect_ranges(history)
+    if not ranges:
+        return []
+    lines = ["", "to find the commit that made a step (git bisect on A/B verdicts, on a machine like the run's):"]
+    for r in ranges:
+        on = f" on {r['branch']}" if r["branch"] else ""
+        lines.append(
+            f"  {r['label']} {r['change_pct']:+.1f}%{on}: commits {r['good'][:12]}..{r['bad'][:12]} "
+            f"({r['fingerprint_id']})"
+        )
+        lines.append(f"    {r['command']}")
+    return lines

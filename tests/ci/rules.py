@@ -31,10 +31,18 @@ HOSTED = {
 # Triggers whose workflow file GitHub takes from the pull request (or a merge of it).
 PR_EDITABLE = {"pull_request", "pull_request_review", "pull_request_review_comment", "merge_group"}
 # The only job whose token may write, and what.
-WRITES = {("pr-comment.yml", "comment"): {"pull-requests"}}
+WRITES = {
+    ("pr-comment.yml", "comment"): {"pull-requests"},
+    ("history.yml", "append"): {"contents"},  # the data branch perfgate-history, after validation
+    ("pages.yml", "deploy"): {"pages", "id-token"},  # GitHub's deploy-pages action, alone
+}
+HISTORY_SCRIPT = "scripts/history-store"  # validates the artifact (perfgate store add) before it commits
+PAGES_ENVIRONMENT = "github-pages"
 CACHEABLE = {"~/.cache/pip"}  # downloads checked against the lock's hashes; never an environment
 # The scripts that install (through scripts/_venv.sh), called or sourced anywhere in a run: step.
-INSTALLING = re.compile(r"scripts/(?:test|ci-benchmark|record-baselines|bench|gpu-check|_venv\.sh)\b")
+INSTALLING = re.compile(
+    r"scripts/(?:test|ci-benchmark|record-baselines|bench|gpu-check|history-store|history-site|_venv\.sh)\b"
+)
 DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
 PINNED_USES = re.compile(r"(?:[\w.-]+/[\w.-]+(?:/[\w./-]+)?@[0-9a-f]{40}|docker://[^@\s]+@sha256:[0-9a-f]{64}|\./.+)")
 # Top-level keys of the gha-runner-scale-set and gha-runner-scale-set-controller charts' values.yaml
@@ -339,6 +347,8 @@ def _unsafe_checkout(s: Setup) -> list[str]:
     return found
 
 
+RUN_IS_PR = "github.event.workflow_run.event == 'pull_request_target'"
+RUN_NOT_PR = "github.event.workflow_run.event != 'pull_request_target'"
 CREDENTIAL_TEXT = re.compile(r"secrets|github\.token|GITHUB_TOKEN|create-github-app-token", re.I)
 CREDENTIAL_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PRIVATE|_KEY$|^KEY", re.I)
 
@@ -409,6 +419,9 @@ def _environments(s: Setup) -> list[str]:
         if e is None:
             found.append(f"environment {name}: not in deploy/github-settings.yml")
             continue
+        if name == PAGES_ENVIRONMENT:
+            found += _pages_environment(s, e)
+            continue
         if not e.get("reviewers"):
             found.append(f"environment {name}: no required reviewers")
         if e.get("can_admins_bypass") is not False:
@@ -421,6 +434,23 @@ def _environments(s: Setup) -> list[str]:
         found.append(
             f"environment {PR_ENVIRONMENT}: holds secrets or variables, or lets an author approve their own run"
         )
+    return found
+
+
+def _pages_environment(s: Setup, e: dict[str, Any]) -> list[str]:
+    """github-pages publishes without a reviewer (each kept run would wait for one), so it is held to
+    less: main only, no secret or variable, and its jobs run deploy-pages and nothing else."""
+    found = []
+    if e.get("deployment_branches") != ["main"] or e.get("secrets") or e.get("variables"):
+        found.append(
+            f"environment {PAGES_ENVIRONMENT}: deployable from {e.get('deployment_branches')!r} or holds secrets"
+        )
+    for n, j, job, _ in all_jobs(s):
+        env = job.get("environment")
+        if (env.get("name") if isinstance(env, dict) else env) != PAGES_ENVIRONMENT:
+            continue
+        if any(not uses(st, "actions/deploy-pages") for st in steps(job)):
+            found.append(f"{w(n, j)}: runs more than actions/deploy-pages in {PAGES_ENVIRONMENT}")
     return found
 
 
@@ -539,8 +569,17 @@ def _downloads(s: Setup) -> list[str]:
                 continue
             if "name" not in given or "pattern" in given or given.get("merge-multiple"):
                 found.append(f"{w(n, j)}: downloads {given.get('pattern') or 'every artifact'} of another run")
-            if str(given.get("name")) not in uploads[PR_SET] - uploads[MAIN_SET]:
-                found.append(f"{w(n, j)}: reads artifact {given.get('name')!r}, not the pull-request job's")
+            name, terms = str(given.get("name")), conjuncts(job.get("if")) or []
+            # A job for pull-request runs reads the pull-request job's artifact; one for main's
+            # runs reads the main job's and excludes pull-request runs.
+            if name in uploads[PR_SET] - uploads[MAIN_SET]:
+                if RUN_IS_PR not in terms:
+                    found.append(f"{w(n, j)}: reads the pull-request artifact {name!r} for other runs too")
+            elif name in uploads[MAIN_SET] - uploads[PR_SET]:
+                if RUN_NOT_PR not in terms:
+                    found.append(f"{w(n, j)}: reads main's artifact {name!r} without excluding pull-request runs")
+            else:
+                found.append(f"{w(n, j)}: reads artifact {name!r}, which no scale-set job alone uploads")
     return found
 
 
@@ -551,7 +590,8 @@ def _downloads(s: Setup) -> list[str]:
 def _comment(s: Setup) -> list[str]:
     found = []
     for n, wf in s.workflows.items():
-        if "workflow_run" not in triggers(wf):
+        comments = "scripts/pr-comment" in yaml.safe_dump(wf.get("jobs") or {})
+        if "workflow_run" not in triggers(wf) or not (comments or "pull-requests" in yaml.safe_dump(wf)):
             continue
         if not isinstance(wf.get("concurrency"), dict) or "${{" not in str(wf["concurrency"].get("group", "")):
             found.append(f"{n}: no concurrency group per pull request")
@@ -722,4 +762,33 @@ def _namespaces(s: Setup) -> list[str]:
                     found.append(f"namespace {name}: egress to any peer")
             if not ports or ports - {53, 443}:
                 found.append(f"namespace {name}: egress on ports {sorted(map(str, ports)) or 'all'}")
+    return found
+
+
+HISTORY_TERMS = [
+    RUN_NOT_PR,
+    "github.event.workflow_run.head_branch == 'main'",
+    "github.event.workflow_run.head_repository.full_name == github.repository",
+    "startsWith(github.event.workflow_run.path, '.github/workflows/benchmark-gpu.yml')",
+]
+
+
+@rule(
+    "history-keeps-main-runs-only",
+    "a job writing contents after another run is main's benchmark-gpu run in this repository, validated first",
+)
+def _history(s: Setup) -> list[str]:
+    found = []
+    for n, j, job, wf in all_jobs(s):
+        perms = job.get("permissions") if isinstance(job.get("permissions"), dict) else {}
+        if "workflow_run" not in triggers(wf) or perms.get("contents") != "write":
+            continue
+        terms = conjuncts(job.get("if"))
+        if terms is None or any(t not in terms for t in HISTORY_TERMS):
+            found.append(f"{w(n, j)}: if {job.get('if')!r} does not require {' && '.join(HISTORY_TERMS)}")
+        runs = [str(st.get("run", "")) for st in steps(job) if "run" in st]
+        if not any(HISTORY_SCRIPT in r for r in runs) or any("git push" in r or "git commit" in r for r in runs):
+            found.append(f"{w(n, j)}: commits other than through {HISTORY_SCRIPT} (which validates first)")
+        if not isinstance(wf.get("concurrency"), dict) or wf["concurrency"].get("cancel-in-progress") is not False:
+            found.append(f"{n}: two writers of the data branch could run at once, or one be cancelled mid-push")
     return found

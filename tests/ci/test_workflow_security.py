@@ -33,7 +33,14 @@ def test_the_real_setup_keeps_the_rule(rule: rules.Rule) -> None:
 
 
 def test_the_rules_see_every_workflow_and_both_scale_sets() -> None:
-    assert set(REAL.workflows) == {"benchmark-gpu.yml", "pr-comment.yml", "record-baselines.yml", "tests.yml"}
+    assert set(REAL.workflows) == {
+        "benchmark-gpu.yml",
+        "pr-comment.yml",
+        "record-baselines.yml",
+        "tests.yml",
+        "history.yml",
+        "pages.yml",
+    }
     on_sets = {(n, j): rules.scale_set(job) for n, j, job, _ in rules.all_jobs(REAL) if not rules.hosted(job)}
     assert on_sets == {
         ("benchmark-gpu.yml", "benchmark"): MAIN_SET,
@@ -324,6 +331,79 @@ MISTAKES: dict[str, tuple[str, Callable[[Setup], None]]] = {
         ),
     ),
     "comment-without-concurrency": ("comment-workflow", set_("pr-comment.yml::concurrency", None)),
+    # The history store and its dashboard (history.yml, pages.yml).
+    "history-for-pull-request-runs": (
+        "history-keeps-main-runs-only",
+        set_(
+            "history.yml:append:if",
+            "github.event.workflow_run.head_branch == 'main'"
+            " && github.event.workflow_run.head_repository.full_name == github.repository"
+            " && startsWith(github.event.workflow_run.path, '.github/workflows/benchmark-gpu.yml')",
+        ),
+    ),
+    "history-from-a-fork-branch-named-main": (
+        "history-keeps-main-runs-only",
+        set_(
+            "history.yml:append:if",
+            "github.event.workflow_run.event != 'pull_request_target'"
+            " && github.event.workflow_run.head_branch == 'main'"
+            " && startsWith(github.event.workflow_run.path, '.github/workflows/benchmark-gpu.yml')",
+        ),
+    ),
+    "history-or-any-run": (
+        "history-keeps-main-runs-only",
+        lambda s: job(s, "history.yml", "append").update(
+            {"if": job(s, "history.yml", "append")["if"] + " || github.event.workflow_run.event == 'push'"}
+        ),
+    ),
+    "history-commits-without-validating": (
+        "history-keeps-main-runs-only",
+        lambda s: run_step(s, "history.yml", "append").update(
+            run='cp -r "$ARTIFACT" store/ && git add -A && git commit -qm run && git push origin HEAD:perfgate-history'
+        ),
+    ),
+    "history-writers-cancel-each-other": (
+        "history-keeps-main-runs-only",
+        set_("history.yml::concurrency", {"group": "perfgate-history", "cancel-in-progress": True}),
+    ),
+    "history-token-writes-pull-requests": (
+        "job-permissions-minimal",
+        set_("history.yml:append:permissions.pull-requests", "write"),
+    ),
+    "history-job-on-the-gpu-runner": (
+        "write-tokens-hosted-at-own-revision",
+        set_("history.yml:append:runs-on", MAIN_SET),
+    ),
+    "history-job-checks-out-the-run-head": (
+        "write-tokens-hosted-at-own-revision",
+        set_("history.yml:append:steps.0.with.ref", "${{ github.event.workflow_run.head_sha }}"),
+    ),
+    "history-checkout-keeps-the-token": (
+        "checkout-persists-no-credentials",
+        set_("history.yml:append:steps.0.with.persist-credentials", True),
+    ),
+    "history-reads-the-pr-artifact": (
+        "artifacts-downloaded-by-name",
+        set_("history.yml:append:steps.1.with.name", "perfgate-pr"),
+    ),
+    "history-installs-without-lock": (
+        "installs-from-hashed-locks",
+        set_("history.yml:append:steps.2.env.PERFGATE_REQUIREMENTS", None),
+    ),
+    "history-token-in-the-gpu-job": (
+        "no-credentials-on-gpu",
+        _env("benchmark-gpu.yml", "benchmark", GH_TOKEN="${{ github.token }}"),
+    ),
+    "pages-action-by-tag": ("actions-pinned", set_("pages.yml:deploy:steps.0.uses", "actions/deploy-pages@v5")),
+    "pages-build-may-write": ("job-permissions-minimal", set_("pages.yml:build:permissions.contents", "write")),
+    "pages-deploy-runs-a-script": (
+        "environments-protected",
+        lambda s: job(s, "pages.yml", "deploy")["steps"].insert(0, {"run": "./scripts/history-site site"}),
+    ),
+    "pages-environment-any-branch": (
+        "environments-protected",
+        lambda s: s.settings["environments"]["github-pages"].update(deployment_branches=["main", "*"]),
+    ),
     # GitHub settings.
     "runner-group-any-workflow": (
         "runner-groups-closed",

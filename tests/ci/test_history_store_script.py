@@ -1,0 +1,74 @@
+"""scripts/history-store as history.yml runs it: in a clone of a repository (here a local bare
+origin), a real run's artifact validated and committed to perfgate-history, then pushed; a run of a
+commit that is not on main refused with nothing pushed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.ci.helpers import ROOT, SCRIPTS, run, script_env
+
+RUN = sorted((ROOT / "tests" / "data" / "history-step").glob("*/0001_*.json"))[0]
+
+
+def git(cwd: Path, *args: str) -> str:
+    cmd = ["git", "-C", str(cwd), "-c", "user.name=t", "-c", "user.email=t@t", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def _artifact(folder: Path, commit: str) -> Path:
+    """The real run as if it had measured `commit` (the GPU job measures the commit it checked out)."""
+    data = json.loads(RUN.read_text())
+    data["commit_info"]["id"] = commit
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "results.json").write_text(json.dumps(data))
+    return folder
+
+
+def test_a_main_run_is_kept_on_the_data_branch_and_a_side_run_is_refused(tmp_path):
+    project = tmp_path / "project"
+    (project / "scripts").mkdir(parents=True)
+    for name in ("history-store", "_venv.sh"):
+        shutil.copy2(SCRIPTS / name, project / "scripts" / name)
+    subprocess.run(["git", "init", "-q", "-b", "main", str(project)], check=True)
+    git(project, "add", "-A")
+    git(project, "commit", "-qm", "one")
+    origin = tmp_path / "origin.git"
+    subprocess.run(["git", "clone", "-q", "--bare", str(project), str(origin)], check=True)
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(origin), str(clone)], check=True)
+    first = git(clone, "rev-parse", "HEAD")
+    env = script_env(tmp_path, PERFGATE_STORE_DEVICE="cpu", PERFGATE_PYTHON=sys.executable)
+    env.update(GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
+    cmd = [str(clone / "scripts" / "history-store"), str(_artifact(tmp_path / "a1", first))]
+    r = run([*cmd, "--commit", first, "--tier", "pr", "--push"], env, cwd=clone)
+    assert r.returncode == 0, r.stderr
+    fp_id = json.loads(RUN.read_text())["perfgate"]["fingerprint_id"]
+    listed = git(origin, "ls-tree", "-r", "--name-only", "perfgate-history")
+    assert listed == f"{fp_id}/0001_{first[:12]}-pr.json"
+    # A second main commit adds the next file; history on the branch is linear.
+    git(project, "commit", "-q", "--allow-empty", "-m", "two")
+    git(project, "push", "-q", str(origin), "main")
+    second = git(project, "rev-parse", "HEAD")
+    cmd2 = [str(clone / "scripts" / "history-store"), str(_artifact(tmp_path / "a2", second))]
+    r = run([*cmd2, "--commit", second, "--tier", "pr", "--push"], env, cwd=clone)
+    assert r.returncode == 0, r.stderr
+    assert (
+        git(origin, "ls-tree", "-r", "--name-only", "perfgate-history")
+        .splitlines()[1]
+        .startswith(f"{fp_id}/0002_{second[:12]}")
+    )
+    # A commit only on a side branch: refused by the validation, nothing committed or pushed.
+    git(project, "checkout", "-q", "-b", "side")
+    git(project, "commit", "-q", "--allow-empty", "-m", "side")
+    git(project, "push", "-q", str(origin), "side")
+    side = git(project, "rev-parse", "HEAD")
+    before = git(origin, "rev-parse", "perfgate-history")
+    cmd3 = [str(clone / "scripts" / "history-store"), str(_artifact(tmp_path / "a3", side))]
+    r = run([*cmd3, "--commit", side, "--tier", "pr", "--push"], env, cwd=clone)
+    assert r.returncode == 4 and f"commit {side} is not on origin/main" in r.stderr
+    assert git(origin, "rev-parse", "perfgate-history") == before

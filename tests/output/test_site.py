@@ -1,0 +1,170 @@
+"""`perfgate report --site`: the dashboard of the kept runs. Built from real runs stored as the hosted
+job stores them (tests/data/history-step: a real 20% step at run 5) and from synthetic history made
+from a committed baseline's shape (tests/history_year.py); every page loads in headless Chromium
+from a folder with no network, every link resolves, and a page's weight is bounded by its number of
+cases, not by the length of the history."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from perfgate.cli import main
+from perfgate.history import store as history_store
+from perfgate.history.runs import Run, build_series
+from perfgate.output import site
+from tests.browser import chromium, render_page
+from tests.history import year as history_year
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "history-step"
+FP_ID = next(p.name for p in DATA.iterdir() if p.is_dir())
+RUNS = sorted((DATA / FP_ID).glob("*.json"))
+COMMIT_URL = "https://github.com/OWNER/REPO/commit/{commit}"
+
+
+def _commit(path: Path) -> str:
+    return json.loads(path.read_text())["commit_info"]["id"]
+
+
+@pytest.fixture(scope="module")
+def real_site(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("site")
+    store = tmp / "store"
+    last = RUNS[-1]
+    verdicts = tmp / "verdicts.json"
+    fullname = json.loads(last.read_text())["benchmarks"][0]["fullname"]
+    verdicts.write_text(
+        json.dumps(
+            {
+                "fingerprint_id": FP_ID,
+                "verdicts": [
+                    {"case": fullname, "metric": "memory", "verdict": "unchanged", "change_pct": 0.1},
+                    {"case": fullname, "metric": "latency", "verdict": "regression", "change_pct": 21.0},
+                ],
+            }
+        )
+    )
+    for run in RUNS:
+        data = history_store.validate(
+            run, verdicts if run == last else None, commit=_commit(run), tier="pr"
+        )  # the hosted job's path
+        history_store.add_run(store, data, source="https://github.com/OWNER/REPO/actions/runs/1")
+    out = tmp / "site"
+    argv = ["report", "--site", str(out), "--store", str(store), "--baselines", str(tmp / "none")]
+    assert main([*argv, "--commit-url", COMMIT_URL, "--pyproject", str(tmp / "none.toml")]) == 0
+    return out
+
+
+def _pages(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): p.read_text() for p in sorted(folder.rglob("*.html"))}
+
+
+def test_every_page_is_self_contained_and_every_link_resolves(real_site):
+    pages = _pages(real_site)
+    assert {k for k in pages if not k.startswith("r/")} == {"index.html", "m/physicsnemo-block.html"}
+    assert sum(k.startswith(f"r/{FP_ID}/") for k in pages) == 8  # a page per kept run
+    for name, text in pages.items():
+        assert not re.search(r"<script|<link|@import|url\(|<img|<iframe", text), name  # nothing to fetch
+        assert not re.search(r'\ssrc="', text), name
+        for href in re.findall(r'href="([^"]+)"', text):
+            if href.startswith("https://github.com/OWNER/REPO/"):
+                continue  # the commit and the workflow run: links a reader follows, never loaded
+            target = (real_site / name).parent / href.split("#")[0]
+            assert target.resolve().is_file(), f"{name}: {href}"
+
+
+def test_the_real_step_is_marked_with_its_commit_and_bisect_command(real_site):
+    model = (real_site / "m" / "physicsnemo-block.html").read_text()
+    bad, good = _commit(RUNS[4]), _commit(RUNS[3])
+    (cp,) = re.findall(r'<line class="cp (\w+)"[^>]*><title>([^<]*)</title>', model)
+    assert cp[0] == "worse" and bad[:12] in cp[1]
+    assert model.count("<circle") == 8 and model.count('<a href="../r/') == 8  # every run a linked point
+    index = (real_site / "index.html").read_text()
+    assert f"perfgate bisect {good[:12]} {bad[:12]} --case physicsnemo-block-tiny-baseline --device cpu" in index
+    # The newest run's verdicts come first, its regression above its unchanged figure.
+    latest = index[index.index('id="latest"') : index.index('id="cases"')]
+    assert latest.index("regression") < latest.index("unchanged")
+    assert f'href="{COMMIT_URL.format(commit=_commit(RUNS[-1]))}"' in latest
+    (run_page,) = (real_site / "r" / FP_ID).glob(f"0001-{_commit(RUNS[0])[:12]}-pr.html")
+    assert COMMIT_URL.format(commit=_commit(RUNS[0])) in run_page.read_text()
+
+
+def test_a_long_history_keeps_a_bounded_number_of_markers_and_the_exact_change_point():
+    template = json.loads(history_year.CPU_BASELINE.read_text())
+    template["benchmarks"] = template["benchmarks"][:2]  # two real entries: copying 106 per run is slow
+    names = [b["name"] for b in template["benchmarks"]]
+    rng = np.random.default_rng(1)
+    n = 2 * site.MAX_MARKS + 7
+    step = history_year.Step(names[0], n - 40, 1.25)  # a step late in the history
+    runs = []
+    for i in range(n):
+        when = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(hours=i)
+        data = history_year.make_run(template, index=i, when=when, cases=names, rng=rng, steps=[step], noise=0.01)
+        runs.append(Run(f"/s/{i:04d}_x-pr.json", data))
+    trends = {t.series.name: t for t in site.trends(runs)}
+    stepped = trends[names[0]]
+    assert [c["index"] for c in stepped.change_points] == [n - 40]
+    assert stepped.change_points[0]["commit"] == history_year.commit_of(n - 40)
+    pages = {r.path: site.run_page(r) for r in runs}
+    chart = site.trend_chart(stepped, pages, "../")
+    assert chart.count("<circle") == site.MAX_MARKS and chart.count('class="cp worse"') == 1
+    # Twice the history, the same markup size within the digits of its numbers.
+    short = site.trend_chart(site.trends(runs[: n // 2 + 20])[0], pages, "../")
+    assert short.count("<circle") == site.MAX_MARKS and abs(len(chart) - len(short)) < 0.1 * len(chart)
+    assert len(build_series(runs, "median_ms")[0].points) == n
+
+
+def test_page_weight_is_bounded_by_the_number_of_cases(tmp_path):
+    """index.html: a row per case (a sparkline of SPARK_POINTS points, ~25 bytes each) and a row per
+    verdict; a model page: a chart per case of at most MAX_MARKS linked markers (~330 bytes each)."""
+    template = json.loads(history_year.CPU_BASELINE.read_text())
+    store = tmp_path / "store"
+    pr = history_year.pr_tier_names(template, 4)
+    history_year.store_runs(store, template, days=3, pushes_per_day=4, pr_cases=pr, nightly=True)
+    out = tmp_path / "site"
+    argv = ["report", "--site", str(out), "--store", str(store), "--baselines", str(tmp_path / "none")]
+    assert main([*argv, "--pyproject", str(tmp_path / "none.toml")]) == 0
+    cases = len(template["benchmarks"])
+    index = (out / "index.html").stat().st_size
+    assert index <= 20_000 + cases * (site.SPARK_POINTS * 25 + 700) + cases * 300
+    for page in (out / "m").glob("*.html"):
+        text = page.read_text()
+        charts = text.count('<svg class="chart"')
+        assert charts >= 1 and len(text.encode()) <= 20_000 + charts * (site.MAX_MARKS * 330 + 3_000)
+
+
+@pytest.mark.skipif(chromium() is None, reason="no Chromium: ./scripts/install-chromium")
+def test_every_page_loads_offline_in_headless_chromium_with_its_charts(real_site, tmp_path):
+    pages = _pages(real_site)
+    for name, text in pages.items():
+        shown = render_page(chromium(), text, tmp_path / name.replace("/", "_"), height=1200)
+        if name == "index.html":
+            assert shown.probe["charts_drawn"] >= 1 and shown.probe["first_chart_px"] < 1200
+            assert "physicsnemo-block [tiny] baseline" in shown.dom
+        elif name.startswith("m/"):
+            assert shown.probe["charts_drawn"] == 1 and 'class="cp worse"' in shown.dom
+        else:
+            assert "median ms" in shown.dom and "physicsnemo-block [tiny] baseline" in shown.dom
+
+
+def test_a_year_long_series_is_searched_in_stretches_and_the_step_placed_at_its_run():
+    """4,015 runs (a year of pushes): PELT on stretch medians, each step then placed exactly; an
+    accepted step stays a boundary; a flat year has none."""
+    from perfgate.history.changepoints import LONG, segment_starts
+
+    rng = np.random.default_rng(7)
+    n = 4015
+    assert n > LONG
+    for at in (333, 2007, n - 50):
+        values = np.exp(rng.normal(0, 0.02, n))
+        values[at:] *= 1.15
+        assert segment_starts(values) == [at]
+    flat = np.exp(rng.normal(0, 0.02, n))
+    assert segment_starts(flat) == []
+    flat[1200:] *= 1.15
+    assert segment_starts(flat, fixed=[700]) == [700, 1200]
