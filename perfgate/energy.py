@@ -89,8 +89,8 @@ def open_nvml_counter(cuda_index: int = 0, nvml: Any = None) -> NvmlEnergyCounte
 
     try:
         nvml = nvml if nvml is not None else _import_pynvml()
-    except ImportError:
-        raise EnergyUnavailable("nvidia-ml-py is not installed (pip install nvidia-ml-py==13.615.71)") from None
+    except ImportError as exc:
+        raise EnergyUnavailable(str(exc)) from None
     try:
         nvml.nvmlInit()
     except nvml.NVMLError as exc:

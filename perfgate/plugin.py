@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from perfgate import gate, results, tiers, timeout
+from perfgate import extras, gate, results, tiers, timeout
 from perfgate.device import default_device, device_error, is_cpu, resolve
 from perfgate.fingerprint import differences
 from perfgate.gate import policy as policy_mod
@@ -182,10 +182,7 @@ def histogram_prefixes(prefixes: list[str], rootpath: Path) -> list[str]:
     littering the repository's root; a prefix with a folder in it is where the user asked. pygal is
     checked here: a missing one crashed pytest-benchmark after the whole run."""
     if importlib.util.find_spec("pygal") is None:
-        raise pytest.UsageError(
-            "perfgate: --benchmark-histogram needs pygal: pip install -e . (perfgate's dependencies hold it) "
-            "or pip install 'pytest-benchmark[histogram]'"
-        )
+        raise pytest.UsageError(f"perfgate: {extras.message('pygal', '--benchmark-histogram')}")
     return [p if Path(p).parent != Path(".") else str(rootpath / ".perfgate" / "histograms" / p) for p in prefixes]
 
 

@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from perfgate.extras import need
+
 log = logging.getLogger("perfgate.telemetry")
 
 MIB = 1024 * 1024
@@ -92,9 +94,7 @@ def notice_once(key: str, message: str) -> bool:
 
 
 def _import_pynvml() -> ModuleType:
-    import pynvml  # nvidia-ml-py; imported lazily: the CPU-only path never needs it
-
-    return pynvml
+    return need("pynvml", "GPU telemetry")  # lazily: the CPU-only path never needs it
 
 
 def decode_clock_events(mask: int, nvml: Any = None) -> list[str]:
@@ -209,8 +209,8 @@ def open_nvml(cuda_index: int = 0, nvml: Any = None) -> tuple[NvmlReader | None,
     """(reader, None) or (None, why GPU telemetry is unavailable). Never raises for a missing driver."""
     try:
         nvml = nvml if nvml is not None else _import_pynvml()
-    except ImportError:
-        return None, "nvidia-ml-py is not installed (pip install nvidia-ml-py==13.615.71)"
+    except ImportError as exc:
+        return None, str(exc)
     try:
         nvml.nvmlInit()
     except nvml.NVMLError as exc:

@@ -72,8 +72,8 @@ def open_probe(cuda_index: int = 0, nvml: Any = None, rule: ThrottleRule = Throt
 
     try:
         nvml = nvml if nvml is not None else _import_pynvml()
-    except ImportError:
-        return None, "nvidia-ml-py is not installed"
+    except ImportError as exc:
+        return None, str(exc)
     try:
         nvml.nvmlInit()
     except nvml.NVMLError as exc:
