@@ -14,8 +14,8 @@ from pathlib import Path
 
 import models  # noqa: F401  (registers this repository's families)
 from perfgate.cases.selection import expand_cases
-from perfgate.counts import suite as counts_suite
 from perfgate.cases.workload import MODELS, sizes
+from perfgate.counts import suite as counts_suite
 from perfgate.results import read_benchmark_json
 
 ROOT = Path(__file__).resolve().parents[2]
