@@ -15,6 +15,7 @@ import sys
 import perfgate.commands
 from perfgate import exitcodes
 from perfgate.commands import CommandError
+from perfgate.extras import MissingExtra
 
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT, EXIT_UNAVAILABLE = (
     exitcodes.OK,
@@ -53,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     except CommandError as exc:
         print(f"perfgate {args.command}: {exc}", file=sys.stderr)
         return exc.code
+    except MissingExtra as exc:  # an optional dependency: one line naming the extra, not a traceback
+        print(f"perfgate {args.command}: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
     except BrokenPipeError:  # `perfgate models | head`
         return EXIT_OK
 

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Bottom first. The root's own modules sit at the bottom: every stage may read a record or write a file.
 STAGES = (
-    ("record", "results", "files", "exitcodes", "__init__"),
+    ("record", "results", "files", "exitcodes", "extras", "__init__"),
     ("measure",),
     ("cases",),
     ("gate",),

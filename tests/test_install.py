@@ -1,8 +1,8 @@
 """perfgate as an installed package: what its wheel puts into site-packages, and a project elsewhere
 that benchmarks its own models with perfgate loaded only through the pytest11 entry point.
 
-The project's files are the README's own (section "Benchmark your own model from another
-repository"), so the README cannot drift from what works. The wheel is built from this checkout
+The project's files are the docs' own (docs/own-project.md, "Benchmark your own model from another
+repository"), so the page cannot drift from what works. The wheel is built from this checkout
 and installed with pip into a folder of its own; the test processes import perfgate from there,
 never from this checkout (the project folder is elsewhere) and never via conftest.py.
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SECTION = "## Benchmark your own model from another repository"
+SECTION = "# Benchmark your own model from another repository"  # docs/own-project.md, the whole page
 # Not part of the package: kept out of the copy the wheel is built from (speed, and no stray build/ here).
 NOT_PACKAGED = (".git", ".venv", ".perfgate", "build", "*.egg-info", "__pycache__", "baselines", "tests", ".benchmarks")
 
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.slow
 
 def readme_files() -> dict[str, str]:
     """The files the README's section has a user write: each code block whose first line is `# PATH`."""
-    text = (ROOT / "README.md").read_text(encoding="utf8")
+    text = (ROOT / "docs" / "own-project.md").read_text(encoding="utf8")
     section = text.split(SECTION, 1)[1].split("\n## ", 1)[0]
     files = {}
     for block in re.findall(r"```(?:toml|python)\n(.*?)```", section, re.S):

@@ -143,7 +143,7 @@ class Quantize:
     def unavailable(self, env: Env) -> str | None:
         err = env.import_error("torchao")
         if err:
-            return f"{err}: pip install torchao==0.18.0"
+            return f"{err}: pip install 'perfgate[quant]'"
         if self.scheme.startswith("fp8"):
             if env.device_type != "cuda":
                 return "FP8 needs CUDA with compute capability >= 8.9 (Ada, Hopper or newer); this run is on the CPU"
@@ -321,10 +321,10 @@ class TensorRT:
 
     def unavailable(self, env: Env) -> str | None:
         if env.device_type != "cuda":
-            return "TensorRT needs a CUDA device and torch-tensorrt (pip install '.[tensorrt]' on a GPU machine)"
+            return "TensorRT needs a CUDA device and torch-tensorrt (pip install 'perfgate[tensorrt]' on a GPU machine)"
         err = env.import_error("torch_tensorrt")
         if err:
-            return f"{err}: pip install 'torch-tensorrt==2.13.0' (needs CUDA torch and TensorRT libraries)"
+            return f"{err}: pip install 'perfgate[tensorrt]' (needs CUDA torch and TensorRT libraries)"
         return None
 
     def convert(self, c: Converted) -> Converted:

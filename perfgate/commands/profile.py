@@ -159,7 +159,9 @@ def rerun_with_torch_trace(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     from perfgate.commands import CommandError
     from perfgate.exitcodes import UNAVAILABLE as EXIT_UNAVAILABLE
+    from perfgate.extras import check
 
+    check(("jinja2", "matplotlib"), "perfgate profile's report.html")  # before minutes of profiling, not after
     if args.torch_trace and os.environ.get("TORCH_TRACE") != str(Path(args.torch_trace).resolve()):
         return rerun_with_torch_trace(args)
 

@@ -46,6 +46,8 @@ from typing import Any
 
 import numpy as np
 
+from perfgate.extras import need
+
 MIN_CHANGE = 0.05  # the smallest relative step reported: the gate's own default latency tolerance
 MIN_SIZE = 2  # runs per segment: a level needs two runs to be told from one noisy run
 PENALTY = 3.0  # x sigma^2 log n: the modified BIC (module docstring)
@@ -143,7 +145,9 @@ def noise_sd(log_values: np.ndarray, min_change: float, fixed: Sequence[int] = (
 
 def _pelt(log_values: np.ndarray, sd: float, min_size: int) -> list[int]:
     """Indexes where PELT starts a new segment (ruptures; the last index n left out)."""
-    import ruptures  # imported here: `perfgate history` without --change-points never needs it
+    ruptures = need(
+        "ruptures", "finding change points"
+    )  # here: `perfgate history` without --change-points never needs it
 
     n = log_values.size
     if n < 2 * min_size:

@@ -85,13 +85,13 @@ class RaplCounter:
 
 def open_nvml_counter(cuda_index: int = 0, nvml: Any = None) -> NvmlEnergyCounter:
     """The GPU's energy counter, read once to check it works; EnergyUnavailable says why not."""
-    from perfgate.measure.nvml import INSTALL_HINT, NvmlUnavailable, open_device
+    from perfgate.measure.nvml import NvmlUnavailable, open_device
 
     try:
         dev = open_device(cuda_index, nvml)
     except NvmlUnavailable as exc:
         if exc.stage == "import":
-            raise EnergyUnavailable(f"nvidia-ml-py is not installed ({INSTALL_HINT})") from None
+            raise EnergyUnavailable(str(exc.error)) from None
         if exc.stage == "init":
             raise EnergyUnavailable(
                 f"NVML unavailable ({exc.error}): no NVIDIA driver to read the energy counter"

@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from perfgate.extras import need
+
 INSTALL_HINT = "pip install nvidia-ml-py==13.615.71"
 
 
@@ -27,9 +29,9 @@ class NvmlUnavailable(Exception):
 
 
 def import_pynvml() -> ModuleType:
-    import pynvml  # nvidia-ml-py; imported lazily: the CPU-only path never needs it
-
-    return pynvml
+    # nvidia-ml-py, perfgate's `gpu` extra; imported lazily: the CPU-only path never needs it. A
+    # missing one is one line naming the extra (the "import" stage's error), whoever opened NVML.
+    return need("pynvml", "GPU telemetry")
 
 
 def nvml_handle(nvml: Any, cuda_index: int) -> tuple[Any, int]:

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from perfgate.measure.nvml import INSTALL_HINT, NvmlUnavailable, import_pynvml, open_device
+from perfgate.measure.nvml import NvmlUnavailable, import_pynvml, open_device
 
 log = logging.getLogger("perfgate.measure.telemetry")
 
@@ -191,7 +191,7 @@ def open_nvml(cuda_index: int = 0, nvml: Any = None) -> tuple[NvmlReader | None,
         dev = open_device(cuda_index, nvml)
     except NvmlUnavailable as exc:
         if exc.stage == "import":
-            return None, f"nvidia-ml-py is not installed ({INSTALL_HINT})"
+            return None, str(exc.error)
         if exc.stage == "init":
             not_found = getattr(nvml or import_pynvml(), "NVMLError_LibraryNotFound", None)
             if not_found is not None and isinstance(exc.error, not_found):

@@ -73,7 +73,7 @@ def open_probe(cuda_index: int = 0, nvml: Any = None, rule: ThrottleRule = Throt
         dev = open_device(cuda_index, nvml)
     except NvmlUnavailable as exc:
         if exc.stage == "import":
-            return None, "nvidia-ml-py is not installed"
+            return None, str(exc.error)
         if exc.stage == "init":
             return None, f"NVML unavailable ({exc.error})"
         return None, f"the GPU's clocks cannot be read ({exc.error})"

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from perfgate.extras import need
 from perfgate.output.text import fmt_num
 
 # Okabe-Ito: distinguishable with the common colour-vision deficiencies (yellow dropped: no contrast on white).
@@ -77,7 +78,7 @@ def _svg(fig: Any, title: str) -> str:
 
 
 def _draw(width_px: float, height_px: float, title: str, paint: Any) -> str:
-    import matplotlib
+    matplotlib = need("matplotlib", "drawing a chart")
 
     with matplotlib.rc_context(_RC):
         fig = _figure(width_px, height_px)

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from perfgate import gate
+from perfgate.extras import need
 from perfgate.gate.verdict_file import VerdictSet
 from perfgate.history.runs import Run, Series
 from perfgate.measure.fingerprint import KEY_FIELDS
@@ -55,8 +56,7 @@ def environment() -> Any:
     """The Jinja2 environment of templates/ (created once; autoescaping on, undefined names are errors)."""
     global _ENV
     if _ENV is None:
-        import jinja2
-
+        jinja2 = need("jinja2", "the HTML report")
         _ENV = jinja2.Environment(
             loader=jinja2.PackageLoader("perfgate.output", "templates"),
             autoescape=True,

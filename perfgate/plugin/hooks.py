@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from perfgate import files, gate
+from perfgate import extras, files, gate
 from perfgate.cases import tiers
 from perfgate.cases.runner import Case, RunOptions
 from perfgate.cases.selection import _split, expand_cases
@@ -200,10 +200,7 @@ def histogram_prefixes(prefixes: list[str], rootpath: Path) -> list[str]:
     littering the repository's root; a prefix with a folder in it is where the user asked. pygal is
     checked here: a missing one crashed pytest-benchmark after the whole run."""
     if importlib.util.find_spec("pygal") is None:
-        raise pytest.UsageError(
-            "perfgate: --benchmark-histogram needs pygal: pip install -e . (perfgate's dependencies hold it) "
-            "or pip install 'pytest-benchmark[histogram]'"
-        )
+        raise pytest.UsageError(f"perfgate: {extras.message('pygal', '--benchmark-histogram')}")
     return [p if Path(p).parent != Path(".") else str(rootpath / ".perfgate" / "histograms" / p) for p in prefixes]
 
 

@@ -49,11 +49,11 @@ def test_cpu_reasons_for_gpu_only_variants():
 
 
 def test_missing_packages_give_install_hints():
-    assert "pip install torchao" in get_variant("int8-dynamic").unavailable(
+    assert "pip install 'perfgate[quant]'" in get_variant("int8-dynamic").unavailable(
         env("cpu", torchao="torchao is not installed")
     )
     reason = get_variant("tensorrt").unavailable(env(cc=(9, 0), torch_tensorrt="torch_tensorrt is not installed"))
-    assert "torch-tensorrt" in reason and "pip install" in reason
+    assert reason.endswith("pip install 'perfgate[tensorrt]' (needs CUDA torch and TensorRT libraries)")
 
 
 def test_torch_tensorrt_raising_a_plain_exception_is_unavailable(monkeypatch, tmp_path):

@@ -504,6 +504,20 @@ def _containers(s: Setup) -> list[str]:
     return found
 
 
+def matrix_values(job: dict[str, Any], value: Any) -> list[Any]:
+    """`value`, or where it is exactly `${{ matrix.KEY }}` every value KEY takes in the job's
+    matrix (its lists and its include entries; [None] if none names it, so that is no lock)."""
+    m = re.fullmatch(r"\$\{\{\s*matrix\.([\w-]+)\s*\}\}", str(value)) if isinstance(value, str) else None
+    if not m:
+        return [value]
+    matrix = ((job.get("strategy") or {}).get("matrix")) or {}
+    key = m.group(1)
+    found = list(matrix.get(key) or []) if isinstance(matrix.get(key), list) else []
+    if not isinstance(matrix.get(key), list):  # then every include entry must give it
+        found += [e.get(key) if isinstance(e, dict) else None for e in matrix.get("include") or []]
+    return found or [None]
+
+
 def _lock_problems(text: str) -> list[str]:
     """Requirements in a lock file without a sha256 hash (pip's --require-hashes would refuse them)."""
     entries = re.split(r"\n(?=[A-Za-z0-9])", text)
@@ -519,9 +533,9 @@ def _hashed_installs(s: Setup) -> list[str]:
             if not INSTALLING.search(cmd) or "--from" in cmd:
                 continue
             env = {**(job.get("env") or {}), **(st.get("env") or {})}
-            lock = env.get("PERFGATE_REQUIREMENTS")
-            if lock not in s.locks:
-                found.append(f"{w(n, j)}: {INSTALLING.search(cmd).group()} installs without a lock ({lock!r})")
+            for lock in matrix_values(job, env.get("PERFGATE_REQUIREMENTS")):
+                if lock not in s.locks:
+                    found.append(f"{w(n, j)}: {INSTALLING.search(cmd).group()} installs without a lock ({lock!r})")
             if env.get("PERFGATE_SKIP_INSTALL"):
                 found.append(f"{w(n, j)}: PERFGATE_SKIP_INSTALL uses an environment no lock checked")
     for path, text in s.locks.items():

@@ -40,6 +40,7 @@ def test_the_rules_see_every_workflow_and_both_scale_sets() -> None:
         "tests.yml",
         "history.yml",
         "pages.yml",
+        "tests-matrix.yml",
     }
     on_sets = {(n, j): rules.scale_set(job) for n, j, job, _ in rules.all_jobs(REAL) if not rules.hosted(job)}
     assert on_sets == {
@@ -291,6 +292,14 @@ MISTAKES: dict[str, tuple[str, Callable[[Setup], None]]] = {
     ),
     "container-by-tag": ("containers-by-digest", set_("tests.yml:test:container", "python:3.11-bookworm")),
     "install-without-lock": ("installs-from-hashed-locks", set_("tests.yml:test:env.PERFGATE_REQUIREMENTS", None)),
+    "matrix-entry-names-no-lock": (
+        "installs-from-hashed-locks",
+        set_("tests-matrix.yml:test:strategy.matrix.include.1.lock", "requirements/newest.in"),
+    ),
+    "matrix-entry-without-its-lock": (
+        "installs-from-hashed-locks",
+        lambda s: job(s, "tests-matrix.yml", "test")["strategy"]["matrix"]["include"][0].pop("lock"),
+    ),
     "gpu-install-without-lock": (
         "installs-from-hashed-locks",
         set_("benchmark-gpu.yml:benchmark:steps.1.env.PERFGATE_REQUIREMENTS", None),

@@ -46,6 +46,7 @@ def test_id_is_stable_and_changes_with_every_key_field():
     for k, v in [
         ("threads", 99),
         ("torch", "9.9"),
+        ("torchao", None if fp["torchao"] else "0.18.0"),  # no quant extra installed: another baseline
         ("cpu_flags", ["amx_bf16"]),
         ("gpu_name", "H100"),
         ("driver", "570"),
