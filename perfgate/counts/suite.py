@@ -106,6 +106,7 @@ class SessionCounts:
     portable: dict[str, Any] | None  # the portable baseline file's content (this run's key), or None
     portable_path: Path | None
     pass_: instr.CountPass | None = None
+    not_counted: str | None = None  # why no CPU case of this process was counted (an xdist worker, ...)
 
 
 def portable_path(baselines_root: Path, key: str) -> Path:
@@ -201,6 +202,8 @@ def annotate(counts: SessionCounts | None, case: Any, record: CaseRecord, step: 
             setattr(record, k, v)
     elif case.id in counts.skipped:
         record.instructions_skipped = counts.skipped[case.id]
+    elif counts.not_counted and str(case.device).startswith("cpu"):
+        record.instructions_skipped = counts.not_counted
     elif str(case.device).startswith("cpu"):
         record.instructions_skipped = "not selected for counting ([tool.perfgate.counts] instructions)"
     if counts.config.ops and step is not None:
@@ -302,7 +305,16 @@ def session_pass(config: Any, session: Any, items: Sequence[Any]) -> None:
     if counts_config is None or config.getoption("perfgate_no_counts", False):
         return
     if not str(session.device).startswith("cpu") or hasattr(config, "workerinput") or os.environ.get(NO_COUNTS_ENV):
-        session.counts = SessionCounts(config=counts_config, fields={}, skipped={}, portable=None, portable_path=None)
+        why = (
+            "not counted in an xdist worker (each would start valgrind); run without -n to count"
+            if hasattr(config, "workerinput")
+            else f"not counted in this process ({NO_COUNTS_ENV}: perfgate ab counts each side once)"
+            if os.environ.get(NO_COUNTS_ENV)
+            else None
+        )
+        session.counts = SessionCounts(
+            config=counts_config, fields={}, skipped={}, portable=None, portable_path=None, not_counted=why
+        )
         return  # ops and kernels only: a GPU run, an xdist worker (each would start valgrind), ab's later pairs
     cases, nodeids = [], {}
     for item in items:

@@ -387,3 +387,19 @@ def test_a_broken_count_baseline_is_one_line_naming_it(tmp_path):
     bad.write_text("{}")
     with pytest.raises(suite.CountsConfigError, match=r"x\.json: no 'cases' table"):
         suite.load_portable(bad)
+
+
+def test_an_uncounted_process_says_why_in_each_cpu_record() -> None:
+    """Absent, never zero, and with the real reason: an xdist worker does not start valgrind."""
+    from types import SimpleNamespace
+
+    why = "not counted in an xdist worker (each would start valgrind); run without -n to count"
+    counts = suite.SessionCounts(
+        config=suite.CountsConfig(ops=False), fields={}, skipped={}, portable=None, portable_path=None, not_counted=why
+    )
+    cpu = CaseRecord(model="m", variant="baseline", device="cpu")
+    suite.annotate(counts, SimpleNamespace(id="m-tiny-baseline", device="cpu"), cpu, None)
+    assert cpu.instructions_per_step is None and cpu.instructions_skipped == why
+    gpu = CaseRecord(model="m", variant="baseline", device="cuda:0")
+    suite.annotate(counts, SimpleNamespace(id="m-tiny-baseline", device="cuda:0"), gpu, None)
+    assert gpu.instructions_skipped is None  # a GPU case is never counted under valgrind: nothing to explain
