@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from perfgate.counts.suite import NO_COUNTS_ENV
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -27,10 +29,17 @@ def _sub_run_pythonpath() -> str:
 
 
 @pytest.fixture(autouse=True)
-def _clean_sub_run_env(monkeypatch: pytest.MonkeyPatch) -> None:
+def _clean_sub_run_env(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
     for name in _NOT_FOR_SUB_RUNS:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("PYTHONPATH", _sub_run_pythonpath())
+    # A sub-run of this repository's suite on the CPU first counts instructions under valgrind
+    # ([tool.perfgate.counts]): about 30 s each, for tests about something else. Only tests marked
+    # `counts` (tests/counts/, the record-and-open-PR flow) count; the others' records say why not.
+    if request.node.get_closest_marker("counts") is None:
+        monkeypatch.setenv(NO_COUNTS_ENV, "1")
+    else:
+        monkeypatch.delenv(NO_COUNTS_ENV, raising=False)
 
 
 @dataclass(frozen=True)

@@ -308,7 +308,7 @@ def session_pass(config: Any, session: Any, items: Sequence[Any]) -> None:
         why = (
             "not counted in an xdist worker (each would start valgrind); run without -n to count"
             if hasattr(config, "workerinput")
-            else f"not counted in this process ({NO_COUNTS_ENV}: perfgate ab counts each side once)"
+            else f"not counted: {NO_COUNTS_ENV} is set (perfgate ab sets it after a side's first process)"
             if os.environ.get(NO_COUNTS_ENV)
             else None
         )

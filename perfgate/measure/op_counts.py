@@ -113,10 +113,7 @@ def count_step(step: Callable[[], Any], device: str, steps: int = STEPS, *, warm
             step()
         if cuda:
             torch.cuda.synchronize(torch.device(device))
-    fd, path = tempfile.mkstemp(prefix="perfgate-ops-", suffix=".json")
-    os.close(fd)
-    try:
+    with tempfile.TemporaryDirectory(prefix="perfgate-ops-") as scratch:  # a scratch trace, read back at once
+        path = os.path.join(scratch, "trace.json")
         prof.export_chrome_trace(path)
         return counts_from_events(read_trace(path), steps, device_traced=cuda)
-    finally:
-        os.unlink(path)

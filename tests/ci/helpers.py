@@ -38,6 +38,8 @@ def tool(name: str) -> str | None:
 def script_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """This Python as it is (no venv), no GitHub Actions variables, caches under tmp_path."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "PERFGATE_", "GH_"))}
+    if "PERFGATE_NO_COUNTS" in os.environ:  # set by tests/conftest.py for tests not marked `counts`
+        env["PERFGATE_NO_COUNTS"] = os.environ["PERFGATE_NO_COUNTS"]
     env.update(
         PERFGATE_SKIP_INSTALL="1",
         PERFGATE_PYTHON=sys.executable,

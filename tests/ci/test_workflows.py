@@ -253,6 +253,7 @@ def git_env(tmp_path: Path) -> dict[str, str]:
 
 
 @pytest.mark.slow
+@pytest.mark.counts  # the portable instruction counts travel with the baselines
 def test_record_on_one_machine_open_the_pull_request_from_another(tmp_path: Path) -> None:
     """The workflow's two jobs: `record` on the GPU runner (read-only token) and `open-pr` on a fresh
     checkout with the artifact (the only job that can push)."""
@@ -262,8 +263,10 @@ def test_record_on_one_machine_open_the_pull_request_from_another(tmp_path: Path
     recorded = tmp_path / "artifact"
     r = run(["scripts/record-baselines", "--label", "gpu", "--out", str(recorded), *SMALLEST], env, cwd=copy)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    (listed,) = (recorded / "new-baselines.txt").read_text().split()
+    listed, counts = sorted((recorded / "new-baselines.txt").read_text().split(), key=lambda p: "/counts/" in p)
     assert re.fullmatch(r"baselines/[^/]+/0001_gpu\.json", listed) and (recorded / "new" / listed).is_file()
+    # The CPU case's instruction counts, keyed by valgrind's CPU, torch and Python, go with it.
+    assert re.fullmatch(r"baselines/counts/vg[^/]+\.json", counts) and (recorded / "new" / counts).is_file()
 
     fresh = tmp_path / "fresh"
     subprocess.run(["git", "clone", "-q", "-b", "main", str(tmp_path / "origin.git"), str(fresh)], env=env, check=True)
@@ -278,7 +281,7 @@ def test_record_on_one_machine_open_the_pull_request_from_another(tmp_path: Path
         text=True,
         check=True,
     )
-    assert show.stdout.split() == [listed]
+    assert sorted(show.stdout.split()) == sorted([listed, counts])
     assert json.loads(state_file.read_text())["pr_body"] == (recorded / "pr-body.md").read_text()
 
     # A list naming anything but a new file in the baseline folder is refused before git is touched.

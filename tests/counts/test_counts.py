@@ -21,6 +21,7 @@ from perfgate.measure import attribution, callgrind, instructions, op_counts
 from perfgate.record import CaseRecord
 
 pytest_plugins = ("pytester",)
+pytestmark = pytest.mark.counts  # sub-runs here count instructions
 ROOT = Path(__file__).resolve().parents[2]
 H100_PROF = ROOT.parent / "shared" / "evidence" / "2026-11-23-h100" / "prof"
 needs_valgrind = pytest.mark.skipif(
