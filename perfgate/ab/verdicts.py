@@ -23,7 +23,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from perfgate.gate.metrics import judge_accuracy, judge_instructions, judge_memory, judge_speedup
+from perfgate.gate.instructions import judge_instructions
+from perfgate.gate.metrics import judge_accuracy, judge_memory, judge_speedup
 from perfgate.gate.policy import Policy
 from perfgate.gate.settings import GateSettings
 from perfgate.gate.verdicts import IMPROVEMENT, INCONCLUSIVE, REGRESSION, UNCHANGED, UNRELIABLE, Verdict

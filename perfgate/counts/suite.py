@@ -305,13 +305,11 @@ def session_pass(config: Any, session: Any, items: Sequence[Any]) -> None:
     if counts_config is None or config.getoption("perfgate_no_counts", False):
         return
     if not str(session.device).startswith("cpu") or hasattr(config, "workerinput") or os.environ.get(NO_COUNTS_ENV):
-        why = (
-            "not counted in an xdist worker (each would start valgrind); run without -n to count"
-            if hasattr(config, "workerinput")
-            else f"not counted: {NO_COUNTS_ENV} is set (perfgate ab sets it after a side's first process)"
-            if os.environ.get(NO_COUNTS_ENV)
-            else None
-        )
+        why = None  # a GPU run: its cases are never counted under valgrind, nothing to explain
+        if hasattr(config, "workerinput"):
+            why = "not counted in an xdist worker (each would start valgrind); run without -n to count"
+        elif os.environ.get(NO_COUNTS_ENV):
+            why = f"not counted: {NO_COUNTS_ENV} is set (perfgate ab sets it after a side's first process)"
         session.counts = SessionCounts(
             config=counts_config, fields={}, skipped={}, portable=None, portable_path=None, not_counted=why
         )

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from perfgate.gate.instructions import judge_instructions, judge_kernels  # noqa: F401  (judges of the table below)
+from perfgate.gate.instructions import judge_instructions, judge_kernels
 from perfgate.gate.settings import GateSettings
 from perfgate.gate.verdicts import IMPROVEMENT, INCONCLUSIVE, REGRESSION, UNCHANGED, Verdict
 from perfgate.record import CaseRecord
