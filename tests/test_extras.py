@@ -133,7 +133,7 @@ def test_gpu_telemetry_and_quantisation_say_which_extra_is_missing() -> None:
         ["pynvml", "torchao"],
         """
         from perfgate.measure import energy, telemetry, throttle
-        from perfgate.cases.variant_steps import Env, Quantize
+        from perfgate.cases.conversions import Env, Quantize
         print(telemetry.open_nvml()[1])
         print(throttle.open_probe()[1])
         try:

@@ -23,8 +23,8 @@ import torch
 
 from perfgate.cases import accuracy, flops
 from perfgate.cases.accuracy import Tolerance, tolerance_for
+from perfgate.cases.conversions import Converted, Env, VariantError
 from perfgate.cases.steps import is_training, make_step, reference_output
-from perfgate.cases.variant_steps import Converted, Env, VariantError
 from perfgate.cases.variants import Variant, get_variant
 from perfgate.cases.workload import ModelSpec, Workload, build_workload, get_model
 from perfgate.measure import energy, telemetry, throttle
@@ -106,7 +106,7 @@ class BuiltCase:
     reference: Any  # the fp32 eager output (the loss for a train step)
     flop_count: flops.FlopCount | None
     flops_error: str | None
-    prepared: Converted  # the eager module after the variant's in-place steps: forward hooks work on it
+    prepared: Converted  # the eager module after the variant's in-place conversions: forward hooks work on it
     converted: Converted  # what the step runs (the prepared module, a compiled graph or an engine)
     convert_s: float
     step: Callable[[], Any] = field(repr=False)
@@ -160,7 +160,7 @@ def count_flops(wl: Workload) -> tuple[flops.FlopCount | None, str | None]:
 
 
 def convert(wl: Workload, variant: Variant) -> tuple[Converted, Converted, float]:
-    """(prepared, converted, seconds): the variant's in-place steps, then its compile / graph / engine."""
+    """(prepared, converted, seconds): the variant's in-place conversions, then its compile / graph / engine."""
     t0 = time.perf_counter()
     prepared = variant.prepare(wl.module, wl.inputs)
     converted = variant.finish(prepared)

@@ -133,7 +133,7 @@ def ddp_train_step(
     Without torchrun the group is a single rank, so the step still runs (DDP's hooks, no peers)."""
     from torch.nn.parallel import DistributedDataParallel
 
-    from perfgate.cases.variant_steps import VariantError
+    from perfgate.cases.conversions import VariantError
 
     if not any(p.requires_grad for p in module.parameters()):
         raise VariantError("this variant leaves no trainable parameters, so there is nothing for DDP to synchronise")

@@ -1,7 +1,7 @@
-"""Optimisation variants: ordered tuples of steps (perfgate.cases.variant_steps), registered by name.
+"""Optimisation variants: ordered tuples of conversions (perfgate.cases.conversions), registered by name.
 
-A variant is an ordered tuple of steps (cast, quantise, autocast, compile, TensorRT), validated
-once: quantise before compile, compile last, TensorRT alone. Each step says why it cannot run
+A variant is an ordered tuple of conversions (cast, quantise, autocast, compile, TensorRT), validated
+once: quantise before compile, compile last, TensorRT alone. Each conversion says why it cannot run
 here (`unavailable(env)` returns the reason, None when it can), so unsupported combinations become
 skips with that reason, never passes. The registry key is the pytest id and the baseline key.
 """
@@ -18,11 +18,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from perfgate.cases.variant_steps import (
+from perfgate.cases.conversions import (
     COMPILE,
     Autocast,
     Cast,
     Compile,
+    Conversion,
     Converted,
     CudaGraphs,
     Env,
@@ -30,20 +31,18 @@ from perfgate.cases.variant_steps import (
     TensorRT,
 )
 
-Step = Cast | Autocast | Quantize | Compile | CudaGraphs | TensorRT
-
 
 @dataclass(frozen=True, kw_only=True)
 class Variant:
     name: str
-    steps: tuple[Step, ...] = ()
+    conversions: tuple[Conversion, ...] = ()
     description: str = ""
 
     def __post_init__(self) -> None:
-        validate_steps(self.name, self.steps)
+        validate_conversions(self.name, self.conversions)
 
     def unavailable(self, env: Env) -> str | None:
-        for s in self.steps:
+        for s in self.conversions:
             reason = s.unavailable(env)
             if reason:
                 return reason
@@ -53,17 +52,17 @@ class Variant:
         return self.finish(self.prepare(module, inputs))
 
     def prepare(self, module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> Converted:
-        """The steps before compilation (cast, quantise, autocast); they change the module in place."""
+        """The conversions before compilation (cast, quantise, autocast); they change the module in place."""
         c = Converted(module, tuple(inputs))
-        for s in self.steps:
+        for s in self.conversions:
             if s.phase < COMPILE:
                 c = s.convert(c)
         return c
 
     def finish(self, prepared: Converted) -> Converted:
-        """The compile / CUDA graph / TensorRT step; repeatable on the same prepared module."""
+        """The compile / CUDA graph / TensorRT conversion; repeatable on the same prepared module."""
         c = Converted(prepared.module, prepared.inputs, dict(prepared.info))
-        for s in self.steps:
+        for s in self.conversions:
             if s.phase >= COMPILE:
                 c = s.convert(c)
         return c
@@ -71,7 +70,7 @@ class Variant:
     def context(self, device_type: str) -> Callable[[], ContextManager]:
         def ctx() -> ContextManager:
             stack = contextlib.ExitStack()
-            for s in self.steps:
+            for s in self.conversions:
                 stack.enter_context(s.context(device_type))
             return stack
 
@@ -81,40 +80,42 @@ class Variant:
     def uses_cuda_graphs(self) -> bool:
         return any(
             isinstance(s, CudaGraphs) or (isinstance(s, Compile) and s.mode in ("reduce-overhead", "max-autotune"))
-            for s in self.steps
+            for s in self.conversions
         )
 
     @property
     def inference_only(self) -> bool:
-        return any(isinstance(s, (CudaGraphs, TensorRT, Quantize)) for s in self.steps)
+        return any(isinstance(s, (CudaGraphs, TensorRT, Quantize)) for s in self.conversions)
 
     @property
     def compiles(self) -> bool:
-        return any(isinstance(s, Compile) for s in self.steps)
+        return any(isinstance(s, Compile) for s in self.conversions)
 
 
-def validate_steps(name: str, steps: tuple[Step, ...]) -> None:
+def validate_conversions(name: str, conversions: tuple[Conversion, ...]) -> None:
     """Quantise before compile, compile at most once and last, TensorRT alone (after a cast), FP8 on
     the bf16 model."""
-    phases = [s.phase for s in steps]
+    phases = [s.phase for s in conversions]
     if phases != sorted(phases):
         raise ValueError(
-            f"variant {name!r}: steps out of order {[type(s).__name__ for s in steps]}; order is cast, quantise, "
-            "autocast, compile"
+            f"variant {name!r}: conversions out of order {[type(s).__name__ for s in conversions]}; order is cast, "
+            "quantise, autocast, compile"
         )
-    if sum(isinstance(s, (Compile, CudaGraphs)) for s in steps) > 1:
-        raise ValueError(f"variant {name!r}: at most one compile or CUDA-graph step")
-    if any(isinstance(s, TensorRT) for s in steps) and any(not isinstance(s, (TensorRT, Cast)) for s in steps):
+    if sum(isinstance(s, (Compile, CudaGraphs)) for s in conversions) > 1:
+        raise ValueError(f"variant {name!r}: at most one compile or CUDA-graph conversion")
+    if any(isinstance(s, TensorRT) for s in conversions) and any(
+        not isinstance(s, (TensorRT, Cast)) for s in conversions
+    ):
         raise ValueError(f"variant {name!r}: TensorRT builds its own engine; combine it with a cast only")
-    if sum(isinstance(s, Quantize) for s in steps) > 1:
-        raise ValueError(f"variant {name!r}: at most one quantisation step")
-    for i, s in enumerate(steps):
+    if sum(isinstance(s, Quantize) for s in conversions) > 1:
+        raise ValueError(f"variant {name!r}: at most one quantisation")
+    for i, s in enumerate(conversions):
         # torchao's FP8 recipes expect the bf16 model (PerRow asserts bf16 weights): the variant says
         # so with a Cast before the quantisation rather than casting behind its name.
         if (
             isinstance(s, Quantize)
             and s.scheme.startswith("fp8")
-            and not any(isinstance(c, Cast) and c.dtype == torch.bfloat16 for c in steps[:i])
+            and not any(isinstance(c, Cast) and c.dtype == torch.bfloat16 for c in conversions[:i])
         ):
             raise ValueError(
                 f"variant {name!r}: {s.scheme} needs the bf16 model; put Cast(dtype=torch.bfloat16) before it"
@@ -133,56 +134,60 @@ def register_variant(v: Variant) -> Variant:
 
 for _v in (
     Variant(name="baseline", description="eager fp32"),
-    Variant(name="compile", steps=(Compile(),), description="torch.compile, inductor default mode"),
+    Variant(name="compile", conversions=(Compile(),), description="torch.compile, inductor default mode"),
     Variant(
         name="compile-max-autotune",
-        steps=(Compile(mode="max-autotune-no-cudagraphs"),),
+        conversions=(Compile(mode="max-autotune-no-cudagraphs"),),
         description="inductor max-autotune without CUDA graphs",
     ),
     Variant(
         name="compile-reduce-overhead",
-        steps=(Compile(mode="reduce-overhead"),),
+        conversions=(Compile(mode="reduce-overhead"),),
         description="inductor with CUDA graphs (CUDA only)",
     ),
-    Variant(name="cudagraphs", steps=(CudaGraphs(),), description="explicit CUDA graph capture of the eager model"),
-    Variant(name="autocast-bf16", steps=(Autocast(dtype=torch.bfloat16),), description="torch.autocast bf16"),
-    Variant(name="autocast-fp16", steps=(Autocast(dtype=torch.float16),), description="torch.autocast fp16"),
-    Variant(name="bf16", steps=(Cast(dtype=torch.bfloat16),), description="weights and inputs cast to bf16"),
+    Variant(
+        name="cudagraphs", conversions=(CudaGraphs(),), description="explicit CUDA graph capture of the eager model"
+    ),
+    Variant(name="autocast-bf16", conversions=(Autocast(dtype=torch.bfloat16),), description="torch.autocast bf16"),
+    Variant(name="autocast-fp16", conversions=(Autocast(dtype=torch.float16),), description="torch.autocast fp16"),
+    Variant(name="bf16", conversions=(Cast(dtype=torch.bfloat16),), description="weights and inputs cast to bf16"),
     Variant(
         name="int8-weight-only",
-        steps=(Quantize(scheme="int8-weight-only"),),
+        conversions=(Quantize(scheme="int8-weight-only"),),
         description="torchao Int8WeightOnlyConfig",
     ),
     Variant(
         name="int8-dynamic",
-        steps=(Quantize(scheme="int8-dynamic"),),
+        conversions=(Quantize(scheme="int8-dynamic"),),
         description="torchao Int8DynamicActivationInt8WeightConfig",
     ),
     Variant(
         name="bf16+fp8-rowwise+compile",
-        steps=(Cast(dtype=torch.bfloat16), Quantize(scheme="fp8-rowwise"), Compile()),
+        conversions=(Cast(dtype=torch.bfloat16), Quantize(scheme="fp8-rowwise"), Compile()),
         description="bf16 model, torchao FP8 dynamic with per-row scales, then compile",
     ),
     Variant(
         name="bf16+fp8-tensorwise+compile",
-        steps=(Cast(dtype=torch.bfloat16), Quantize(scheme="fp8-tensorwise"), Compile()),
+        conversions=(Cast(dtype=torch.bfloat16), Quantize(scheme="fp8-tensorwise"), Compile()),
         description="bf16 model, torchao FP8 dynamic with per-tensor scales, then compile (the Self Forcing demo)",
     ),
-    Variant(name="tensorrt", steps=(TensorRT(),), description="torch-tensorrt AOT, fp32 engine"),
+    Variant(name="tensorrt", conversions=(TensorRT(),), description="torch-tensorrt AOT, fp32 engine"),
     Variant(
         name="tensorrt-bf16",
-        steps=(Cast(dtype=torch.bfloat16), TensorRT()),
+        conversions=(Cast(dtype=torch.bfloat16), TensorRT()),
         description="torch-tensorrt AOT on the bf16 model (strongly typed)",
     ),
     Variant(
         name="autocast-bf16+compile",
-        steps=(Autocast(dtype=torch.bfloat16), Compile()),
+        conversions=(Autocast(dtype=torch.bfloat16), Compile()),
         description="autocast bf16 inside the compiled graph",
     ),
-    Variant(name="bf16+compile", steps=(Cast(dtype=torch.bfloat16), Compile()), description="bf16 weights, compiled"),
+    Variant(
+        name="bf16+compile", conversions=(Cast(dtype=torch.bfloat16), Compile()), description="bf16 weights, compiled"
+    ),
     Variant(
         name="int8-dynamic+compile",
-        steps=(Quantize(scheme="int8-dynamic"), Compile()),
+        conversions=(Quantize(scheme="int8-dynamic"), Compile()),
         description="torchao int8 dynamic, compiled",
     ),
 ):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from perfgate.cases.variant_steps import Env
+from perfgate.cases.conversions import Env
 from perfgate.cases.variants import VARIANTS
 from perfgate.commands import CommandError
 from perfgate.measure.device import default_device, device_error, resolve

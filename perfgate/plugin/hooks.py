@@ -418,7 +418,7 @@ def run_benchmark(case: Case, benchmark: Any, request: pytest.FixtureRequest) ->
     """The body of a benchmark test: measure, feed pytest-benchmark, then assert accuracy and the gate."""
     import torch
 
-    from perfgate.cases.variant_steps import VariantError
+    from perfgate.cases.conversions import VariantError
 
     session: Session = request.config.stash[_KEY]
     verbose = request.config.getoption("verbose") > 0

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from perfgate import gate
+from perfgate.cases.conversions import Env
 from perfgate.cases.runner import Case, CaseResult, RunOptions, run_case
 from perfgate.cases.tiers import Tier
-from perfgate.cases.variant_steps import Env
 from perfgate.counts import suite as counts_suite
 from perfgate.gate import store as baseline_store
 from perfgate.gate.policy import Policy

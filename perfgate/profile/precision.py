@@ -9,15 +9,15 @@ from collections.abc import Callable
 from typing import Any
 
 from perfgate.cases import runner
-from perfgate.cases.variant_steps import Cast, Env, Quantize
+from perfgate.cases.conversions import Cast, Env, Quantize
 from perfgate.cases.variants import Variant, get_variant
 from perfgate.profile.config import PRECISIONS
 from perfgate.profile.suggest import speedup_band, speedup_bands
 
 
 def mutates(variant: Variant) -> bool:
-    """Cast and quantise steps change the module in place."""
-    return any(isinstance(s, (Cast, Quantize)) for s in variant.steps)
+    """Cast and quantise conversions change the module in place."""
+    return any(isinstance(s, (Cast, Quantize)) for s in variant.conversions)
 
 
 def precision_comparison(

@@ -29,7 +29,7 @@ import torch
 
 from perfgate import gate
 from perfgate.cases import runner
-from perfgate.cases.variant_steps import Env, VariantError
+from perfgate.cases.conversions import Env, VariantError
 from perfgate.gate.settings import GateSettings
 from perfgate.measure.core import StopRule
 from perfgate.measure.memory import MIB

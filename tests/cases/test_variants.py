@@ -7,7 +7,7 @@ from torch import nn
 
 from perfgate.cases import accuracy
 from perfgate.cases.accuracy import Tolerance, tolerance_for
-from perfgate.cases.variant_steps import (
+from perfgate.cases.conversions import (
     Autocast,
     Cast,
     Compile,
@@ -71,7 +71,7 @@ def test_torch_tensorrt_raising_a_plain_exception_is_unavailable(monkeypatch, tm
 
 
 @pytest.mark.parametrize(
-    "steps, match",
+    "conversions, match",
     [
         ((Compile(), Quantize(scheme="int8-dynamic")), "out of order"),
         ((Compile(), Compile()), "at most one compile"),
@@ -91,14 +91,14 @@ def test_torch_tensorrt_raising_a_plain_exception_is_unavailable(monkeypatch, tm
         "fp8-fp16",
     ],
 )
-def test_composites_are_validated(steps, match):
+def test_composites_are_validated(conversions, match):
     with pytest.raises(ValueError, match=match):
-        Variant(name="bad", steps=steps)
+        Variant(name="bad", conversions=conversions)
 
 
 def test_valid_composites():
-    Variant(name="ok1", steps=(Cast(), TensorRT()))
-    Variant(name="ok2", steps=(Cast(), Quantize(scheme="fp8-rowwise"), Autocast(), Compile()))
+    Variant(name="ok1", conversions=(Cast(), TensorRT()))
+    Variant(name="ok2", conversions=(Cast(), Quantize(scheme="fp8-rowwise"), Autocast(), Compile()))
     assert all(isinstance(v, Variant) for v in VARIANTS.values())
 
 
@@ -161,7 +161,7 @@ def test_bf16_cast_casts_floating_inputs_only():
     assert next(c.module.parameters()).dtype == torch.bfloat16
 
 
-def test_tensorrt_export_step_runs_on_cpu():
+def test_tensorrt_export_runs_on_cpu():
     m = TwoLinear().eval()
     x = torch.randn(4, 32)
     ep = export_program(m, (x,))

@@ -1,6 +1,7 @@
-"""The steps a variant is made of: cast, autocast, torchao quantisation, torch.compile, CUDA
-graphs, TensorRT. Each is a small frozen config with one verb, `convert`, a `context` for the
-step, and `unavailable(env)`, the reason it cannot run here (None when it can).
+"""The conversions a variant is made of: cast, autocast, torchao quantisation, torch.compile, CUDA
+graphs, TensorRT. Each is a small frozen config with one verb, `convert`, a `context` the timed
+step runs in, and `unavailable(env)`, the reason it cannot run here (None when it can);
+`Conversion` names any of them.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-# Phases a composite's steps must follow in order.
+# Phases a variant's conversions must follow in order.
 CAST, QUANTIZE, AUTOCAST, COMPILE, TENSORRT = range(5)
 
 
@@ -92,7 +93,7 @@ def count_quantized_linears(module: nn.Module) -> tuple[int, int]:
     return sum(not _plain(m.weight) for m in linears), len(linears)
 
 
-# --- steps --------------------------------------------------------------------------------------
+# --- conversions --------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -313,7 +314,7 @@ class TensorRT:
     """torch-tensorrt ahead of time: export, build engines, save, load back before timing.
 
     TensorRT 11 networks are strongly typed: precision follows the model's dtype, so a bf16
-    engine is `Cast(bf16)` before this step, not an option of it.
+    engine is `Cast(bf16)` before this conversion, not an option of it.
     """
 
     min_block_size: int = 1
@@ -352,10 +353,14 @@ class TensorRT:
 
 
 def export_program(module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> torch.export.ExportedProgram:
-    """The torch.export step of the TensorRT path; runs on the CPU too."""
+    """The torch.export stage of the TensorRT path; runs on the CPU too."""
     with torch.no_grad():
         return torch.export.export(module, tuple(inputs))
 
 
 class VariantError(RuntimeError):
     """A variant that cannot honestly be timed for this model (e.g. nothing was quantised)."""
+
+
+# Any one of a variant's conversions.
+Conversion = Cast | Autocast | Quantize | Compile | CudaGraphs | TensorRT
