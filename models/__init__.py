@@ -81,7 +81,7 @@ register_model(
         module="models.physicsnemo_block",
         model_class="PhysicsNeMoBlock",
         default_sizes={"cpu": "tiny", "cuda": "full"},
-        step="train",
+        step_kind="train",
         data="device",
         description="PhysicsNeMo tutorial training step, batches generated on the device (the tutorial's fix)",
     )
@@ -92,7 +92,7 @@ register_model(
         module="models.physicsnemo_block",
         model_class="PhysicsNeMoBlock",
         default_sizes={"cpu": "tiny", "cuda": "full"},
-        step="train",
+        step_kind="train",
         data="host",
         description="PhysicsNeMo tutorial training step, batches generated with numpy on the host (the bottleneck)",
     )
@@ -106,7 +106,7 @@ register_model(
         module="models.physicsnemo_block",
         model_class="PhysicsNeMoBlock",
         default_sizes={"cpu": "tiny", "cuda": "full"},
-        step="ddp-train",
+        step_kind="ddp-train",
         data="device",
         description="PhysicsNeMo tutorial training step under DDP, each rank its own device-generated batches; "
         "throughput summed over ranks",
@@ -118,7 +118,7 @@ register_model(
         module="models.vjepa2_encoder",
         model_class="VJEPA2Encoder",
         default_sizes={"cpu": "tiny", "cuda": "large"},
-        step="dp-inference",
+        step_kind="dp-inference",
         description="V-JEPA 2 video encoder, data-parallel inference: each rank encodes its own clips; "
         "throughput summed over ranks",
     )

@@ -48,7 +48,7 @@ class CaseRecord:
     device: str = _f("", required=True)
     dtype: str = _f("float32", required=True)
     params: int | None = _f(None, required=True)
-    step: str = _f("inference", always=True)
+    step: str = _f("inference", always=True)  # the step kind (ModelSpec.step_kind); the key every result file has
     # Phases.
     convert_s: float | None = _f(None, always=True)
     first_call_s: float | None = _f(None, required=True, history=("first call", "lower"))

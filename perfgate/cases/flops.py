@@ -98,8 +98,8 @@ def count_flops(fn: Callable[[], Any], device_type: str, root_name: str | None =
     return FlopCount(total=total, by_module=by_module, by_op=by_op, attention=attention, method=method)
 
 
-def count_step_flops(module: nn.Module, inputs: tuple[torch.Tensor, ...], *, step: str = "inference") -> FlopCount:
-    """FLOPs of one benchmark step: a forward (inference) or forward + backward (train).
+def count_step_flops(module: nn.Module, inputs: tuple[torch.Tensor, ...], *, step_kind: str = "inference") -> FlopCount:
+    """FLOPs of one timed step: a forward (inference) or forward + backward (the training kinds).
 
     The train count leaves the optimiser out (FlopCounterMode counts no element-wise work) and
     clears the gradients it made, so the module is as it was.
@@ -108,7 +108,7 @@ def count_step_flops(module: nn.Module, inputs: tuple[torch.Tensor, ...], *, ste
     root = type(module).__name__
     from perfgate.cases.steps import is_training, train_loss
 
-    if is_training(step):
+    if is_training(step_kind):
 
         def run() -> None:
             train_loss(module(*inputs)).backward()

@@ -59,7 +59,7 @@ class Case:
 
     def skip_reason(self, env: Env | None = None) -> str | None:
         reason = self.variant_obj.unavailable(env or Env.detect(self.device))
-        if reason is None and is_training(self.spec.step) and self.variant_obj.inference_only:
+        if reason is None and is_training(self.spec.step_kind) and self.variant_obj.inference_only:
             # CUDA graphs and TensorRT capture under inference mode (no grad); torchao freezes
             # quantised weights, so SGD would not update them: not the same training step.
             reason = f"{self.variant} is an inference-only optimisation; {self.model} times a training step"
@@ -154,7 +154,7 @@ def prepare(case: Case, opts: RunOptions) -> tuple[Workload, Any]:
 def count_flops(wl: Workload) -> tuple[flops.FlopCount | None, str | None]:
     """Model FLOPs of the eager fp32 step, or why FlopCounterMode could not count them."""
     try:
-        return flops.count_step_flops(wl.module, wl.inputs, step=wl.spec.step), None
+        return flops.count_step_flops(wl.module, wl.inputs, step_kind=wl.spec.step_kind), None
     except Exception as exc:  # noqa: BLE001 - a model FlopCounterMode cannot run is still benchmarked
         return None, f"{type(exc).__name__}: {exc}"
 
@@ -265,7 +265,7 @@ def case_record(
         device=str(device),
         dtype=conv.info.get("dtype", "float32"),
         params=wl.params,
-        step=wl.spec.step,
+        step=wl.spec.step_kind,
         convert_s=built.convert_s,
         first_call_s=m.first_call_s,
         warmup_rounds=m.warmup_rounds,

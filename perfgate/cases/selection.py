@@ -11,7 +11,7 @@ import torch
 
 from perfgate.cases.runner import Case
 from perfgate.cases.variants import VARIANTS
-from perfgate.cases.workload import DATA_PARALLEL_STEPS, MODELS, NO_MODELS, default_size, sizes
+from perfgate.cases.workload import DATA_PARALLEL_STEP_KINDS, MODELS, NO_MODELS, default_size, sizes
 
 
 def _split(value: str | None) -> list[str]:
@@ -50,7 +50,7 @@ def expand_cases(
     single_process = int(os.environ.get("WORLD_SIZE", "1")) == 1
     for name in select(MODELS, models or [], "models"):
         spec = MODELS[name]
-        if not models and single_process and spec.step in DATA_PARALLEL_STEPS:
+        if not models and single_process and spec.step_kind in DATA_PARALLEL_STEP_KINDS:
             continue  # data-parallel workloads duplicate their single-process twins outside torchrun
         known = sizes(spec)
         chosen = [s for s in (sizes_ or [default_size(spec, device_type)]) if s in known]

@@ -1,10 +1,12 @@
-"""Step kinds: what one timed step of a workload does, by the name a `ModelSpec.step` gives.
+"""The timed step of a workload, built by its step kind (`ModelSpec.step_kind`: inference, train,
+ddp-train, dp-inference).
 
-Every kind is built here, the data-parallel ones included, so `STEP_BUILDERS` is complete by
-construction (a test checks it against `STEP_KINDS`) without any registration.
-A builder takes `(workload, module, inputs, context)` and returns the zero-argument step the
-measurement core times. The kinds' names (`STEP_KINDS`) live in perfgate.cases.workload, which
-validates a spec against them; this module builds each and imports nothing back.
+The step is the zero-argument callable the measurement core times. Every kind's builder is here,
+the data-parallel ones included, so `STEP_KIND_BUILDERS` is complete by construction (a test
+checks it against `STEP_KINDS`) without any registration. A builder takes `(workload, module,
+inputs, context)` and returns the step. The kinds' names (`STEP_KINDS`) live in
+perfgate.cases.workload, which validates a spec against them; this module builds each and
+imports nothing back.
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ def train_step(
     return sgd_step(module, lambda i: inputs if static else tuple(t.to(inputs[0].dtype) for t in source(i)), context)
 
 
-# ----------------------------------------------------------------------------- data-parallel steps
+# --------------------------------------------------------------------- data-parallel step kinds
 
 
 def batch_multiplier(wl: Workload) -> int:
@@ -165,8 +167,8 @@ def dp_inference_step(
     return infer
 
 
-# Which kinds are data-parallel (throughput summed over ranks): perfgate.cases.workload.DATA_PARALLEL_STEPS.
-STEP_BUILDERS: dict[str, StepBuilder] = {
+# Which kinds are data-parallel (throughput summed over ranks): perfgate.cases.workload.DATA_PARALLEL_STEP_KINDS.
+STEP_KIND_BUILDERS: dict[str, StepBuilder] = {
     "inference": inference_step,
     "train": train_step,
     "ddp-train": ddp_train_step,
@@ -181,7 +183,7 @@ def make_step(
     context: Callable[[], Any],
 ) -> Callable[[], Any]:
     """The zero-argument step the measurement core times, built by the spec's step kind."""
-    return STEP_BUILDERS[wl.spec.step](wl, module, inputs, context)
+    return STEP_KIND_BUILDERS[wl.spec.step_kind](wl, module, inputs, context)
 
 
 def reference_output(wl: Workload) -> Any:
@@ -189,4 +191,4 @@ def reference_output(wl: Workload) -> Any:
     first = make_batch_source(wl)(0)
     with torch.no_grad():
         out = wl.module(*first)
-        return train_loss(out) if is_training(wl.spec.step) else out
+        return train_loss(out) if is_training(wl.spec.step_kind) else out

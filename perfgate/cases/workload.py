@@ -1,4 +1,4 @@
-"""Model registry and workloads: what one benchmark step of a model family computes.
+"""Model registry and workloads: what one timed step of a model family computes.
 
 A family lives in one file of model code that provides, by name: `CONFIGS` (size presets),
 `example_inputs(config, *, batch, seed, device, dtype, **options)`,
@@ -29,14 +29,15 @@ from typing import Any
 import torch
 from torch import nn
 
-# The step kinds a spec may name (perfgate.cases.steps builds each): what one timed step does.
+# The step kinds a spec may name (`ModelSpec.step_kind`; perfgate.cases.steps builds each): what
+# one timed step does.
 STEP_KINDS = ("inference", "train", "ddp-train", "dp-inference")
-TRAINING_STEPS = frozenset({"train", "ddp-train"})
-DATA_PARALLEL_STEPS = frozenset({"ddp-train", "dp-inference"})  # each rank its own data, throughput summed
+TRAINING_STEP_KINDS = frozenset({"train", "ddp-train"})
+DATA_PARALLEL_STEP_KINDS = frozenset({"ddp-train", "dp-inference"})  # each rank its own data, throughput summed
 
 
-def is_training(step: str) -> bool:
-    return step in TRAINING_STEPS
+def is_training(step_kind: str) -> bool:
+    return step_kind in TRAINING_STEP_KINDS
 
 
 DATA_PATHS = ("static", "host", "device")
@@ -58,23 +59,30 @@ class ModelSpec:
     model_class: str = ""  # a class of `module`, called with the size's config; or:
     factory: Callable[..., nn.Module] | None = None  # called with the config (as kwargs when a dict)
     default_sizes: Mapping[str, str]  # device type -> size preset used when none is given
-    step: str = "inference"  # one of STEP_KINDS; "train": forward, loss, backward, SGD
+    step_kind: str = "inference"  # one of STEP_KINDS; "train": forward, loss, backward, SGD
     data: str = "static"  # "host"/"device": a fresh batch generated each step (train only)
     options: Mapping[str, Any] = field(default_factory=dict)  # fixed options for this entry
     sweep: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)  # option values benchmarked
     description: str = ""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> ModelSpec:
+        if "step" in kwargs:  # the keyword's name before the step kind got its own word
+            raise TypeError(f"ModelSpec(step={kwargs['step']!r}): the keyword is step_kind now, e.g. step_kind='train'")
+        return super().__new__(cls)
 
     def __post_init__(self) -> None:
         if bool(self.model_class) == (self.factory is not None):
             raise ValueError(f"model {self.name!r}: give either model_class (a class name in {self.module}) or factory")
         if self.factory is not None and not callable(self.factory):
             raise ValueError(f"model {self.name!r}: factory must be callable, got {self.factory!r}")
-        if self.step not in STEP_KINDS:
-            raise ValueError(f"model {self.name!r}: step must be one of {', '.join(STEP_KINDS)}, got {self.step!r}")
+        if self.step_kind not in STEP_KINDS:
+            raise ValueError(
+                f"model {self.name!r}: step_kind must be one of {', '.join(STEP_KINDS)}, got {self.step_kind!r}"
+            )
         if self.data not in DATA_PATHS:
             raise ValueError(f"model {self.name!r}: data must be one of {DATA_PATHS}, got {self.data!r}")
-        if self.data != "static" and not is_training(self.step):
-            raise ValueError(f"model {self.name!r}: generated data paths are for train steps")
+        if self.data != "static" and not is_training(self.step_kind):
+            raise ValueError(f"model {self.name!r}: generated data paths are for the training step kinds")
 
 
 MODELS: dict[str, ModelSpec] = {}
@@ -204,7 +212,7 @@ def build_module(spec: ModelSpec, size: str, *, device: torch.device | str = "cp
     if not isinstance(module, nn.Module):
         made_by = spec.model_class or getattr(spec.factory, "__qualname__", repr(spec.factory))
         raise TypeError(f"model {spec.name!r}: {made_by} returned a {type(module).__name__}, not a torch nn.Module")
-    return module.train() if is_training(spec.step) else module.eval()
+    return module.train() if is_training(spec.step_kind) else module.eval()
 
 
 def load_checkpoint(module: nn.Module, path: str | Path) -> None:

@@ -42,12 +42,12 @@ def describe(name: str, size: str, *, flops: bool = True) -> dict[str, Any]:
         "params": count_parameters(module),
         "inputs": [list(t.shape) for t in inputs],
         "throughput": fam.step_info(cfg, **dict(spec.options)),
-        "step": spec.step,
+        "step": spec.step_kind,  # the key the case records carry too
     }
     if flops:
         from perfgate.cases.flops import count_step_flops
 
-        row["gflop"] = count_step_flops(module, inputs, step=spec.step).total / 1e9
+        row["gflop"] = count_step_flops(module, inputs, step_kind=spec.step_kind).total / 1e9
     return row
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.output.text import fmt_g, text_table
-from perfgate.cases.workload import DATA_PARALLEL_STEPS
+from perfgate.cases.workload import DATA_PARALLEL_STEP_KINDS
 from perfgate.measure.topology import Topology
 from perfgate.record import CaseRecord, speedup
 
@@ -250,7 +250,7 @@ def aggregate_case(
     info = out.setdefault("extra_info", {})
     for k in ("rank", "local_rank", "host", "rank_device"):
         info.pop(k, None)
-    data_parallel = info.get("step") in DATA_PARALLEL_STEPS
+    data_parallel = info.get("step") in DATA_PARALLEL_STEP_KINDS
     if info.get("device"):
         info["device"] = str(info["device"]).split(":", 1)[0]  # cuda:3 -> cuda, as in a one-process run
     info["slowest_rank"] = slowest
@@ -353,7 +353,7 @@ def aggregate(
         "straggler_threshold_pct": threshold_pct,
         "stragglers": sum(len(b["extra_info"]["stragglers"]) for b in benchmarks),
         "fingerprint_ids": fp_ids if len(set(fp_ids.values())) > 1 else None,
-        "throughput": "summed over ranks for data-parallel steps (" + ", ".join(sorted(DATA_PARALLEL_STEPS)) + "), "
+        "throughput": "summed over ranks for data-parallel steps (" + ", ".join(sorted(DATA_PARALLEL_STEP_KINDS)) + "), "
         "the slowest rank's otherwise; latency is always the slowest rank's",
     }
     out["benchmarks"] = benchmarks

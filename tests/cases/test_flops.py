@@ -33,7 +33,7 @@ def test_forward_flops_count_attention_on_the_cpu() -> None:
 
 def test_train_step_counts_forward_and_backward_and_leaves_no_gradients() -> None:
     wl = build_workload(get_model("physicsnemo-train"), "tiny", "cpu")
-    count = flops.count_step_flops(wl.module, wl.inputs, step="train")
+    count = flops.count_step_flops(wl.module, wl.inputs, step_kind="train")
     assert count.total == 3 * _tiny_block_forward_flops()  # backward of a matmul costs two
     assert all(p.grad is None for p in wl.module.parameters())
 

@@ -43,12 +43,12 @@ def test_perfgate_does_not_import_models_and_knows_every_step_kind(tmp_path: Pat
         import perfgate.cli, perfgate.plugin.torchrun, perfgate.dist.ranks, perfgate.plugin.hooks
         import perfgate.plugin.session
         import perfgate.cases.workload as w
-        from perfgate.cases.steps import STEP_BUILDERS
+        from perfgate.cases.steps import STEP_KIND_BUILDERS
         assert "models" not in sys.modules, "perfgate imported the repository's families unasked"
         assert not w.MODELS, sorted(w.MODELS)
-        assert set(w.STEP_KINDS) == set(STEP_BUILDERS)  # every kind a spec may name is built, no registration
-        assert w.DATA_PARALLEL_STEPS <= set(w.STEP_KINDS) and w.TRAINING_STEPS <= set(w.STEP_KINDS)
-        w.ModelSpec(name="x", module="x", model_class="X", default_sizes={}, step="ddp-train", data="device")
+        assert set(w.STEP_KINDS) == set(STEP_KIND_BUILDERS)  # every kind a spec may name is built, no registration
+        assert w.DATA_PARALLEL_STEP_KINDS <= set(w.STEP_KINDS) and w.TRAINING_STEP_KINDS <= set(w.STEP_KINDS)
+        w.ModelSpec(name="x", module="x", model_class="X", default_sizes={}, step_kind="ddp-train", data="device")
         try:
             w.get_model("physicsnemo-block")
         except KeyError as exc:
@@ -216,3 +216,16 @@ def test_a_model_is_built_by_its_class_or_by_any_factory(monkeypatch: pytest.Mon
             spec(**how)
     with pytest.raises(ValueError, match="factory must be callable"):
         spec(factory="timm.create_model")
+
+
+def test_the_step_kind_has_its_own_keyword_and_the_old_one_says_so() -> None:
+    import dataclasses
+
+    from perfgate.cases.workload import ModelSpec
+
+    spec = ModelSpec(name="k", module="k", model_class="K", default_sizes={}, step_kind="train", data="host")
+    assert spec.step_kind == "train" and dataclasses.replace(spec, step_kind="ddp-train").step_kind == "ddp-train"
+    with pytest.raises(TypeError, match=r"^ModelSpec\(step='train'\): the keyword is step_kind now"):
+        ModelSpec(name="k", module="k", model_class="K", default_sizes={}, step="train")
+    with pytest.raises(ValueError, match="step_kind must be one of inference, train, ddp-train, dp-inference"):
+        ModelSpec(name="k", module="k", model_class="K", default_sizes={}, step_kind="eval")

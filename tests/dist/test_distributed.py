@@ -315,12 +315,16 @@ def own_process_group():
 
 def test_data_parallel_step_kinds_are_built_in_and_their_workloads_registered_by_models():
     import models  # noqa: F401  (the registry: perfgate itself never imports it)
-    from perfgate.cases.steps import STEP_BUILDERS, is_training
+    from perfgate.cases.steps import STEP_KIND_BUILDERS, is_training
     from perfgate.cases.workload import MODELS
 
-    assert pd.DATA_PARALLEL_STEPS <= set(STEP_BUILDERS) and is_training("ddp-train") and not is_training("dp-inference")
-    assert (MODELS["physicsnemo-ddp-train"].step, MODELS["physicsnemo-ddp-train"].data) == ("ddp-train", "device")
-    assert MODELS["vjepa2-dp-inference"].step == "dp-inference"
+    assert (
+        pd.DATA_PARALLEL_STEP_KINDS <= set(STEP_KIND_BUILDERS)
+        and is_training("ddp-train")
+        and not is_training("dp-inference")
+    )
+    assert (MODELS["physicsnemo-ddp-train"].step_kind, MODELS["physicsnemo-ddp-train"].data) == ("ddp-train", "device")
+    assert MODELS["vjepa2-dp-inference"].step_kind == "dp-inference"
 
 
 def test_rank_batches_share_the_reference_call_then_differ_per_rank():
@@ -357,7 +361,7 @@ def test_data_parallel_steps_run_in_one_process(model, unit, own_process_group):
     )
     assert r.extra_info["accuracy"]["rel_l2"] == 0.0
     assert (
-        r.extra_info["step"] == get_step(model) and r.extra_info["unit"] == unit and len(r.measurement.samples_ms) == 2
+        r.extra_info["step"] == kind_of(model) and r.extra_info["unit"] == unit and len(r.measurement.samples_ms) == 2
     )
     if model == "physicsnemo-ddp-train":
         import torch.distributed as dist
@@ -365,10 +369,10 @@ def test_data_parallel_steps_run_in_one_process(model, unit, own_process_group):
         assert dist.is_initialized() and dist.get_world_size() == 1 and dist.get_backend() == "gloo"
 
 
-def get_step(model: str) -> str:
+def kind_of(model: str) -> str:
     from perfgate.cases.workload import MODELS
 
-    return MODELS[model].step
+    return MODELS[model].step_kind
 
 
 # ----------------------------------------------------------------------------- the plugin

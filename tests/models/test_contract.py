@@ -16,7 +16,7 @@ import torch
 import models  # noqa: F401  (registers this repository's families; perfgate never imports it)
 from perfgate.cases.accuracy import flatten_outputs
 from perfgate.cases.steps import make_step, reference_output
-from perfgate.cases.workload import DATA_PARALLEL_STEPS, DATA_PATHS, MODELS, build_module, build_workload, family
+from perfgate.cases.workload import DATA_PARALLEL_STEP_KINDS, DATA_PATHS, MODELS, build_module, build_workload, family
 
 SPECS = sorted(MODELS.values(), key=lambda s: s.name)
 FAMILIES = sorted({s.module for s in SPECS})
@@ -75,7 +75,7 @@ def test_every_size_builds_on_the_meta_device(spec) -> None:
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
 def test_the_tiny_workload_runs_one_step_on_the_cpu(spec) -> None:
     assert spec.data in DATA_PATHS
-    if spec.step in DATA_PARALLEL_STEPS:
+    if spec.step_kind in DATA_PARALLEL_STEP_KINDS:
         pytest.skip("a data-parallel step needs a process group: tests/dist/test_distributed.py runs it")
     wl = build_workload(spec, "tiny", "cpu", seed=0, **{k: v[0] for k, v in spec.sweep.items()})
     ref = reference_output(wl)
