@@ -1,9 +1,9 @@
 """The GPU acceptance run behind `scripts/gpu-check`: one command for whoever has a GPU.
 
-Steps, each a subprocess with its own log and JUnit XML under the output folder:
+Stages, each a subprocess with its own log and JUnit XML under the output folder:
 
 1. `perfgate health` of the device (persistence mode, clocks, other processes, ECC, free memory):
-   a failed check fails the acceptance but the steps after it still run, for the whole picture;
+   a failed check fails the acceptance but the stages after it still run, for the whole picture;
 2. `perfgate doctor` on the device;
 3. the harness's tests (`pytest tests`; `-n auto` when pytest-xdist is installed);
 4. every variant of one small family (physicsnemo-block, full size: Linear layers, so int8 and FP8
@@ -13,7 +13,7 @@ Steps, each a subprocess with its own log and JUnit XML under the output folder:
 6. a summary of what passed (`summary.md`, `summary.json`), printed at the end.
 
 Without CUDA it says so and exits 5 (perfgate's "cannot run here"), unless `--device cpu` asks for
-a rehearsal of the flow on the CPU (how this module is tested). Exit 0 when every step passed,
+a rehearsal of the flow on the CPU (how this module is tested). Exit 0 when every stage passed,
 else 1. It installs nothing: scripts/gpu-check uses the project's set-up (`PERFGATE_SKIP_INSTALL=1`
 takes the machine's Python as it is).
 """
@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(kw_only=True)
-class StepResult:
+class StageResult:
     name: str
     command: list[str]
     rc: int
@@ -69,8 +69,8 @@ def junit_outcomes(path: Path) -> dict[str, int]:
     return out
 
 
-def run_step(name: str, command: list[str], out: Path, *, junit: Path | None = None) -> StepResult:
-    """Run one step, its output both to the terminal (progress survives a killed run) and its log."""
+def run_stage(name: str, command: list[str], out: Path, *, junit: Path | None = None) -> StageResult:
+    """Run one stage, its output both to the terminal (progress survives a killed run) and its log."""
     log = out / f"{name}.log"
     print(f"gpu-check: [{name}] {shlex.join(command)}", flush=True)
     t0 = time.perf_counter()
@@ -84,7 +84,7 @@ def run_step(name: str, command: list[str], out: Path, *, junit: Path | None = N
             fh.write(line)
         rc = proc.wait()
     wall = time.perf_counter() - t0
-    result = StepResult(
+    result = StageResult(
         name=name,
         command=command,
         rc=rc,
@@ -129,15 +129,15 @@ def verdict_counts(verdicts_json: Path) -> tuple[dict[str, int], list[str], dict
     return counts, failing, data.get("skipped", {})
 
 
-def summary(steps: list[StepResult], out: Path, device: str) -> tuple[str, dict[str, Any]]:
+def summary(stages: list[StageResult], out: Path, device: str) -> tuple[str, dict[str, Any]]:
     """The Markdown summary and its data."""
     record = case_lines(out / "record.json")
     rerun_counts, rerun_failing, skipped = verdict_counts(out / "rerun-verdicts.json")
     shares = [r["peak_share"] for r in record if r["peak_share"] is not None]
     data = {
         "device": device,
-        "passed": all(s.ok for s in steps),
-        "steps": [{**asdict(s), "ok": s.ok} for s in steps],
+        "passed": all(s.ok for s in stages),
+        "stages": [{**asdict(s), "ok": s.ok} for s in stages],
         "record_cases": record,
         "rerun_verdicts": rerun_counts,
         "rerun_failing": rerun_failing,
@@ -147,17 +147,17 @@ def summary(steps: list[StepResult], out: Path, device: str) -> tuple[str, dict[
     lines = [
         f"# gpu-check on {device}: {'PASSED' if data['passed'] else 'FAILED'}",
         "",
-        "| step | exit | wall s | passed | failed | skipped |",
+        "| stage | exit | wall s | passed | failed | skipped |",
         "|---|---|---|---|---|---|",
     ]
-    for s in steps:
+    for s in stages:
         o = s.outcomes
         lines.append(
             f"| {s.name} | {s.rc} | {s.wall_s:.0f} | {o.get('passed', '-')} | "
             f"{o.get('failed', 0) + o.get('errors', 0) if o else '-'} "
             f"| {o.get('skipped', '-')} |"
         )
-    lines.append(f"| total | | {sum(s.wall_s for s in steps):.0f} | | | |")
+    lines.append(f"| total | | {sum(s.wall_s for s in stages):.0f} | | | |")
     if record:
         lines += ["", "Recorded cases (median ms, share of the measured peak of the math each runs):", ""]
         lines += [
@@ -197,7 +197,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument("--variants", default=None, help="comma-separated variants or globs (default: every variant)")
     p.add_argument("--budget-s", type=float, default=2.0, help="timed seconds per case (default 2)")
-    p.add_argument("--skip-tests", action="store_true", help="leave out the harness's tests (step 2)")
+    p.add_argument("--skip-tests", action="store_true", help="leave out the harness's tests (stage 3)")
     p.add_argument(
         "--out", default=str(ROOT / ".perfgate" / "gpu-check"), help="output folder (default .perfgate/gpu-check)"
     )
@@ -229,11 +229,11 @@ def main(argv: list[str] | None = None) -> int:
 
         shutil.rmtree(baselines)  # the record must be this run's own
     py = sys.executable
-    steps = [
-        run_step(
+    stages = [
+        run_stage(
             "health", [py, "-m", "perfgate", "health", "--device", device, "--json", str(out / "health.json")], out
         ),
-        run_step("doctor", [py, "-m", "perfgate", "doctor", "--device", device], out),
+        run_stage("doctor", [py, "-m", "perfgate", "doctor", "--device", device], out),
     ]
     if not args.skip_tests:
         try:
@@ -242,8 +242,8 @@ def main(argv: list[str] | None = None) -> int:
             parallel = ["-n", "auto"]
         except ImportError:
             parallel = []
-        steps.append(
-            run_step(
+        stages.append(
+            run_stage(
                 "tests",
                 pytest_command(py, "tests", "-q", *parallel, "--junit-xml", str(out / "tests.xml")),
                 out,
@@ -265,8 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if args.variants:
         selection += ["--perfgate-variants", args.variants]
-    steps.append(
-        run_step(
+    stages.append(
+        run_stage(
             "record",
             pytest_command(
                 py,
@@ -286,8 +286,8 @@ def main(argv: list[str] | None = None) -> int:
             junit=out / "record.xml",
         )
     )
-    steps.append(
-        run_step(
+    stages.append(
+        run_stage(
             "rerun",
             pytest_command(
                 py,
@@ -304,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
             junit=out / "rerun.xml",
         )
     )
-    text, data = summary(steps, out, device)
+    text, data = summary(stages, out, device)
     from perfgate import files
 
     files.write_text(out / "summary.md", text)

@@ -59,8 +59,8 @@ def test_the_flow_rehearsed_on_the_cpu_records_reruns_and_summarises(tmp_path: P
     )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     data = json.loads((out / "summary.json").read_text())
-    assert data["passed"] and [s["name"] for s in data["steps"]] == ["health", "doctor", "record", "rerun"]
-    record = {s["name"]: s for s in data["steps"]}["record"]
+    assert data["passed"] and [s["name"] for s in data["stages"]] == ["health", "doctor", "record", "rerun"]
+    record = {s["name"]: s for s in data["stages"]}["record"]
     assert record["outcomes"] == {"passed": 2, "failed": 0, "skipped": 1, "errors": 0}
     assert sorted(c["case"] for c in data["record_cases"]) == [
         "test_step[physicsnemo-block-tiny-baseline]",
@@ -71,4 +71,4 @@ def test_the_flow_rehearsed_on_the_cpu_records_reruns_and_summarises(tmp_path: P
     assert list((out / "baselines").glob("*/0001_gpu-check.json"))
     summary = (out / "summary.md").read_text()
     assert summary.startswith("# gpu-check on cpu: PASSED") and "| record | 0 |" in summary
-    assert "gpu-check: [rerun] exit 0" in r.stdout  # progress per step
+    assert "gpu-check: [rerun] exit 0" in r.stdout  # progress per stage
