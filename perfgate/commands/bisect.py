@@ -42,14 +42,14 @@ def run(args: argparse.Namespace) -> int:
     except ab_run.ABError as exc:
         raise CommandError(str(exc)) from None
     with tempfile.TemporaryDirectory(prefix="perfgate-bisect-") as tmp:
-        # This perfgate judges every step: the commits being bisected may predate `perfgate ab`.
+        # This perfgate judges every commit: the commits being bisected may predate `perfgate ab`.
         harness = Path(tmp) / "harness"
         copy_harness(Path(__file__).resolve().parents[1], harness / "perfgate")
-        log = Path(tmp) / "steps.log"
-        step = [
+        log = Path(tmp) / "commits.log"
+        judge_commit = [
             sys.executable,
             "-c",
-            "import sys; from perfgate.ab.bisect_step import main; sys.exit(main())",
+            "import sys; from perfgate.ab.bisect_commit import main; sys.exit(main())",
             "--good",
             good,
             "--case",
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             ab_run.git(repo, "bisect", "start", bad, good)
             r = subprocess.run(
-                ["env", env_path, "git", "bisect", "run", *step], cwd=repo, capture_output=True, text=True
+                ["env", env_path, "git", "bisect", "run", *judge_commit], cwd=repo, capture_output=True, text=True
             )
         finally:
             subprocess.run(["git", "bisect", "reset"], cwd=repo, capture_output=True)
@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def copy_harness(package: Path, dest: Path) -> None:
-    """This perfgate copied to `dest`: the harness every step runs. The model families live in the
-    repository's top-level models/, which `git bisect` checks out at each commit and each step
-    imports from there (its working directory)."""
+    """This perfgate copied to `dest`: the harness that judges every commit. The model families live
+    in the repository's top-level models/, which `git bisect` checks out at each commit and the
+    judgement imports from there (its working directory)."""
     shutil.copytree(package, dest, ignore=shutil.ignore_patterns("__pycache__"))

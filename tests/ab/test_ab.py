@@ -190,11 +190,11 @@ def test_bisect_finds_the_commit_that_made_the_case_slower(tmp_path: Path) -> No
     )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert f"perfgate bisect: {culprit} is the first bad commit" in r.stdout
-    assert "regression" in r.stdout  # the A/B evidence of the steps
+    assert "regression" in r.stdout  # the A/B evidence of the commits judged
 
 
 def test_the_bisect_harness_runs_the_bisected_commits_families(tmp_path: Path) -> None:
-    """A step runs as `git bisect run` starts it: in the checked-out commit, the harness first on the
+    """A commit is judged as `git bisect run` starts it: in the checked-out commit, the harness first on the
     path. perfgate comes from the harness, the families (top-level models/) from the commit, no link."""
     from perfgate.commands.bisect import copy_harness
 

@@ -1,7 +1,7 @@
-"""One step of `perfgate bisect`, run by `git bisect run` at each commit: an A/B of this commit (the
-head) against GOOD (the base) on one case. Exit 0: good (unchanged or faster), 1: bad (a
-regression), 125: cannot tell (inconclusive or unreliable twice: git skips the commit). A step is
-measured again before it blames a commit, so one noisy process cannot move the bisection.
+"""One commit of `perfgate bisect`, judged when `git bisect run` checks it out: an A/B of this
+commit (the head) against GOOD (the base) on one case. Exit 0: good (unchanged or faster), 1: bad
+(a regression), 125: cannot tell (inconclusive or unreliable twice: git skips the commit). A
+commit is measured again before it is blamed, so one noisy process cannot move the bisection.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ GOOD, BAD, SKIP = 0, 1, 125
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="perfgate bisect step")
+    p = argparse.ArgumentParser(prog="perfgate bisect (one commit)")
     p.add_argument("--good", required=True)
     p.add_argument("--case", required=True)
     p.add_argument("--mode", choices=("interleaved", "processes"), default="interleaved")
