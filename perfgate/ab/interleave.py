@@ -4,12 +4,13 @@ Two revisions' processes differ by more than the slowdowns worth catching (on th
 the same case read -22% to +25% from one fresh process to the next), while the step times of two
 models measured in the same rounds of one process move together. So `perfgate ab` (mode
 `interleaved`) loads both revisions' model files into one process (the base's under an alias
-module name), builds each case twice with the same seed, and times them in alternating rounds,
-the order random each round, an untimed call before each timed one (as the reference workload
-is timed): the per-round ratio head/base cancels the machine's speed, the median ratio of a
-process is the figure, and a few fresh processes average what one process has alone (memory
-layout). Measured: two builds of the same model read within +-0.7% of each other in each of 6
-fresh processes (owl world model, audio decoder, Wan VAE, tiny, 2 s each).
+module name), builds each case twice with the same seed, and times them in alternating rounds
+of the suite's own loop (perfgate.measure.rounds), the order random each round, an untimed call
+before each timed one (as the step after the reference workload): the per-round ratio head/base,
+which the stop rule judges, cancels the machine's speed, the median ratio of a process is the
+figure, and a few fresh processes average what one process has alone (memory layout). Measured:
+two builds of the same model read within +-0.7% of each other in each of 6 fresh processes (owl
+world model, audio decoder, Wan VAE, tiny, 2 s each).
 
 What it cannot see: a change outside the model files (the harness, torch, an op both sides
 share), which slows both sides alike. Mode `processes` (perfgate.ab.run) compares whole revisions.
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import gc
 import importlib.util
 import json
 import math
@@ -30,7 +30,6 @@ import os
 import random
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -38,9 +37,10 @@ from typing import Any
 
 import torch
 
-from perfgate.measure.core import busy_cpu_s, contention, make_timer
+from perfgate.measure.core import make_timer
 from perfgate.measure.memory import MemoryTracker
-from perfgate.measure.stats import StopRule, stop_reason
+from perfgate.measure.rounds import timed_rounds
+from perfgate.measure.stats import StopRule
 
 INJECT_HEAD = "PERFGATE_INJECT_HEAD"  # local:K, for `perfgate gate-quality --ab`: the head's model does K% more work
 
@@ -78,30 +78,16 @@ def measure_interleaved(
     for _ in range(warmup_rounds):
         base()
         head()
-    rng = random.Random(seed)
-    a_ms: list[float] = []
-    b_ms: list[float] = []
-    ratios: list[float] = []
-    gc.collect()
-    was = gc.isenabled()
-    gc.disable()  # a collection would land in one side's sample
-    try:
-        cpu0, t0 = busy_cpu_s(), time.perf_counter()
-        reason = None
-        while reason is None:
-            times = {}
-            for name, step in rng.sample([("base", base), ("head", head)], 2):
-                step()
-                times[name] = timer.time_ms(step)[0]
-            a_ms.append(times["base"])
-            b_ms.append(times["head"])
-            ratios.append(times["head"] / times["base"])
-            reason = stop_reason(ratios, time.perf_counter() - t0, stop)
-        wall_s = time.perf_counter() - t0
-        cpu1 = busy_cpu_s()
-    finally:
-        if was:
-            gc.enable()
+    # Each side called once untimed right before it is timed, as the suite times a step after the
+    # reference workload; the order drawn each round, so neither side always runs second.
+    r = timed_rounds(
+        [("base", base), ("head", head)],
+        timer,
+        lambda t: t["head"] / t["base"],
+        stop=stop,
+        untimed_first={"base", "head"},
+        order=random.Random(seed),
+    )
     peaks = []
     for step in (base, head):
         with MemoryTracker(device) as mem:
@@ -109,10 +95,10 @@ def measure_interleaved(
             step()
         peaks.append(mem.result.peak_mem_mib if mem.result else None)
     return Interleaved(
-        samples_base_ms=a_ms,
-        samples_head_ms=b_ms,
-        ratios=ratios,
-        contention_cores=contention(cpu0, cpu1, wall_s),
+        samples_base_ms=r.samples_ms["base"],
+        samples_head_ms=r.samples_ms["head"],
+        ratios=r.judged,
+        contention_cores=r.contention_cores,
         peak_base_mib=peaks[0],
         peak_head_mib=peaks[1],
         out_base=out_base,

@@ -12,12 +12,12 @@ the gate judges latency on those ratios (`normalise` in the policy) while every 
 millisecond stays the step's own. Between-process CV of a 4 ms step's median on the development
 VM: 17-24% raw, 2-3% as ratios (24 fresh processes); reference timings taken only before and
 after the timed rounds, rather than in every round, left 10%: the drift is faster than a run.
+
+The timed rounds are perfgate.measure.rounds' loop, the one interleaved A/B uses too.
 """
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import math
 import time
 from collections.abc import Callable
@@ -28,36 +28,8 @@ import numpy as np
 import torch
 
 from perfgate.measure.memory import MemoryTracker, PeakMemory
-from perfgate.measure.stats import StopRule, ratios, stop_reason, summarize
-
-
-def busy_cpu_s() -> tuple[float, float]:
-    """(all processes' busy CPU seconds, this process's CPU seconds) so far."""
-    import psutil
-
-    t = psutil.cpu_times()
-    busy = (
-        t.user
-        + t.system
-        + getattr(t, "nice", 0.0)
-        + getattr(t, "irq", 0.0)
-        + getattr(t, "softirq", 0.0)
-        + getattr(t, "steal", 0.0)
-    )
-    own = psutil.Process().cpu_times()
-    return busy, own.user + own.system + own.children_user + own.children_system
-
-
-def contention(before: tuple[float, float], after: tuple[float, float], wall_s: float) -> float:
-    """Other processes' CPU time during the measurement, in cores (0.5 = half a core busy).
-
-    On a 2-core machine one busy neighbour slows a 2-thread run tenfold: such a sample is not a
-    regression of the code but of the machine, and the gate calls it unreliable.
-    """
-    if wall_s <= 0:
-        return 0.0
-    other = (after[0] - before[0]) - (after[1] - before[1])
-    return max(other, 0.0) / wall_s
+from perfgate.measure.rounds import gc_paused, timed_rounds
+from perfgate.measure.stats import StopRule, summarize
 
 
 class CpuTimer:
@@ -224,69 +196,45 @@ def measure(
     budget = f", up to about {stop.budget_s:g} s" if math.isfinite(stop.budget_s) else ""
     rounds = f"{stop.min_rounds}" if stop.min_rounds == stop.max_rounds else f"{stop.min_rounds}-{stop.max_rounds}"
     say(f"timing rounds ({rounds} rounds{budget})")
-    samples: list[float] = []
-    ref_ms: list[float] | None = [] if reference is not None else None
-    # gc pauses would land in random samples; collect now and keep it off while timing.
-    gc.collect()
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        # With a reference its allocations must not count: the step's peak is then tracked apart.
-        with MemoryTracker(device) if reference is None else contextlib.nullcontext() as mem:
-            cpu0 = busy_cpu_s()
-            t0 = time.perf_counter()
-            reason = None
-            every: list[float] = []  # kept and dropped rounds in order (for a case left with too few)
-            drops: dict[str, int] = {}
-            while reason is None:
-                if reference is not None and ref_ms is not None:
-                    ref_ms.append(timer.time_ms(reference)[0])
-                    # Right after the reference a short step measured 0.1-0.3 ms slower (cold caches,
-                    # idle threads; physicsnemo tiny +37%): this untimed call warms them again.
-                    step()
-                sample = timer.time_ms(step)[0]
-                every.append(sample)
-                why = probe.throttled() if probe is not None else []  # after the sample: outside the timing
-                if why:
-                    drops.update({w: drops.get(w, 0) + 1 for w in why})
-                    if ref_ms:
-                        ref_ms.pop()
-                    if len(every) - len(samples) >= stop.max_rounds:
-                        reason = "throttled"
-                    time.sleep(probe.rule.recovery_delay_s)
-                    continue
-                samples.append(sample)
-                judged = samples if ref_ms is None else ratios(samples, ref_ms)
-                reason = stop_reason(judged, time.perf_counter() - t0, stop)
-                # No progress call in here: a redraw between rounds is work the next sample would pay for.
-            wall_s = time.perf_counter() - t0
-            cpu1 = busy_cpu_s()
-        say(f"timed {len(samples)} rounds in {wall_s:.1f} s ({reason})")
-        if reference is not None:
-            with MemoryTracker(device) as mem:
-                for _ in range(2):
-                    step()
-    finally:
-        if gc_was_enabled:
-            gc.enable()
+    if reference is None:
+        with MemoryTracker(device) as mem:
+            r = timed_rounds([("step", step)], timer, lambda t: t["step"], stop=stop, probe=probe)
+    else:
+        # The reference timed, the step once untimed, the step timed: every recorded ratio has this
+        # order. Right after the reference a short step measured 0.1-0.3 ms slower (cold caches, idle
+        # threads; physicsnemo tiny +37%): the untimed call warms them again.
+        r = timed_rounds(
+            [("reference", reference), ("step", step)],
+            timer,
+            lambda t: t["step"] / t["reference"],
+            stop=stop,
+            untimed_first={"step"},
+            probe=probe,
+        )
+    samples = r.samples_ms["step"]
+    say(f"timed {len(samples)} rounds in {r.wall_s:.1f} s ({r.stop})")
+    if reference is not None:
+        with gc_paused(), MemoryTracker(device) as mem:  # the step's peak alone: the reference's must not count
+            for _ in range(2):
+                step()
     assert mem.result is not None
     throttle = None
     if probe is not None:
         from perfgate.measure.throttle import throttle_block
 
-        throttle = throttle_block(drops, len(every) - len(samples), len(samples), stop.min_rounds, probe.rule)
+        throttle = throttle_block(r.drop_reasons, r.dropped, len(samples), stop.min_rounds, probe.rule)
         if throttle["too_few"]:
-            samples = every  # too few clean rounds: report them all; the case is unreliable
+            samples = r.all_ms["step"]  # too few clean rounds: report them all; the case is unreliable
     return Measurement(
         samples_ms=samples,
         first_call_s=first_ms / 1e3,
         warmup_rounds=len(warm),
-        stop=reason,
+        stop=r.stop,
         memory=mem.result,
         device=str(device),
         timer=type(timer).__name__,
-        contention_cores=contention(cpu0, cpu1, wall_s),
-        reference_ms=ref_ms,
+        contention_cores=r.contention_cores,
+        reference_ms=r.samples_ms.get("reference"),
         throttle=throttle,
         output=output,
     )

@@ -178,7 +178,7 @@ def other_cores_busy(probe_s: float = 1.0) -> float:
     """Other processes' CPU use over the next `probe_s` seconds, in cores (as `measure` counts it)."""
     import time
 
-    from perfgate.measure.core import busy_cpu_s, contention
+    from perfgate.measure.rounds import busy_cpu_s, contention
 
     before, t0 = busy_cpu_s(), time.perf_counter()
     time.sleep(probe_s)

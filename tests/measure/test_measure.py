@@ -1,30 +1,14 @@
-import time
-
 import pytest
 import torch
 
-from perfgate.measure.core import CpuTimer, StopRule, WarmupRule, contention, make_timer, measure, warmup_settled
-
-
-class FakeClock:
-    """The timer's clock (time.perf_counter_ns), advanced only by the steps: what a step "takes" is
-    exact, so the tests assert the loop's bookkeeping, never how busy the machine was."""
-
-    def __init__(self) -> None:
-        self.ns = 0
-
-    def __call__(self) -> int:
-        return self.ns
-
-    def takes(self, ms: float) -> None:
-        self.ns += round(ms * 1e6)
+from perfgate.measure.core import CpuTimer, StopRule, WarmupRule, make_timer, measure, warmup_settled
+from tests import fake_clock
+from tests.fake_clock import FakeClock
 
 
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
-    c = FakeClock()
-    monkeypatch.setattr(time, "perf_counter_ns", c)
-    return c
+    return fake_clock.install(monkeypatch)
 
 
 def test_first_call_is_timed_apart_from_steady_state(clock):
@@ -66,12 +50,6 @@ def test_stops_at_max_rounds_on_noise(clock):
     assert len(m.samples_ms) == 12 and m.stop == "max_rounds"
 
 
-def test_contention_counts_only_other_processes():
-    # 3 s of all-process CPU time, 1 s of it ours, over 2 s of wall time: one other core busy.
-    assert contention((10.0, 5.0), (13.0, 6.0), 2.0) == pytest.approx(1.0)
-    assert contention((10.0, 5.0), (11.0, 6.0), 2.0) == 0.0
-
-
 def test_cuda_timer_is_never_used_on_cpu():
     assert isinstance(make_timer("cpu"), CpuTimer)
     with pytest.raises(ValueError, match="unsupported device"):
@@ -100,6 +78,34 @@ def test_reference_is_timed_after_every_round_and_the_stop_rule_sees_the_ratio(c
     assert (
         measure(lambda: None, "cpu", stop=StopRule(min_rounds=3, max_rounds=3)).reference_ms is None
     )  # off unless asked
+
+
+def test_each_round_times_the_reference_then_calls_the_step_untimed_then_times_it(clock):
+    # The order every recorded step/reference ratio was measured in. The untimed call takes 9 ms,
+    # the timed one 4 ms: samples of 4 ms show which call was timed.
+    calls: list[str] = []
+
+    def step():
+        calls.append("step")
+        clock.takes(9.0 if calls.count("step") % 2 else 4.0)
+
+    def reference():
+        calls.append("reference")
+        clock.takes(2.0)
+
+    m = measure(
+        step,
+        "cpu",
+        stop=StopRule(min_rounds=3, max_rounds=3, budget_s=5),
+        warmup=WarmupRule(min_rounds=1, max_rounds=1, window=1),
+        reference=reference,
+    )
+    # 5 reference calls before the first call, the first call, 1 warm-up round, then the rounds
+    # (the step's count is even again after warm-up: its next call is the untimed one).
+    assert calls[:7] == ["reference"] * 5 + ["step"] * 2
+    rounds = calls[7 : 7 + 9]
+    assert rounds == ["reference", "step", "step"] * 3
+    assert m.samples_ms == [4.0] * 3 and m.reference_ms == [2.0] * 3
 
 
 def test_reference_normalises_cpu_only():

@@ -1,0 +1,42 @@
+"""measure_interleaved on the shared timed-rounds loop, with a fake clock advanced by the steps: the
+base and the head alternate in a random order each round, each right after an untimed call of itself,
+and the stop rule judges head/base."""
+
+from __future__ import annotations
+
+import pytest
+
+from perfgate.ab.interleave import measure_interleaved
+from perfgate.measure.stats import StopRule
+from tests import fake_clock
+from tests.fake_clock import FakeClock
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    return fake_clock.install(monkeypatch)
+
+
+def test_base_and_head_alternate_randomly_each_after_its_untimed_call(clock):
+    log: list[str] = []
+
+    def side(name: str, ms: float):
+        def step() -> str:
+            log.append(name)
+            clock.takes(ms)
+            return name
+
+        return step
+
+    stop = StopRule(precision=0.01, min_rounds=12, max_rounds=40, budget_s=float("inf"))
+    m = measure_interleaved(side("base", 2.0), side("head", 5.0), "cpu", stop=stop, warmup_rounds=3, seed=3)
+    assert log[:8] == ["base", "head"] * 4  # outputs, then the warm-up rounds
+    timed = log[8 : 8 + 4 * 12]
+    per_round = [timed[i : i + 4] for i in range(0, len(timed), 4)]
+    assert all(r[0] == r[1] and r[2] == r[3] and {r[0], r[2]} == {"base", "head"} for r in per_round)
+    assert {r[0] for r in per_round} == {"base", "head"}  # both orders drawn
+    assert log[8 + 4 * 12 :] == ["base"] * 2 + ["head"] * 2  # the peak memory of each side alone
+    # Exact ratios are as precise as can be: the stop rule, judging head/base, stops at its minimum.
+    assert m.ratios == [2.5] * 12 and m.median_ratio == 2.5
+    assert m.samples_base_ms == [2.0] * 12 and m.samples_head_ms == [5.0] * 12
+    assert (m.out_base, m.out_head) == ("base", "head")
