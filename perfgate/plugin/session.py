@@ -78,12 +78,13 @@ class Session:
     eager_unreliable: set[tuple] = field(default_factory=set)  # groups whose eager run was unreliable: no speedups
 
     def __setattr__(self, name: str, value: Any) -> None:
-        # A plugin written against the old Session assigned configuration here; now that would be a
-        # silent no-op on a copy nobody reads, so it is refused with the way to do it.
+        # Plugins used to assign configuration here; now that would set an attribute nobody reads,
+        # so it is refused with the way to do it.
         if name in _CONFIG_FIELDS or (name == "config" and "config" in self.__dict__):
             raise AttributeError(
                 f"Session.{name}: the run's configuration (session.config, a frozen RunConfig) is built once; "
-                "change it in a pytest_perfgate_run_config hook (perfgate.plugin.hookspecs)"
+                "change it in a pytest_perfgate_run_config hook (perfgate.plugin.hookspecs), or, in a script, "
+                "build the RunConfig with it (dataclasses.replace) before the Session"
             )
         object.__setattr__(self, name, value)
 

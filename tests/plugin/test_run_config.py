@@ -12,7 +12,7 @@ from perfgate.cases.runner import RunOptions
 from perfgate.gate.policy import Policy
 from perfgate.gate.settings import GateSettings
 from perfgate.measure.core import StopRule
-from perfgate.plugin import hooks
+from perfgate.plugin import configure
 from perfgate.plugin.session import RunConfig, Session
 
 
@@ -66,7 +66,7 @@ def test_plugins_changes_are_combined_into_the_one_configuration(tmp_path):
         lambda c: dataclasses.replace(c, run_options=lockstep, record_label=None),
         lambda c: None,  # a plugin with nothing to change
     )
-    final = hooks._with_plugins_changes(config, built)
+    final = configure.with_plugins_changes(config, built)
     assert len(calls) == 1 and calls[0] is built  # asked once, every plugin handed the built configuration
     assert (final.record_label, final.run_options, final.verdict_file) == (None, lockstep, tmp_path / "v.json")
     assert built.record_label == "main"  # the built one is not changed in place
@@ -78,4 +78,4 @@ def test_two_plugins_setting_one_field_differently_is_a_usage_error(tmp_path):
         lambda c: dataclasses.replace(c, policy=Policy(defaults=GateSettings(alpha=0.05))),
     )
     with pytest.raises(pytest.UsageError, match="two plugins set the run's policy differently"):
-        hooks._with_plugins_changes(config, _config(tmp_path))
+        configure.with_plugins_changes(config, _config(tmp_path))
