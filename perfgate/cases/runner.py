@@ -66,7 +66,7 @@ class Case:
         return reason
 
 
-@dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class RunOptions:
     stop: StopRule = StopRule()
     warmup: WarmupRule = WarmupRule()

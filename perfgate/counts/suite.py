@@ -301,10 +301,11 @@ def _host_cpu() -> str:
 
 def session_pass(config: Any, session: Any, items: Sequence[Any]) -> None:
     """Before the first case is timed: count the selected CPU cases' instructions, once."""
-    counts_config = getattr(session, "counts_config", None)
+    run_config = session.config  # perfgate.plugin.session.RunConfig
+    counts_config = run_config.counts_config
     if counts_config is None or config.getoption("perfgate_no_counts", False):
         return
-    if not str(session.device).startswith("cpu") or hasattr(config, "workerinput") or os.environ.get(NO_COUNTS_ENV):
+    if not str(run_config.device).startswith("cpu") or hasattr(config, "workerinput") or os.environ.get(NO_COUNTS_ENV):
         why = None  # a GPU run: its cases are never counted under valgrind, nothing to explain
         if hasattr(config, "workerinput"):
             why = "not counted in an xdist worker (each would start valgrind); run without -n to count"
@@ -331,15 +332,15 @@ def session_pass(config: Any, session: Any, items: Sequence[Any]) -> None:
             reporter.write_line(line)
 
     def baseline_of(case_id: str) -> float | None:
-        if not session.gate_enabled or case_id not in nodeids:
+        if not run_config.gate_enabled or case_id not in nodeids:
             return None
         found = session.baseline_record(nodeids[case_id])
         return found[0].instructions_per_step if found else None
 
     def tolerance_of(case: Any) -> float:
-        return session.policy.settings(case.model, case.variant, "instructions", case.device).instructions_tolerance
+        return run_config.policy.settings(case.model, case.variant, "instructions", case.device).instructions_tolerance
 
-    table_registries = getattr(session, "counts_registries", ([], []))
+    registries, model_files = run_config.counts_registries
     if not todo:
         session.counts = SessionCounts(config=counts_config, fields={}, skipped={}, portable=None, portable_path=None)
         return
@@ -348,10 +349,10 @@ def session_pass(config: Any, session: Any, items: Sequence[Any]) -> None:
         counts_config,
         baseline_of=baseline_of,
         tolerance_of=tolerance_of,
-        baselines_root=session.baselines_root,
+        baselines_root=run_config.baselines_root,
         root=Path(config.rootpath),
-        registries=table_registries[0],
-        model_files=table_registries[1],
+        registries=registries,
+        model_files=model_files,
         out_dir=Path(config.rootpath) / ".perfgate" / "callgrind",
         say=say,
     )

@@ -1,14 +1,20 @@
-"""State of one benchmark session, without pytest: selection, baselines, in-run speedups, verdicts.
+"""One benchmark session without pytest: its configuration, fixed before the first case, and its state.
 
-The pytest plugin creates one `Session` and asks it for cases, results and verdicts; the same
-object serves a script that benchmarks without pytest.
+`RunConfig` is what the run was asked to do (device, baselines, policy, run options, outputs,
+selection rules); it is frozen and built once: by `perfgate.plugin.hooks` in pytest_configure from
+the options and [tool.perfgate] (plugins change it through `pytest_perfgate_run_config` before it is
+built), or by a script. `Session` holds that configuration and what the run finds out as it goes:
+the cases, results, verdicts, skips and what was recorded. A script benchmarks without pytest with
+
+    session = Session(config=RunConfig(device="cpu", baselines_root=Path("baselines")))
+    result, verdicts = session.measure_and_judge(case, case.id)
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,49 +30,83 @@ from perfgate.profile.evidence import capture_evidence, reproduce_commands, with
 from perfgate.record import CaseRecord, speedup, speedup_basis
 
 
-@dataclass(kw_only=True)
-class Session:
-    device: str
+@dataclass(frozen=True, kw_only=True)
+class RunConfig:
+    """What a run was asked to do, fixed before the first case is collected (assigning a field
+    raises FrozenInstanceError; `dataclasses.replace` makes a changed copy before the session is built)."""
+
+    device: str  # resolved: "cuda:0", not "cuda"
     baselines_root: Path
     policy: Policy = Policy()
     run_options: RunOptions = field(default_factory=RunOptions)
     gate_enabled: bool = True
-    fail_on_improvement: bool = False
-    results: dict[str, CaseResult] = field(default_factory=dict)
-    verdicts: list[gate.Verdict] = field(default_factory=list)
-    skips: dict[str, str] = field(default_factory=dict)
+    fail_on_improvement: bool = False  # --perfgate-ratchet: an improvement fails until recorded
     fail_on_graph_break: bool = False
-    case_timeout_s: float = 0.0  # 0: no limit (the plugin sets the configured one)
-    unjudged: str = ""  # the end-of-run line when no latency could be judged
+    fail_unjudged: bool = False  # fail the run when no case's latency could be judged
+    case_timeout_s: float = 0.0  # 0: no limit
     trace: str = "off"  # evidence on failure: "off", "all" cases or only "regressed" ones
     evidence_dir: Path = Path(".perfgate/evidence")
-    # The selection and the outputs, set by the pytest plugin (and its hook implementations).
-    tier: Tier | None = None
-    default_variants: list[str] | None = None  # the tier's, else [tool.perfgate] variants; None: all
-    cases: list[Case] = field(default_factory=list)
+    tier: Tier | None = None  # the tier the selection came from
+    default_variants: tuple[str, ...] | None = None  # the tier's, else [tool.perfgate] variants; None: all
     record_label: str | None = None  # record the run as a baseline under this label; None: do not
     verdict_file: Path | None = None  # where the verdicts JSON is written at the end; None: nowhere
+    # Counts (perfgate.counts.suite): the [tool.perfgate.counts] table (None: nothing is counted) and
+    # the registries and model files the valgrind worker loads.
+    counts_config: counts_suite.CountsConfig | None = None
+    counts_registries: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
+
+
+_CONFIG_FIELDS = frozenset(f.name for f in fields(RunConfig))
+
+
+@dataclass(kw_only=True)
+class Session:
+    """A run's frozen configuration and its mutable state."""
+
+    config: RunConfig
+    cases: list[Case] = field(default_factory=list)  # the selection (a shard narrows it before collection)
+    results: dict[str, CaseResult] = field(default_factory=dict)  # by pytest node id
+    verdicts: list[gate.Verdict] = field(default_factory=list)
+    skips: dict[str, str] = field(default_factory=dict)  # case id -> why it was skipped
+    counts: counts_suite.SessionCounts | None = None  # the instruction pass's results (before any case)
+    unjudged: str = ""  # the end-of-run line when no latency could be judged
     recorded: Path | None = None  # the baseline file this run recorded
     record_refused: str | None = None  # why this run was not recorded although asked to
-    compared_elsewhere: list[str] = field(default_factory=list)  # how --benchmark-compare files' machines differ
-    # Counts (perfgate.counts.suite): the [tool.perfgate.counts] table, the registries the valgrind
-    # worker loads, and the instruction pass's results.
-    counts_config: Any = None
-    counts_registries: tuple[list[str], list[str]] = ([], [])
-    counts: Any = None
     recorded_counts: Path | None = None  # the portable count baseline this run recorded
+    compared_elsewhere: list[str] = field(default_factory=list)  # how --benchmark-compare files' machines differ
+    eager: dict[tuple, CaseRecord] = field(default_factory=dict)  # group -> this run's reliable eager record
+    eager_unreliable: set[tuple] = field(default_factory=set)  # groups whose eager run was unreliable: no speedups
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Plugins used to assign configuration here; now that would set an attribute nobody reads,
+        # so it is refused with the way to do it.
+        if name in _CONFIG_FIELDS or (name == "config" and "config" in self.__dict__):
+            raise AttributeError(
+                f"Session.{name}: the run's configuration (session.config, a frozen RunConfig) is built once; "
+                "change it in a pytest_perfgate_run_config hook (perfgate.plugin.hookspecs), or, in a script, "
+                "build the RunConfig with it (dataclasses.replace) before the Session"
+            )
+        object.__setattr__(self, name, value)
 
     def __post_init__(self) -> None:
-        self.fingerprint = fingerprint(self.device)
+        # Derived from the configuration, once: what this machine is and which variants it can run.
+        self.fingerprint = fingerprint(self.config.device)
         self.fingerprint_id = fingerprint_id(self.fingerprint)
-        self.env = Env.detect(self.device)
+        self.env = Env.detect(self.config.device)
         self._baselines: baseline_store.Baselines | None = None  # read on first use
-        self._eager: dict[tuple, CaseRecord] = {}  # group -> this run's reliable eager record
-        self._eager_unreliable: set[tuple] = set()  # groups whose eager run was unreliable: no speedups
+
+    # The outputs (perfgate.output) read these two of the configuration from the session.
+    @property
+    def gate_enabled(self) -> bool:
+        return self.config.gate_enabled
+
+    @property
+    def fail_on_improvement(self) -> bool:
+        return self.config.fail_on_improvement
 
     @property
     def baseline_dir(self) -> Path:
-        return baseline_store.baseline_dir(self.baselines_root, self.fingerprint_id)
+        return baseline_store.baseline_dir(self.config.baselines_root, self.fingerprint_id)
 
     @property
     def baselines(self) -> baseline_store.Baselines:
@@ -102,22 +142,22 @@ class Session:
         rec = result.record
         counts_suite.annotate(self.counts, case, rec, result.step)
         rec.unreliable = gate.unreliable_reason(
-            rec, self.policy.settings(case.model, case.variant, "latency", case.device)
+            rec, self.config.policy.settings(case.model, case.variant, "latency", case.device)
         )
         basis = speedup_basis(rec)  # the one rule (perfgate.record.speedup)
         group = self._group(case)
         if case.variant == "baseline":
             if rec.unreliable:
-                self._eager.pop(group, None)  # no speedups from a contended eager run
-                self._eager_unreliable.add(group)
+                self.eager.pop(group, None)  # no speedups from a contended eager run
+                self.eager_unreliable.add(group)
             else:
-                self._eager[group] = rec
-                self._eager_unreliable.discard(group)
-        eager = self._eager.get(group)
+                self.eager[group] = rec
+                self.eager_unreliable.discard(group)
+        eager = self.eager.get(group)
         if eager and speedup_basis(eager) == basis:
             rec.speedup = speedup(eager, rec, basis)
             rec.speedup_basis = basis
-        elif group in self._eager_unreliable:
+        elif group in self.eager_unreliable:
             rec.speedup_note = "the eager baseline of this run was unreliable (its verdict says why)"
         elif eager:
             rec.speedup_note = (
@@ -130,11 +170,13 @@ class Session:
     def case_options(self, case: Case) -> RunOptions:
         """The run options for one case: at least as many rounds as its real-time budgets need to be
         judged (a p90 budget: MLPerf LoadGen's 64 samples), whatever the stop rule would stop at."""
-        need = gate.budget_min_rounds(self.policy, case.model, case.size, case.variant, self.hardware)
-        stop = self.run_options.stop
+        need = gate.budget_min_rounds(self.config.policy, case.model, case.size, case.variant, self.hardware)
+        stop = self.config.run_options.stop
         if need <= stop.min_rounds:
-            return self.run_options
-        return replace(self.run_options, stop=replace(stop, min_rounds=need, max_rounds=max(stop.max_rounds, need)))
+            return self.config.run_options
+        return replace(
+            self.config.run_options, stop=replace(stop, min_rounds=need, max_rounds=max(stop.max_rounds, need))
+        )
 
     @property
     def hardware(self) -> str:
@@ -146,12 +188,12 @@ class Session:
     ) -> tuple[CaseResult, list[gate.Verdict]]:
         """Run a case and gate it, re-measuring while the gate asks to (`gate.decide`)."""
         t0 = time.perf_counter()
-        found = self.baseline_record(fullname) if self.gate_enabled else None
+        found = self.baseline_record(fullname) if self.config.gate_enabled else None
         baseline = counts_suite.with_portable(self.counts, case.id, found[0] if found else None)
         result = self.run(case, progress)
         runs, verdicts = [result.record], []
-        while self.gate_enabled:
-            decision = gate.decide(fullname, runs, baseline, self.policy)
+        while self.config.gate_enabled:
+            decision = gate.decide(fullname, runs, baseline, self.config.policy)
             if not decision.remeasure:
                 result.record = decision.record
                 verdicts = (
@@ -167,13 +209,17 @@ class Session:
             result = self.run(case, progress)
             result.record.remeasured = len(runs)
             runs.append(result.record)
-        if self.gate_enabled and found is None:  # no host baseline: the counts may still have a portable one
-            s = self.policy.settings(case.model, case.variant, "instructions", case.device)
+        if self.config.gate_enabled and found is None:  # no host baseline: the counts may still have a portable one
+            s = self.config.policy.settings(case.model, case.variant, "instructions", case.device)
             verdicts += counts_suite.portable_verdicts(self.counts, case.id, fullname, result.record, s)
         verdicts += gate.absolute_checks(
-            fullname, result.record, self.policy, self.hardware, fail_on_graph_break=self.fail_on_graph_break
+            fullname,
+            result.record,
+            self.config.policy,
+            self.hardware,
+            fail_on_graph_break=self.config.fail_on_graph_break,
         )
-        if self.trace == "all" or (self.trace == "regressed" and self.failing(verdicts, case)):
+        if self.config.trace == "all" or (self.config.trace == "regressed" and self.failing(verdicts, case)):
             verdicts = self.attach_evidence(case, fullname, result, verdicts, progress)
         result.record.case_wall_s = time.perf_counter() - t0
         result.step = None  # the step holds the model: do not keep it past the case
@@ -195,7 +241,7 @@ class Session:
             return verdicts
         if progress:
             progress("writing a profiler trace as evidence")
-        evidence = capture_evidence(result.step, case.device, self.evidence_dir / case.id)
+        evidence = capture_evidence(result.step, case.device, self.config.evidence_dir / case.id)
         evidence["reproduce"] = reproduce_commands(case, nodeid=fullname)
         result.record.evidence = evidence
         return [with_evidence(v, evidence) if v.verdict in gate.FAILING else v for v in verdicts]
@@ -210,7 +256,7 @@ class Session:
 
     def failing(self, verdicts: list[gate.Verdict], case: Case) -> list[gate.Verdict]:
         ratchet = (
-            self.fail_on_improvement
-            or self.policy.settings(case.model, case.variant, "latency", case.device).fail_on_improvement
+            self.config.fail_on_improvement
+            or self.config.policy.settings(case.model, case.variant, "latency", case.device).fail_on_improvement
         )
         return gate.failing(verdicts, fail_on_improvement=ratchet)

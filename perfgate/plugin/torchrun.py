@@ -11,7 +11,7 @@ which then hold the aggregate, not one rank) and prints the rank table. Without 
 one rank, the plugin does nothing.
 
 It adapts perfgate.plugin.hooks through the hooks that plugin declares (perfgate.plugin.hookspecs): the rank's
-device, and the session's lockstep rules, policy, record label and verdicts file.
+device, and the run configuration's lockstep rules, policy, record label and verdicts file.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from perfgate.dist import ranks as pd
 from perfgate.measure import topology as topo_mod
 
 if TYPE_CHECKING:
-    from perfgate.plugin.session import Session
+    from perfgate.plugin.session import RunConfig
 
 _STATE = pytest.StashKey["DistState"]()
 
@@ -42,8 +42,7 @@ class DistState:
     created_group: bool
     straggler_pct: float
     user_json: Path | None = None  # --benchmark-json given by the user: gets the aggregate
-    record: str | None = None  # --perfgate-record label: rank 0 records the aggregate
-    baseline_dir: Path | None = None  # where it records: the session's folder for this fingerprint
+    record: str | None = None  # --perfgate-record label: rank 0 records the aggregate (its session does not)
     save: str | None = None  # --benchmark-save / --benchmark-autosave name: rank 0 saves the aggregate
     lines: list[str] = field(default_factory=list)  # rank 0's terminal summary
 
@@ -106,24 +105,28 @@ def pytest_perfgate_device(config: pytest.Config) -> str | None:
 
 
 @pytest.hookimpl(optionalhook=True)
-def pytest_perfgate_configure_session(config: pytest.Config, session: Session) -> None:
+def pytest_perfgate_run_config(config: pytest.Config, run_config: RunConfig) -> RunConfig | None:
     """Fixed rounds, no re-measurement, sibling load allowed; rank 0 records the aggregate, not
     its own run, and the other ranks write their verdicts beside their result files."""
     state = config.stash.get(_STATE, None)
     if state is None:
-        return
-    opts = session.run_options
+        return None
+    opts = run_config.run_options
     try:
         stop, warmup = topo_mod.lockstep_rules(opts.stop, opts.warmup, config.getoption("perfgate_dist_rounds"))
     except ValueError as exc:
         raise pytest.UsageError(f"perfgate: --perfgate-dist-rounds: {exc}") from None
-    session.run_options = replace(opts, stop=stop, warmup=warmup)
     siblings = (state.topo.local_world_size - 1) * state.num_threads if state.device.startswith("cpu") else 0.0
-    session.policy = topo_mod.lockstep_policy(session.policy, siblings)
-    state.record, state.baseline_dir = session.record_label, session.baseline_dir
-    session.record_label = None
-    if state.topo.rank != 0:
-        session.verdict_file = state.folder / f"verdicts.rank{state.topo.rank}.json"
+    state.record = run_config.record_label
+    return replace(
+        run_config,
+        run_options=replace(opts, stop=stop, warmup=warmup),
+        policy=topo_mod.lockstep_policy(run_config.policy, siblings),
+        record_label=None,
+        verdict_file=(
+            state.folder / f"verdicts.rank{state.topo.rank}.json" if state.topo.rank != 0 else run_config.verdict_file
+        ),
+    )
 
 
 def _start(config: pytest.Config, topo: topo_mod.Topology) -> DistState:
@@ -212,6 +215,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def _aggregate(config: pytest.Config, state: DistState, gathered: list[Any] | None) -> None:
     from perfgate.gate import store
+    from perfgate.plugin import benchmark_adapter
+    from perfgate.plugin.hooks import session_of
 
     statuses: dict[int, int] = {}
     if gathered is not None:
@@ -239,15 +244,15 @@ def _aggregate(config: pytest.Config, state: DistState, gathered: list[Any] | No
     if state.user_json:
         store.atomic_write_json(Path(state.user_json), agg)
         state.lines.append(f"perfgate: aggregated results written to {state.user_json}")
-    if state.record and state.baseline_dir is not None:
+    session = session_of(config)
+    if state.record and session is not None:
         refused = pd.record_refusal(statuses, state.topo.world_size)
         if refused:  # as in a single-process run: a failing run must not become the reference
             state.lines.append(f"perfgate: not recording a baseline: {refused}; fix it and record again")
         else:
-            state.lines.append(f"perfgate: recorded baseline {store.record(state.baseline_dir, agg, state.record)}")
-    bs = getattr(config, "_benchmarksession", None)
-    if state.save and bs is not None:
-        bs.storage.save(agg, state.save)
+            state.lines.append(f"perfgate: recorded baseline {store.record(session.baseline_dir, agg, state.record)}")
+    if state.save:
+        benchmark_adapter.save(config, agg, state.save)
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -93,9 +93,9 @@ def _controller(config: pytest.Config) -> bool:
 
 
 def _session(config: pytest.Config) -> Any:
-    from perfgate.plugin.hooks import _KEY
+    from perfgate.plugin.hooks import session_of
 
-    return config.stash.get(_KEY, None)
+    return session_of(config)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -140,27 +140,36 @@ def pytest_perfgate_device(config: pytest.Config) -> str | None:
 
 
 @pytest.hookimpl(optionalhook=True)
-def pytest_perfgate_configure_session(config: pytest.Config, session: Any) -> None:
+def pytest_perfgate_run_config(config: pytest.Config, run_config: Any) -> Any:
+    """The controller records, writes the verdicts and the job summary, once: a worker does none of
+    these; the controller records the merged run itself (`_merge_workers`), not its own empty one."""
     state = config.stash.get(_STATE, None)
     if state is None:
-        return
-    if state.spec is not None:
-        from perfgate.gate.store import BaselineError
-
-        baselines = session.baselines
-        try:
-            durations = shard.durations_s(baselines.files, session.fingerprint)
-        except BaselineError as exc:
-            raise pytest.UsageError(f"perfgate: {exc}") from None
-        basis = f"case_wall_s of {baselines.folder}" if durations else "case count (no case_wall_s recorded)"
-        session.cases, state.block = shard.apply(session.cases, state.spec, durations, basis)
-    if _worker(config):  # the controller records, writes the verdicts and the job summary, once
-        session.record_label = None
-        session.verdict_file = None
-        config.option.perfgate_fail_unjudged = "no"
+        return None
+    if _worker(config):
         os.environ.pop("GITHUB_STEP_SUMMARY", None)
-    elif _controller(config):
-        state.record_label, session.record_label = session.record_label, None
+        return replace(run_config, record_label=None, verdict_file=None, fail_unjudged=False)
+    if _controller(config):
+        state.record_label = run_config.record_label
+        return replace(run_config, record_label=None)
+    return None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_perfgate_configure_session(config: pytest.Config, session: Any) -> None:
+    """A shard keeps its share of the cases, split by the recorded case times where there are any."""
+    state = config.stash.get(_STATE, None)
+    if state is None or state.spec is None:
+        return
+    from perfgate.gate.store import BaselineError
+
+    baselines = session.baselines
+    try:
+        durations = shard.durations_s(baselines.files, session.fingerprint)
+    except BaselineError as exc:
+        raise pytest.UsageError(f"perfgate: {exc}") from None
+    basis = f"case_wall_s of {baselines.folder}" if durations else "case count (no case_wall_s recorded)"
+    session.cases, state.block = shard.apply(session.cases, state.spec, durations, basis)
 
 
 # ----------------------------------------------------------------------------- controller
@@ -257,9 +266,9 @@ def _worker_order(wid: str) -> tuple[int, str]:
 def _merge_workers(config: pytest.Config, state: ParallelState, s: Any, exitstatus: int) -> None:
     """The workers' results and verdicts into the controller's session; the merged run to the
     files the user asked for."""
-    from perfgate import files
     from perfgate.gate import store
     from perfgate.gate.verdict_file import verdicts_from_json
+    from perfgate.plugin import benchmark_adapter
 
     order = sorted(state.outputs, key=_worker_order)
     runs = [(wid, json.loads(state.outputs[wid]["results"])) for wid in order]
@@ -273,12 +282,9 @@ def _merge_workers(config: pytest.Config, state: ParallelState, s: Any, exitstat
     s.verdicts, s.skips = list(vs.verdicts), dict(vs.skipped)
     s.results = {b["fullname"]: MergedCase(b.get("extra_info") or {}) for b in merged["benchmarks"]}
     state.merged = merged
-    bs = getattr(config, "_benchmarksession", None)
-    if bs is not None and bs.json:
-        files.write_json(bs.json, merged)
-        state.lines.append(f"perfgate: the {len(order)} workers' results merged into {bs.json}")
-    if bs is not None and (bs.save or bs.autosave):
-        bs.storage.save(merged, bs.save or bs.autosave)
+    written = benchmark_adapter.write_requested(config, merged)
+    if written is not None:
+        state.lines.append(f"perfgate: the {len(order)} workers' results merged into {written}")
     if state.record_label and merged["benchmarks"]:
         if exitstatus == 0 and not state.lost:
             s.recorded = store.record(s.baseline_dir, merged, state.record_label)
@@ -315,7 +321,7 @@ def _ship(config: pytest.Config, s: Any) -> None:
     built-in types; the results hold whatever pytest-benchmark's machine_info does)."""
     from perfgate.gate.verdict_file import verdicts_json
     from perfgate.output import report_data
-    from perfgate.plugin.hooks import run_json
+    from perfgate.plugin.benchmark_adapter import run_json
 
     if not s.results and not s.skips and not s.verdicts:  # a worker that ran no case (more workers than groups)
         return
@@ -324,7 +330,7 @@ def _ship(config: pytest.Config, s: Any) -> None:
     config.workeroutput["perfgate"] = {  # type: ignore[attr-defined]
         "results": json.dumps(data, default=str),
         "verdicts": json.dumps(verdicts, default=str),
-        "device": s.device,
+        "device": s.config.device,
     }
 
 
@@ -334,7 +340,7 @@ def _write_shard(config: pytest.Config, state: ParallelState, s: Any) -> None:
     from perfgate import files
     from perfgate.gate.verdict_file import verdicts_json
     from perfgate.output import report_data
-    from perfgate.plugin.hooks import run_json
+    from perfgate.plugin.benchmark_adapter import run_json
 
     assert state.spec is not None
     data = state.merged if state.merged is not None else run_json(config)
@@ -356,25 +362,18 @@ def _write_shard(config: pytest.Config, state: ParallelState, s: Any) -> None:
 def pytest_sessionstart(session: pytest.Session) -> None:
     """In a worker, pytest-benchmark takes the samples again (see the module's docstring); the
     controller writes what the user asked pytest-benchmark to write, from the merged run."""
+    from perfgate.plugin import benchmark_adapter
+
     config = session.config
-    bs = getattr(config, "_benchmarksession", None)
-    if bs is None:
-        return
     state = config.stash.get(_STATE, None)
-    if _controller(config) and state is not None and bs.compare:
+    if _controller(config) and state is not None and benchmark_adapter.drop_compare(config):
         # The controller measures nothing, so pytest-benchmark would print no compared table.
-        bs.compare, config.option.benchmark_compare = None, None
         state.lines.append(
             "perfgate: --benchmark-compare has no table under xdist (pytest-benchmark shows none for the "
             "workers' cases); perfgate's tables and the gate's verdicts above cover them"
         )
-    if not _worker(config):
-        return
-    bs.disabled = bool(config.getoption("benchmark_disable")) and not config.getoption("benchmark_enable")
-    bs.xdist_warning = False
-    bs.json = bs.save = bs.autosave = bs.compare = None
-    bs.compared_mapping = {}
-    bs.histogram = False
+    if _worker(config):
+        benchmark_adapter.enable_in_worker(config)
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

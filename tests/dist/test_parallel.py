@@ -152,10 +152,10 @@ import json, os
 from pathlib import Path
 
 def pytest_sessionfinish(session):
-    from perfgate.plugin.hooks import _KEY
+    from perfgate.plugin.hooks import session_of
     wid = os.environ.get("PYTEST_XDIST_WORKER")
     if wid:
-        Path(f"device-{wid}.json").write_text(json.dumps(str(session.config.stash[_KEY].device)))
+        Path(f"device-{wid}.json").write_text(json.dumps(session_of(session.config).config.device))
 """
 
 

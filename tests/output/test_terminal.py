@@ -165,7 +165,7 @@ def test_a_speedup_dash_says_why(tmp_path, monkeypatch):
         return r
 
     monkeypatch.setattr(sess, "run_case", run_case)
-    s = sess.Session(device="cpu", baselines_root=tmp_path)
+    s = sess.Session(config=sess.RunConfig(device="cpu", baselines_root=tmp_path))
     for model in ("m", "n"):
         for variant in ("baseline", "bf16") if model == "m" else ("bf16",):
             case = Case(model=model, size="tiny", variant=variant, device="cpu")

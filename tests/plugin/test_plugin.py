@@ -330,15 +330,22 @@ SESSION_HOOK = """
 from dataclasses import replace
 from perfgate.measure.core import StopRule
 
+def pytest_perfgate_run_config(config, run_config):
+    assert run_config.tier.name == "all"
+    return replace(
+        run_config,
+        run_options=replace(run_config.run_options, stop=StopRule(min_rounds=3, max_rounds=3)),
+        record_label="from-hook",
+        verdict_file=config.rootpath / "hook-verdicts.json",
+    )
+
 def pytest_perfgate_configure_session(config, session):
-    assert [c.id for c in session.cases] == ["sleepy-tiny-baseline"] and session.tier.name == "all"
-    session.run_options = replace(session.run_options, stop=StopRule(min_rounds=3, max_rounds=3))
-    session.record_label = "from-hook"
-    session.verdict_file = config.rootpath / "hook-verdicts.json"
+    assert [c.id for c in session.cases] == ["sleepy-tiny-baseline"]
+    assert session.config.record_label == "from-hook"  # the plugins' changes are in the config it was built with
 """
 
 
-def test_a_plugin_adjusts_the_session_through_the_declared_hook(suite):
+def test_a_plugin_adjusts_the_run_through_the_declared_hooks(suite):
     suite.makeconftest(SESSION_HOOK)
     r = suite.runpytest_subprocess(*ARGS, "--perfgate-record", "--perfgate-no-gate", "--benchmark-json", "out.json")
     r.assert_outcomes(passed=1)
@@ -360,7 +367,7 @@ def test_a_plugin_chooses_the_device_through_the_declared_hook(suite):
 
 
 def test_histogram_prefix_with_a_folder_is_kept_and_missing_pygal_is_a_usage_error(tmp_path, monkeypatch):
-    from perfgate.plugin import hooks as plugin
+    from perfgate.plugin import benchmark_adapter as plugin
 
     assert plugin.histogram_prefixes(["out/h", "bench"], tmp_path) == [
         "out/h",

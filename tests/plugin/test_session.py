@@ -40,7 +40,7 @@ def test_in_run_speedup_uses_reference_normalised_medians_so_drift_between_cases
     # slower (7.5 ms but 1.0x the reference): the code is 2x faster, the milliseconds say 1.33x.
     results = {"baseline": (10.0, 2.0), "bf16": (7.5, 1.0), "compile": (5.0, None)}
     monkeypatch.setattr(sess, "run_case", lambda case, opts, progress=None: _result(case, *results[case.variant]))
-    s = sess.Session(device="cpu", baselines_root=tmp_path)
+    s = sess.Session(config=sess.RunConfig(device="cpu", baselines_root=tmp_path))
     cases = {v: Case(model="m", size="tiny", variant=v, device="cpu") for v in results}
     s.run(cases["baseline"])
     bf16 = s.run(cases["bf16"]).extra_info
@@ -77,9 +77,8 @@ def test_a_suspected_regression_is_re_measured_pooled_or_each(tmp_path, monkeypa
         return _timed(case, [x * (1.5 if len(calls) <= slow_runs else 1.0) for x in normal()])
 
     monkeypatch.setattr(sess, "run_case", run_case)
-    s = sess.Session(
-        device="cpu", baselines_root=tmp_path, policy=Policy(defaults=GateSettings(remeasure_pooled=pooled))
-    )
+    policy = Policy(defaults=GateSettings(remeasure_pooled=pooled))
+    s = sess.Session(config=sess.RunConfig(device="cpu", baselines_root=tmp_path, policy=policy))
     base = _timed(Case(model="m", size="tiny", variant="bf16", device="cpu"), normal())
     monkeypatch.setattr(s, "baseline_record", lambda name: (base.record, Path("baselines/x/0001_b.json")))
     result, verdicts = s.measure_and_judge(Case(model="m", size="tiny", variant="bf16", device="cpu"), "case")
@@ -100,12 +99,12 @@ def test_a_p90_budget_raises_the_rounds_so_the_budget_is_judged(tmp_path, monkey
     seen = []
     monkeypatch.setattr(sess, "run_case", lambda case, opts, progress=None: seen.append(opts) or _result(case, 1, None))
     policy = parse({"budget": [{"model": "m", "variant": "bf16", "max_p90_ms": 33}]})
-    s = sess.Session(device="cpu", baselines_root=tmp_path, policy=policy)
+    s = sess.Session(config=sess.RunConfig(device="cpu", baselines_root=tmp_path, policy=policy))
     s.run(Case(model="m", size="tiny", variant="bf16", device="cpu"))
     s.run(Case(model="m", size="tiny", variant="baseline", device="cpu"))
     budgeted, plain = seen
     assert (budgeted.stop.min_rounds, budgeted.stop.max_rounds) == (64, 200)
-    assert plain.stop == s.run_options.stop and plain.stop.min_rounds == 10
+    assert plain.stop == s.config.run_options.stop and plain.stop.min_rounds == 10
     # The measurement honours it: a precise step stops at 64 rounds, enough for a p90.
     m = measure(lambda: sum(range(100)), "cpu", stop=budgeted.stop)
     assert len(m.samples_ms) >= 64 and summarize(m.samples_ms)["p90_ms"] is not None

@@ -447,18 +447,20 @@ def test_suite_integration_telemetry_flops_and_evidence(tmp_path: Path, monkeypa
     from perfgate import gate
     from perfgate.cases.runner import RunOptions
     from perfgate.measure.stats import StopRule
-    from perfgate.plugin.session import Session
+    from perfgate.plugin.session import RunConfig, Session
 
     opts = RunOptions(
         stop=StopRule(min_rounds=3, max_rounds=3, budget_s=1.0), warm_compile=False, telemetry_interval_s=0.02
     )
     session = Session(
-        device="cpu",
-        baselines_root=tmp_path / "baselines",
-        run_options=opts,
-        gate_enabled=False,
-        trace="regressed",
-        evidence_dir=tmp_path / "evidence",
+        config=RunConfig(
+            device="cpu",
+            baselines_root=tmp_path / "baselines",
+            run_options=opts,
+            gate_enabled=False,
+            trace="regressed",
+            evidence_dir=tmp_path / "evidence",
+        )
     )
     case = Case(model="physicsnemo-block", size="tiny", variant="baseline", device="cpu")
     fullname = f"benchmarks/test_models.py::test_step[{case.id}]"

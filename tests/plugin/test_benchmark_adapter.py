@@ -1,0 +1,123 @@
+"""perfgate.plugin.benchmark_adapter against the installed pytest-benchmark: each private use it
+makes still does what it relies on (a renamed attribute would be set silently and do nothing)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from perfgate.plugin import benchmark_adapter
+
+pytest_plugins = ("pytester",)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PROBE = """
+from perfgate.plugin import benchmark_adapter
+
+def test_fed(benchmark):
+    benchmark_adapter.feed(benchmark, [1.0, 2.0, 4.0], {"case": "probe"})
+
+def test_failed_before_feeding(benchmark):
+    benchmark_adapter.mark_used(benchmark)  # as perfgate does before failing a case it could not measure
+"""
+
+CONFTEST = """
+import json
+from pathlib import Path
+from perfgate.plugin import benchmark_adapter
+
+def pytest_sessionfinish(session):
+    config = session.config
+    Path("probe.json").write_text(json.dumps(
+        {"has_results": benchmark_adapter.has_results(config), "run": benchmark_adapter.run_json(config)}, default=str
+    ))
+"""
+
+
+def test_fed_samples_are_pytest_benchmarks_own_results(pytester):
+    pytester.makepyfile(test_probe=PROBE)
+    pytester.makeconftest(CONFTEST)
+    r = pytester.runpytest_subprocess("--benchmark-json", "out.json", "-p", "no:cacheprovider")
+    r.assert_outcomes(passed=2)
+    r.stdout.no_fnmatch_line("*not used at all*")  # mark_used: no warning for the fixture fed nothing
+    written = json.loads(pytester.path.joinpath("out.json").read_text())
+    (bench,) = written["benchmarks"]  # the fixture fed nothing makes no entry
+    assert bench["name"] == "test_fed" and bench["extra_info"] == {"case": "probe"}
+    assert bench["stats"]["rounds"] == 3 and bench["stats"]["median"] == pytest.approx(0.002)
+    assert bench["stats"]["data"] == pytest.approx([0.001, 0.002, 0.004])
+    probe = json.loads(pytester.path.joinpath("probe.json").read_text())
+    # run_json builds what pytest-benchmark writes (what a baseline or an xdist worker's shipment is).
+    assert probe["has_results"] is True
+    assert [b["fullname"] for b in probe["run"]["benchmarks"]] == [b["fullname"] for b in written["benchmarks"]]
+    assert probe["run"]["benchmarks"][0]["stats"]["data"] == bench["stats"]["data"]
+    assert probe["run"]["machine_info"].keys() == written["machine_info"].keys()
+
+
+@pytest.mark.filterwarnings("ignore:Can't compare")  # an empty storage: compare stays asked for, with nothing to read
+def test_the_session_attributes_the_adapter_sets_exist_and_take_effect(pytester):
+    pytester.makepyfile(test_probe="def test_nothing():\n    pass\n")
+    config = pytester.parseconfigure("--benchmark-compare", "--benchmark-json", "x.json", "--benchmark-autosave")
+    try:
+        bs = benchmark_adapter.benchmark_session(config)
+        assert bs is not None
+        written = ("disabled", "xdist_warning", "json", "save", "autosave", "compare", "compared_mapping", "histogram")
+        missing = [a for a in (*written, "storage", "benchmarks") if not hasattr(bs, a)]
+        assert not missing, f"pytest-benchmark's BenchmarkSession lacks {missing}: update benchmark_adapter"
+        assert benchmark_adapter.drop_compare(config) is True
+        assert (bs.compare, config.option.benchmark_compare) == (None, None)
+        assert benchmark_adapter.drop_compare(config) is False
+        benchmark_adapter.enable_in_worker(config)
+        assert (bs.disabled, bs.json, bs.save, bs.autosave, bs.compared_mapping) == (False, None, None, None, {})
+        assert benchmark_adapter.compared_files(config) == [] and not benchmark_adapter.has_results(config)
+    finally:
+        config._ensure_unconfigure()
+
+
+def test_a_merged_run_goes_where_the_user_asked_pytest_benchmark_to_write(pytester, tmp_path):
+    pytester.makepyfile(test_probe="def test_nothing():\n    pass\n")
+    storage = tmp_path / "storage"
+    config = pytester.parseconfigure(
+        "--benchmark-json",
+        str(tmp_path / "merged.json"),
+        "--benchmark-save",
+        "merged",
+        "--benchmark-storage",
+        str(storage),
+    )
+    try:
+        run = {"benchmarks": [], "machine_info": {}, "commit_info": {}, "datetime": "x", "version": "5.3.1"}
+        assert benchmark_adapter.write_requested(config, run) == tmp_path / "merged.json"
+        assert json.loads((tmp_path / "merged.json").read_text()) == run
+        (saved,) = storage.rglob("*_merged.json")
+        assert json.loads(saved.read_text()) == run
+    finally:
+        config._ensure_unconfigure()
+
+
+def test_the_adapter_is_written_against_the_installed_release():
+    from importlib.metadata import version
+
+    installed, written = (v.split(".")[:2] for v in (version("pytest-benchmark"), benchmark_adapter.WRITTEN_AGAINST))
+    assert installed == written, (
+        "a new pytest-benchmark release: check each private use the adapter's docstring lists, then update "
+        "WRITTEN_AGAINST"
+    )
+
+
+# What counts as pytest-benchmark's private API: its BenchmarkSession (config._benchmarksession and
+# what is read through it), underscored fixture members, its internal modules.
+PRIVATE = r"_benchmarksession|pytest_benchmark\.|benchmark\._|\bbs\.[a-z_]+"
+
+
+def test_only_the_adapter_touches_pytest_benchmarks_internals():
+    out = subprocess.run(
+        ["grep", "-rnE", PRIVATE, "perfgate", "--include=*.py"], cwd=ROOT, capture_output=True, text=True
+    ).stdout
+    outside = [line for line in out.splitlines() if not line.startswith("perfgate/plugin/benchmark_adapter.py:")]
+    assert not outside, "go through perfgate.plugin.benchmark_adapter:\n" + "\n".join(outside)
+    assert re.search(PRIVATE, (ROOT / "perfgate" / "plugin" / "benchmark_adapter.py").read_text())
