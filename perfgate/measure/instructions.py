@@ -98,6 +98,12 @@ class CaseCount:
     instructions: int  # in the window
     steps: int
     functions: dict[str, list[int]]  # {function: [self, inclusive]} of the window (callgrind.top_functions)
+    wall_s: float | None = None  # the case in the process: build, warm-up, window(s)
+    # Only when asked for (perfgate.counts.quality): a sized slowdown's calls and doublings in the
+    # window, and a calibration's extra windows {name: instructions} with the op calls per window.
+    injected: dict[str, int] | None = None
+    windows: dict[str, int] | None = None
+    calls_per_window: dict[str, int] | None = None
 
     @property
     def per_step(self) -> float:
@@ -156,10 +162,14 @@ def count_cases(
     out_dir: str | os.PathLike[str] | None = None,
     timeout_s: float | None = None,
     inject: str | None = None,
+    per_case: dict[str, dict[str, Any]] | None = None,
+    calibrate: bool = False,
 ) -> CountPass:
     """Count `cases` (perfgate.cases.runner.Case objects on the CPU) in one valgrind process; `inject`:
     a perfgate.quality.inject slowdown (`shared:5`, `local:2`), by default the PERFGATE_INJECT of
-    this process (the worker's environment is pinned, so it is passed in the job)."""
+    this process (the worker's environment is pinned, so it is passed in the job). `per_case`: a
+    sized slowdown per case id (perfgate.quality.inject.apply); `calibrate`: also count the windows
+    that size them (perfgate.counts.worker._calibrate)."""
     if steps < 1 or warmup < 0:
         raise ValueError(f"steps must be >= 1 and warmup >= 0, got {steps} and {warmup}")
     result = CountPass(valgrind=valgrind_version())
@@ -183,6 +193,10 @@ def count_cases(
         "model_files": list(model_files),
         "inject": inject if inject is not None else os.environ.get("PERFGATE_INJECT"),
     }
+    if per_case:
+        job["per_case"] = per_case
+    if calibrate:
+        job["calibrate"] = True
     setarch = ["setarch", platform.machine(), "-R"] if shutil.which("setarch") else []
     cmd = [
         *setarch,
@@ -226,7 +240,21 @@ def count_cases(
                 result.errors[c.id] = f"callgrind wrote no dump number {ln['dump']} in {out}"
                 continue
             dump = callgrind.parse(found[0])
+            windows = None
+            if ln.get("windows"):
+                windows = {}
+                for name, number in ln["windows"].items():
+                    extra = sorted(out.glob(f"callgrind.*.{number}"))
+                    if extra:
+                        windows[name] = callgrind.parse(extra[0]).total
             result.counts[c.id] = CaseCount(
-                case=c.id, instructions=dump.total, steps=ln["steps"], functions=callgrind.top_functions(dump)
+                case=c.id,
+                instructions=dump.total,
+                steps=ln["steps"],
+                functions=callgrind.top_functions(dump),
+                wall_s=ln.get("wall_s"),
+                injected=ln.get("injected"),
+                windows=windows,
+                calls_per_window=ln.get("calls_per_window"),
             )
     return result
