@@ -134,8 +134,10 @@ def run(job: dict[str, Any]) -> None:
                     from perfgate.quality import inject
 
                     step, undo, seen = inject.apply(spec, step, module)
+                phases = line["phases_s"] = {"build": round(time.perf_counter() - t0, 2)}
                 for _ in range(warmup):
                     step()
+                phases["warmup"] = round(time.perf_counter() - t0 - phases["build"], 2)
                 if spec:
                     before = (seen.calls, seen.doubled)
                 # The cyclic GC runs when allocations since its last run pass a threshold: when it
@@ -152,6 +154,7 @@ def run(job: dict[str, Any]) -> None:
                 collecting = False
                 dump += 1
                 line.update(dump=dump, steps=steps, warmup=warmup)
+                phases["window"] = round(time.perf_counter() - t0 - phases["build"] - phases["warmup"], 2)
                 if spec:  # calls (or steps) in the window, and how many were done twice
                     line["injected"] = {"calls": seen.calls - before[0], "doubled": seen.doubled - before[1]}
                 if calibrate:

@@ -122,6 +122,7 @@ class CountPass:
     python: str = field(default_factory=platform.python_version)
     wall_s: float = 0.0
     dumps: str = ""  # where the dumps lie (kept for attribution with `perfgate.measure.attribution`)
+    processes: int = 1  # valgrind processes side by side (count_parallel)
 
     @property
     def key(self) -> str:
@@ -138,6 +139,7 @@ class CountPass:
             "key": self.key,
             "pass_cases": len(self.counts) + len(self.errors),
             "pass_wall_s": round(self.wall_s, 1),
+            "pass_processes": self.processes,
         }
 
 
@@ -258,3 +260,31 @@ def count_cases(
                 calls_per_window=ln.get("calls_per_window"),
             )
     return result
+
+
+def count_parallel(
+    groups: Sequence[Sequence[Any]], *, out_dir: str | os.PathLike[str] | None = None, **kw: Any
+) -> CountPass:
+    """Each group of cases counted in its own valgrind process, the processes side by side (a
+    2-core machine runs two), merged into one pass. A case's count depends on the cases before it
+    in its process (heap history), so the groups must be the same in every run that is compared
+    (perfgate.counts.suite.partition fixes them)."""
+    groups = [list(g) for g in groups if g]
+    if len(groups) <= 1:
+        return count_cases(groups[0] if groups else [], out_dir=out_dir, **kw)
+    from concurrent.futures import ThreadPoolExecutor
+
+    root = Path(out_dir or tempfile.mkdtemp(prefix="perfgate-callgrind-"))
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(len(groups)) as pool:  # each thread waits on its own valgrind subprocess
+        parts = list(
+            pool.map(lambda ig: count_cases(ig[1], out_dir=root / f"process{ig[0] + 1}", **kw), enumerate(groups))
+        )
+    merged = CountPass(valgrind=parts[0].valgrind, wall_s=time.perf_counter() - t0, dumps=str(root.resolve()))
+    for part in parts:
+        merged.counts.update(part.counts)
+        merged.errors.update(part.errors)
+        if part.virtual_cpu and not merged.virtual_cpu:
+            merged.virtual_cpu, merged.torch = part.virtual_cpu, part.torch
+    merged.processes = len(parts)
+    return merged
