@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import fnmatch
 import json
 import os
 import statistics
@@ -238,6 +239,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tolerances", default="1,0.5", help="instruction tolerances in %% the counts are judged at")
     ap.add_argument("--out", type=Path, required=True, help="JSON lines, one per process (appended; reruns resume)")
     ap.add_argument("--table-only", action="store_true", help="print the table from --out, count nothing")
+    ap.add_argument(
+        "--only",
+        default="*",
+        help="comma-separated globs on process names (calibrate, unchanged-3, linear:1): run only these, "
+        "e.g. two runners on one --out, each its own share (a slowdown needs the calibration line first)",
+    )
     ap.add_argument("--root", default=".", help="the project root (its registries are loaded)")
     ap.add_argument("--registries", default="models")
     args = ap.parse_args(argv)
@@ -272,14 +279,21 @@ def main(argv: list[str] | None = None) -> int:
     done = {ln["process"]: ln for ln in lines}
     labels = [f"{k}:{t:g}" for k in slowdowns for t in targets]
     specs: dict[str, dict[str, dict[str, Any]]] = {}
+    only = [g for g in args.only.split(",") if g]
     for name in order(args.unchanged, labels):
+        done.update({ln["process"]: ln for ln in read_lines(args.out)})  # another runner's lines
         if name in done:
             print(f"{name}: already in {args.out}, skipped", flush=True)
+        elif not any(fnmatch.fnmatchcase(name, g) for g in only):
+            continue
         else:
             if name == CALIBRATE:
                 condition, per_case = CALIBRATE, None
             elif name.startswith("unchanged"):
                 condition, per_case = "unchanged", None
+            elif name not in specs:
+                print(f"{name}: no calibration line in {args.out} to size it; run calibrate first", file=sys.stderr)
+                return 1
             else:
                 condition = name.partition(":")[0]
                 per_case = {c: s for c, s in specs[name].items() if "skip" not in s}
