@@ -245,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated globs on process names (calibrate, unchanged-3, linear:1): run only these, "
         "e.g. two runners on one --out, each its own share (a slowdown needs the calibration line first)",
     )
+    ap.add_argument(
+        "--timeout-s", type=float, default=None, help="per valgrind process (default: count_cases', 300 + 240 per case)"
+    )
     ap.add_argument("--root", default=".", help="the project root (its registries are loaded)")
     ap.add_argument("--registries", default="models")
     args = ap.parse_args(argv)
@@ -305,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
                 inject="",
                 per_case=per_case or None,
                 calibrate=name == CALIBRATE,
+                timeout_s=args.timeout_s,
                 out_dir=Path(".perfgate/quality") / name.replace(":", "-"),
             )
             line = {
