@@ -163,28 +163,40 @@ def markdown(summary: dict[str, Any]) -> str:
         fa = " | ".join(f"{u['false_alarms'][t]} of {u['pairs']}" for t in tols)
         spread_pct = "-" if u["max_spread"] is None else f"{u['max_spread'] * 100:.4f}%"
         out.append(f"| {case} | {u['processes']} | {u['pairs']} | {spread_pct} | {fa} |")
-    out += ["", "**Slowdowns sized by instructions** (one process each, judged against every unchanged process):", ""]
-    out.append(f"| slowdown | case | how | target | predicted | achieved (median, range) | {head} |")
-    out.append("|---|---|---|---|---|---|" + "---|" * len(tols))
+    out += [
+        "",
+        "**Slowdowns sized by instructions** (one process each, judged against every unchanged process; "
+        "sized to: the op's share / N, or the leaf's calls; expected in the window: the same from the calls "
+        "actually doubled there, at the op's mean cost per call):",
+        "",
+    ]
+    out.append(
+        f"| slowdown | case | how | target | sized to | expected in the window | achieved (median, range) | {head} |"
+    )
+    out.append("|---|---|---|---|---|---|---|" + "---|" * len(tols))
     for r in summary["rows"]:
         spec, d = r["spec"], r["detection"]
         kind, _, target = r["label"].partition(":")
         if "skip" in spec or d is None:
             why = spec.get("skip", "not counted")
-            out.append(f"| {kind} | {r['case']} | {why} | {target}% | - | - |" + " - |" * len(tols))
+            out.append(f"| {kind} | {r['case']} | {why} | {target}% | - | - | - |" + " - |" * len(tols))
             continue
-        if spec.get("kind") == "local":
-            how = f"`{spec['leaf']}` x{spec['times']} every {spec['every']} step(s)"
-        else:
-            how = f"every {spec['every']}th call twice"
         inj = (r["entry"] or {}).get("injected")
-        if inj:
-            how += f" ({inj['doubled']} of {inj['calls']} in the window)"
+        expected = None
+        if spec.get("kind") == "local":
+            how = f"`{spec['leaf']}` again x{spec['times']} after 1 step in {spec['every']}"
+            if inj:
+                how += f" ({inj['doubled']} of {inj['calls']} steps in the window)"
+                expected = spec["predicted"] * spec["every"] * inj["doubled"] / inj["calls"]
+        else:
+            how = f"1 call in {spec['every']} twice"
+            if inj:
+                how += f" ({inj['doubled']} of {inj['calls']} in the window)"
+                expected = spec["share"] * inj["doubled"] / inj["calls"]
         achieved = f"{_pct(d['growth_median'])} ({_pct(d['growth_min'])} .. {_pct(d['growth_max'])})"
         caught = " | ".join(f"{d['caught'][t]} of {d['comparisons']}" for t in tols)
-        out.append(
-            f"| {kind} | {r['case']} | {how} | {target}% | {_pct(spec.get('predicted'), 2)} | {achieved} | {caught} |"
-        )
+        sized, exp = _pct(spec.get("predicted"), 2), _pct(expected, 2)
+        out.append(f"| {kind} | {r['case']} | {how} | {target}% | {sized} | {exp} | {achieved} | {caught} |")
     walls = summary["process_wall_s"]
     if walls:
         out += [
