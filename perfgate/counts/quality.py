@@ -1,49 +1,287 @@
 """How well the instruction gate tells a slowdown from unchanged code, measured on real cases:
 
-    python -m perfgate.counts.quality --cases physicsnemo-block-tiny-baseline,vjepa2-encoder-tiny-baseline \
-        --unchanged 3 --inject shared:1,shared:2,shared:5,local:1,local:2,local:5 --out counts-quality.jsonl
+    nice -n 10 python -m perfgate.counts.quality \
+        --cases physicsnemo-block-tiny-baseline,vjepa2-encoder-tiny-baseline \
+        --unchanged 11 --slowdowns linear,sdpa,local --targets 1,2,5 --out counts-quality.jsonl
 
-One valgrind process per condition (all the cases in it, in the same order): `--unchanged` plain
-processes, then one per injected slowdown (perfgate.quality.inject: `shared:K` does every
-ceil(100/K)-th F.linear twice, `local:K` repeats a leaf module for K% of the step's time). The
-first unchanged process is the baseline; every other process is judged against it by the gate's
-instruction judge at the default tolerance. Each process's counts go to `--out` as one JSON line as
-soon as it ends, and the table is printed at the end.
+One valgrind process at a time, all the cases in each, in the same order:
+
+1. a calibration process counts each case's step, the step with `F.linear` and with
+   `F.scaled_dot_product_attention` done twice on every call (the op's share of the step's
+   instructions) and each distinct leaf module's extra call alone (perfgate.counts.worker._calibrate);
+2. from those, each slowdown is sized by instructions to grow the step by each target: every Nth op
+   call done twice with N = share / target (perfgate.quality.inject.every_nth), a leaf module called
+   again n times after every Nth step (inject.local_plan); the achieved growth is measured, not assumed;
+3. `--unchanged` plain processes and one process per (slowdown, target), the unchanged ones spread
+   between the others so that they lie minutes apart.
+
+Judged by the gate's own instruction judge (perfgate.gate.instructions.judge_instructions) at each
+`--tolerances` (the same counts judged twice: counts are no sample, nothing is re-drawn): every pair
+of unchanged processes (11 processes: 55 pairs) is the false-alarm test, and the largest relative
+difference between unchanged processes per case the determinism figure; each slowdown process is
+judged against every unchanged process. Each process's counts go to `--out` as one JSON line as soon
+as it ends (a rerun with the same `--out` skips the processes already there), and the Markdown
+table is printed at the end (`--table-only` prints it from the file).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import fnmatch
 import json
+import os
+import statistics
 import sys
+from collections.abc import Sequence
+from itertools import combinations
 from pathlib import Path
+from typing import Any
 
-from perfgate.gate.instructions import judge_instructions
+from perfgate.gate.instructions import judge_instructions, spread
 from perfgate.gate.settings import GateSettings
-from perfgate.measure import instructions
+from perfgate.gate.verdicts import REGRESSION, UNCHANGED
 from perfgate.record import CaseRecord
 
+SLOWDOWNS = ("linear", "sdpa", "local")
+CALIBRATE = "calibrate"
 
-def _record(p: instructions.CountPass, case: str) -> CaseRecord | None:
-    c = p.counts.get(case)
-    if c is None:
+
+# --- sizing ---------------------------------------------------------------------------------------
+
+
+def plan(calibration: dict[str, dict[str, Any]], slowdowns: Sequence[str], targets_pct: Sequence[float], steps: int):
+    """{label ("linear:1"): {case: spec}} from the calibration process's cases (each with `total`,
+    `windows`, `calls_per_window`). A case whose step never calls the op gets no spec (its reason in
+    `spec["skip"]`)."""
+    from perfgate.quality.inject import every_nth, local_plan
+
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for kind in slowdowns:
+        for t in targets_pct:
+            label = f"{kind}:{t:g}"
+            out[label] = {}
+            for case, cal in calibration.items():
+                total, windows = cal["total"], cal.get("windows") or {}
+                if kind == "local":
+                    shares = {n.removeprefix("leaf:"): w / total for n, w in windows.items() if n.startswith("leaf:")}
+                    spec = local_plan(shares, t / 100, steps) if shares else {"skip": "no leaf module with parameters"}
+                elif not (cal.get("calls_per_window") or {}).get(kind):
+                    spec = {"skip": f"the step never calls {kind}"}
+                else:
+                    share = windows[kind] / total - 1
+                    every = every_nth(share, t / 100)
+                    spec = {"kind": "op", "op": kind, "every": every, "share": share, "predicted": share / every}
+                out[label][case] = spec
+    return out
+
+
+# --- judging --------------------------------------------------------------------------------------
+
+
+def _record(entry: dict[str, Any]) -> CaseRecord:
+    return CaseRecord(instructions_per_step=entry["per_step"], instructions={"key": entry.get("key")})
+
+
+def judge(base: dict[str, Any], cur: dict[str, Any], tolerance: float) -> str:
+    """The instruction gate's verdict on one case's counts of two processes."""
+    return judge_instructions(
+        "case", _record(cur), _record(base), GateSettings(instructions_tolerance=tolerance)
+    ).verdict
+
+
+def unchanged_pairs(unchanged: Sequence[dict[str, Any]], case: str, tolerances: Sequence[float]) -> dict[str, Any]:
+    """Every pair (i < j) of unchanged processes judged (j against i as its baseline): the false
+    alarms per tolerance, and the determinism figure (the largest relative difference)."""
+    have = [p["cases"][case] for p in unchanged if case in p.get("cases", {})]
+    pairs = list(combinations(range(len(have)), 2))
+    alarms = {t: sum(judge(have[i], have[j], t) != UNCHANGED for i, j in pairs) for t in tolerances}
+    worst = max((spread(have[i]["per_step"], have[j]["per_step"]) for i, j in pairs), default=None)
+    return {"processes": len(have), "pairs": len(pairs), "false_alarms": alarms, "max_spread": worst}
+
+
+def detection(
+    unchanged: Sequence[dict[str, Any]], slowed: dict[str, Any], case: str, tolerances: Sequence[float]
+) -> dict[str, Any] | None:
+    """One slowdown process's case judged against every unchanged process: the achieved growth
+    (median and range over the baselines) and how many comparisons each tolerance caught."""
+    cur = slowed.get("cases", {}).get(case)
+    bases = [p["cases"][case] for p in unchanged if case in p.get("cases", {})]
+    if cur is None or not bases:
         return None
-    return CaseRecord(instructions_per_step=c.per_step, instructions=p.block(case), instructions_functions=c.functions)
+    growth = [cur["per_step"] / b["per_step"] - 1 for b in bases]
+    return {
+        "comparisons": len(bases),
+        "growth_median": statistics.median(growth),
+        "growth_min": min(growth),
+        "growth_max": max(growth),
+        "caught": {t: sum(judge(b, cur, t) == REGRESSION for b in bases) for t in tolerances},
+    }
+
+
+def summarise(lines: Sequence[dict[str, Any]], tolerances: Sequence[float]) -> dict[str, Any]:
+    unchanged = [ln for ln in lines if ln.get("condition") == "unchanged"]
+    slowed = [ln for ln in lines if ln.get("condition") not in ("unchanged", CALIBRATE)]
+    cases = list(dict.fromkeys(c for ln in lines if ln.get("condition") != CALIBRATE for c in ln.get("cases", {})))
+    rows = []
+    for ln in slowed:
+        for case in cases:
+            spec = (ln.get("specs") or {}).get(case, {})
+            d = detection(unchanged, ln, case, tolerances)
+            rows.append(
+                {"label": ln["process"], "case": case, "spec": spec, "detection": d, "entry": ln["cases"].get(case)}
+            )
+    walls = [ln["wall_s"] for ln in lines if ln.get("condition") != CALIBRATE and "wall_s" in ln]
+    case_walls = {
+        c: [ln["cases"][c]["wall_s"] for ln in lines if ln.get("condition") != CALIBRATE and c in ln.get("cases", {})]
+        for c in cases
+    }
+    return {
+        "tolerances": list(tolerances),
+        "unchanged": {c: unchanged_pairs(unchanged, c, tolerances) for c in cases},
+        "rows": rows,
+        "process_wall_s": walls,
+        "case_wall_s": case_walls,
+    }
+
+
+def _pct(x: float | None, digits: int = 3) -> str:
+    return "-" if x is None else f"{x * 100:+.{digits}f}%"
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    tols = summary["tolerances"]
+    head = " | ".join(f"caught at {t * 100:g}%" for t in tols)
+    out = ["**Unchanged code** (every pair of the unchanged processes, the later judged against the earlier):", ""]
+    out.append(
+        "| case | processes | pairs | max difference | "
+        + " | ".join(f"false alarms at {t * 100:g}%" for t in tols)
+        + " |"
+    )
+    out.append("|---|---|---|---|" + "---|" * len(tols))
+    for case, u in summary["unchanged"].items():
+        fa = " | ".join(f"{u['false_alarms'][t]} of {u['pairs']}" for t in tols)
+        spread_pct = "-" if u["max_spread"] is None else f"{u['max_spread'] * 100:.4f}%"
+        out.append(f"| {case} | {u['processes']} | {u['pairs']} | {spread_pct} | {fa} |")
+    out += [
+        "",
+        "**Slowdowns sized by instructions** (one process each, judged against every unchanged process; "
+        "sized to: the op's share / N, or the leaf's calls; expected in the window: the same from the calls "
+        "actually doubled there, at the op's mean cost per call):",
+        "",
+    ]
+    out.append(
+        f"| slowdown | case | how | target | sized to | expected in the window | achieved (median, range) | {head} |"
+    )
+    out.append("|---|---|---|---|---|---|---|" + "---|" * len(tols))
+    for r in summary["rows"]:
+        spec, d = r["spec"], r["detection"]
+        kind, _, target = r["label"].partition(":")
+        if "skip" in spec or d is None:
+            why = spec.get("skip", "not counted")
+            out.append(f"| {kind} | {r['case']} | {why} | {target}% | - | - | - |" + " - |" * len(tols))
+            continue
+        inj = (r["entry"] or {}).get("injected")
+        expected = None
+        if spec.get("kind") == "local":
+            how = f"`{spec['leaf']}` again x{spec['times']} after 1 step in {spec['every']}"
+            if inj:
+                how += f" ({inj['doubled']} of {inj['calls']} steps in the window)"
+                expected = spec["predicted"] * spec["every"] * inj["doubled"] / inj["calls"]
+        else:
+            how = f"1 call in {spec['every']} twice"
+            if inj:
+                how += f" ({inj['doubled']} of {inj['calls']} in the window)"
+                expected = spec["share"] * inj["doubled"] / inj["calls"]
+        achieved = f"{_pct(d['growth_median'])} ({_pct(d['growth_min'])} .. {_pct(d['growth_max'])})"
+        caught = " | ".join(f"{d['caught'][t]} of {d['comparisons']}" for t in tols)
+        sized, exp = _pct(spec.get("predicted"), 2), _pct(expected, 2)
+        out.append(f"| {kind} | {r['case']} | {how} | {target}% | {sized} | {exp} | {achieved} | {caught} |")
+    walls = summary["process_wall_s"]
+    if walls:
+        out += [
+            "",
+            f"Wall time per valgrind process (all cases): median {statistics.median(walls):.0f} s, "
+            f"{min(walls):.0f}-{max(walls):.0f} s over {len(walls)} processes.",
+        ]
+    for case, w in summary["case_wall_s"].items():
+        if w:
+            out.append(
+                f"Per case in the process, {case}: median {statistics.median(w):.0f} s, {min(w):.0f}-{max(w):.0f} s."
+            )
+    return "\n".join(out)
+
+
+# --- the run --------------------------------------------------------------------------------------
+
+
+def order(unchanged: int, labels: Sequence[str]) -> list[str]:
+    """The processes in the order they run: the calibration, two unchanged, then each slowdown
+    followed by one more unchanged while they last (unchanged processes spread over the run)."""
+    names = [CALIBRATE, "unchanged-1", "unchanged-2"][: 1 + min(unchanged, 2)]
+    rest = [f"unchanged-{i}" for i in range(3, unchanged + 1)]
+    for label in labels:
+        names.append(label)
+        if rest:
+            names.append(rest.pop(0))
+    return names + rest
+
+
+def _entry(p: Any, case: str) -> dict[str, Any]:
+    c = p.counts[case]
+    e = {"per_step": c.per_step, "total": c.instructions, "steps": c.steps, "key": p.key, "wall_s": c.wall_s}
+    for k in ("injected", "windows", "calls_per_window"):
+        if getattr(c, k):
+            e[k] = getattr(c, k)
+    return e
+
+
+def read_lines(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m perfgate.counts.quality", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cases", required=True, help="comma-separated case ids (CPU)")
-    ap.add_argument("--unchanged", type=int, default=2, help="unchanged processes (>= 2; the first is the baseline)")
-    ap.add_argument("--inject", default="", help="comma-separated injections, e.g. shared:1,local:2")
-    ap.add_argument("--out", type=Path, required=True, help="JSON lines, one per process")
+    ap.add_argument("--cases", required=True, help="comma-separated CPU case ids")
+    ap.add_argument("--unchanged", type=int, default=11, help="unchanged processes (>= 2; 11 give 55 pairs)")
+    ap.add_argument("--slowdowns", default=",".join(SLOWDOWNS), help="comma-separated: linear, sdpa, local")
+    ap.add_argument("--targets", default="1,2,5", help="step growth in %% each slowdown is sized to")
+    ap.add_argument("--tolerances", default="1,0.5", help="instruction tolerances in %% the counts are judged at")
+    ap.add_argument("--out", type=Path, required=True, help="JSON lines, one per process (appended; reruns resume)")
+    ap.add_argument("--table-only", action="store_true", help="print the table from --out, count nothing")
+    ap.add_argument(
+        "--only",
+        default="*",
+        help="comma-separated globs on process names (calibrate, unchanged-3, linear:1): run only these, "
+        "e.g. two runners on one --out, each its own share (a slowdown needs the calibration line first)",
+    )
+    ap.add_argument(
+        "--timeout-s", type=float, default=None, help="per valgrind process (default: count_cases', 300 + 240 per case)"
+    )
     ap.add_argument("--root", default=".", help="the project root (its registries are loaded)")
     ap.add_argument("--registries", default="models")
     args = ap.parse_args(argv)
     if args.unchanged < 2:
-        ap.error("--unchanged must be at least 2 (a baseline and one unchanged comparison)")
+        ap.error("--unchanged must be at least 2 (a pair to compare)")
+    slowdowns = [s for s in args.slowdowns.split(",") if s]
+    bad = [s for s in slowdowns if s not in SLOWDOWNS]
+    if bad:
+        ap.error(f"--slowdowns: unknown {bad[0]!r}; known: {', '.join(SLOWDOWNS)}")
+    try:
+        targets = [float(t) for t in args.targets.split(",") if t]
+        tolerances = [float(t) / 100 for t in args.tolerances.split(",") if t]
+    except ValueError:
+        ap.error("--targets and --tolerances are comma-separated numbers in %, e.g. 1,2,5")
+    lines = read_lines(args.out)
+    if args.table_only:
+        print(markdown(summarise(lines, tolerances)))
+        return 0
+
     from perfgate.cases.selection import expand_cases
     from perfgate.cases.workload import load_registries
+    from perfgate.measure import instructions
 
     registries = [r for r in args.registries.split(",") if r]
     load_registries(registries, [], args.root)
@@ -53,34 +291,60 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         ap.error(f"--cases: unknown case {missing[0]!r}")
     cases = [known[c] for c in wanted]
-    conditions = [None] * args.unchanged + [i for i in args.inject.split(",") if i]
-    rows = []
-    base: instructions.CountPass | None = None
-    for i, inject in enumerate(conditions):
-        p = instructions.count_cases(
-            cases, root=args.root, registries=registries, inject=inject or "", out_dir=Path(f".perfgate/quality/{i}")
-        )
-        line = {
-            "condition": inject or "unchanged",
-            "wall_s": round(p.wall_s, 1),
-            "counts": {k: v.instructions for k, v in p.counts.items()},
-            "errors": p.errors,
-        }
-        with args.out.open("a") as fh:
-            fh.write(json.dumps(line) + "\n")
-        if base is None:
-            base = p
+    done = {ln["process"]: ln for ln in lines}
+    labels = [f"{k}:{t:g}" for k in slowdowns for t in targets]
+    specs: dict[str, dict[str, dict[str, Any]]] = {}
+    only = [g for g in args.only.split(",") if g]
+    for name in order(args.unchanged, labels):
+        done.update({ln["process"]: ln for ln in read_lines(args.out)})  # another runner's lines
+        if name in done:
+            print(f"{name}: already in {args.out}, skipped", flush=True)
+        elif not any(fnmatch.fnmatchcase(name, g) for g in only):
             continue
-        for c in wanted:
-            b, cur = _record(base, c), _record(p, c)
-            if b is None or cur is None:
-                continue
-            v = judge_instructions(c, cur, b, GateSettings())
-            rows.append((inject or "unchanged", c, v.verdict, v.change_pct, p.wall_s))
-    print("| condition | case | verdict | instructions change | process wall s |")
-    print("|---|---|---|---|---|")
-    for cond, c, verdict, pct, wall in rows:
-        print(f"| {cond} | {c} | {verdict} | {pct:+.3f}% | {wall:.0f} |")
+        else:
+            if name == CALIBRATE:
+                condition, per_case = CALIBRATE, None
+            elif name.startswith("unchanged"):
+                condition, per_case = "unchanged", None
+            elif name not in specs:
+                print(f"{name}: no calibration line in {args.out} to size it; run calibrate first", file=sys.stderr)
+                return 1
+            else:
+                condition = name.partition(":")[0]
+                per_case = {c: s for c, s in specs[name].items() if "skip" not in s}
+            started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+            p = instructions.count_cases(
+                cases,
+                root=args.root,
+                registries=registries,
+                inject="",
+                per_case=per_case or None,
+                calibrate=name == CALIBRATE,
+                timeout_s=args.timeout_s,
+                out_dir=Path(".perfgate/quality") / name.replace(":", "-"),
+            )
+            line = {
+                "process": name,
+                "condition": condition,
+                "started": started,
+                "load_avg_1m": round(os.getloadavg()[0], 2),
+                "wall_s": round(p.wall_s, 1),
+                "cases": {c: _entry(p, c) for c in p.counts},
+                "errors": p.errors,
+            }
+            if condition not in ("unchanged", CALIBRATE):
+                line["specs"] = specs[name]
+            with args.out.open("a") as fh:  # one line per process, as it ends: progress survives
+                fh.write(json.dumps(line) + "\n")
+            done[name] = line
+            print(f"{name}: {p.wall_s:.0f} s, {len(p.counts)} counted, {len(p.errors)} not", flush=True)
+        if name == CALIBRATE:
+            cal = done[name]
+            if cal["errors"]:
+                print(f"calibration failed: {cal['errors']}", file=sys.stderr)
+                return 1
+            specs = plan(cal["cases"], slowdowns, targets, instructions.STEPS)
+    print(markdown(summarise(list(done.values()), tolerances)))
     return 0
 
 

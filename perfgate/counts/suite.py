@@ -7,12 +7,16 @@ the count fields of each record, and the portable baselines the counts are judge
     warmup = 10
     ops = true                     # aten op calls (and CUDA kernel launches) per step in every case
     smoke = ["physicsnemo-*"]      # --perfgate-smoke counts the first case these globs select ([]: none)
+    processes = [["owl-image-*"], ["*"]]  # valgrind processes side by side: a case goes to the first
+                                   # whose globs match it (the last takes the rest); default one process
 
 Without the table nothing is counted. The instruction pass runs once, before the first case is
 timed (valgrind would load a 2-core machine's second core during the timings): one valgrind process
-for all the selected cases, then one more for the suspects, the cases whose count moved beyond the
-tolerance from their baseline, to confirm the change (two identical processes further apart than
-`instructions_nondeterministic` mark the case nondeterministic).
+per `processes` group (side by side), then the same again for the suspects, the cases whose count
+moved beyond the tolerance from their baseline, to confirm the change (two identical processes
+further apart than `instructions_nondeterministic` mark the case nondeterministic). The groups are
+fixed by globs, not by the selection's size: a case's count depends on the cases before it in its
+process, so the recording and the judging runs must split the same way.
 
 Portable baselines live in `<baselines>/counts/<key>.json`, the key naming what the counts depend on
 (perfgate.measure.instructions.key), never the host: a machine of another CPU generation gates on the
@@ -36,7 +40,7 @@ from perfgate.record import CaseRecord
 
 TABLE = "counts"
 NO_COUNTS_ENV = "PERFGATE_NO_COUNTS"  # set: no instruction pass in this process (perfgate ab's later pairs)
-_KEYS = {"instructions", "steps", "warmup", "ops", "smoke"}
+_KEYS = {"instructions", "steps", "warmup", "ops", "smoke", "processes"}
 
 
 class CountsConfigError(ValueError):
@@ -50,6 +54,7 @@ class CountsConfig:
     warmup: int = instr.WARMUP
     ops: bool = True
     smoke: tuple[str, ...] | None = None  # None: the first counted case
+    processes: tuple[tuple[str, ...], ...] = (("*",),)  # globs per valgrind process (partition)
 
 
 def parse(table: Mapping[str, Any], source: str = "[tool.perfgate]") -> CountsConfig | None:
@@ -79,7 +84,36 @@ def parse(table: Mapping[str, Any], source: str = "[tool.perfgate]") -> CountsCo
     ops = raw.get("ops", True)
     if not isinstance(ops, bool):
         raise CountsConfigError(f"{where}: ops must be true or false, got {ops!r}")
-    return CountsConfig(instructions=tuple(globs), ops=ops, smoke=None if smoke is None else tuple(smoke), **ints)
+    groups = raw.get("processes", [["*"]])
+    if (
+        not isinstance(groups, list)
+        or not groups
+        or not all(isinstance(g, list) and g and all(isinstance(x, str) and x for x in g) for g in groups)
+    ):
+        raise CountsConfigError(
+            f"{where}: processes must be a list of lists of case globs, one per valgrind process "
+            f'([["owl-image-*"], ["*"]]), got {groups!r}'
+        )
+    return CountsConfig(
+        instructions=tuple(globs),
+        ops=ops,
+        smoke=None if smoke is None else tuple(smoke),
+        processes=tuple(tuple(g) for g in groups),
+        **ints,
+    )
+
+
+def partition(cases: Sequence[Any], groups: Sequence[Sequence[str]]) -> list[list[Any]]:
+    """The cases split into the valgrind processes: each case goes to the first group whose globs
+    match its id (the last group takes what none matches), in the selection's order. Depends only
+    on each case's id, so a case runs after the same cases whatever else is selected."""
+    import fnmatch
+
+    out: list[list[Any]] = [[] for _ in groups]
+    for c in cases:
+        i = next((i for i, g in enumerate(groups) if any(fnmatch.fnmatchcase(c.id, x) for x in g)), len(groups) - 1)
+        out[i].append(c)
+    return [g for g in out if g]
 
 
 def selected(case_ids: Sequence[str], config: CountsConfig, *, smoke: bool) -> list[str]:
@@ -149,9 +183,13 @@ def run_pass(
 ) -> SessionCounts:
     """Count `cases`, then recount the suspects. `baseline_of(case_id)` gives a baseline count
     per step (or None); `tolerance_of(case)` the instructions tolerance."""
-    say(f"perfgate: counting instructions of {len(cases)} case(s) under callgrind (one valgrind process)")
+    groups = partition(cases, config.processes)
+    say(
+        f"perfgate: counting instructions of {len(cases)} case(s) under callgrind "
+        + ("(one valgrind process)" if len(groups) == 1 else f"({len(groups)} valgrind processes side by side)")
+    )
     kw = dict(root=root, registries=registries, model_files=model_files, steps=config.steps, warmup=config.warmup)
-    first = instr.count_cases(cases, out_dir=out_dir / "pass1", **kw)
+    first = instr.count_parallel(groups, out_dir=out_dir / "pass1", **kw)
     fields = {cid: _fields(first, cid) for cid in first.counts}
     skipped = dict(first.errors)
     ppath = portable_path(baselines_root, first.key) if first.counts else None
@@ -172,10 +210,15 @@ def run_pass(
         + (f"; recounting to confirm {len(suspects)} suspected change(s) in a second process" if suspects else "")
     )
     if suspects:
-        # The same cases in the same order up to the last suspect: a case's count moves (0.16% on the
-        # tiny block) with what ran before it in the process (malloc's free lists, type caches).
-        last = max(cases.index(c) for c in suspects)
-        second = instr.count_cases(cases[: last + 1], out_dir=out_dir / "pass2", **kw)
+        # The same cases in the same process and order up to its last suspect: a case's count moves
+        # (0.16% on the tiny block) with what ran before it in the process (malloc's free lists,
+        # type caches).
+        again_groups = []
+        for g in groups:
+            mine = [g.index(c) for c in suspects if c in g]
+            if mine:
+                again_groups.append(g[: max(mine) + 1])
+        second = instr.count_parallel(again_groups, out_dir=out_dir / "pass2", **kw)
         for c in suspects:
             block = fields[c.id]["instructions"]
             if c.id in second.counts:

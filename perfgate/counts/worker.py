@@ -19,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import traceback
 from typing import Any
 
@@ -48,6 +49,56 @@ def _ctl(flag: str) -> None:
     subprocess.run(["callgrind_control", "-i", flag, str(os.getpid())], check=True, stdout=subprocess.DEVNULL)
 
 
+def _window(call: Any, steps: int) -> None:
+    """One more counted window (a dump) of `steps` calls, the GC kept out as for the step's."""
+    import torch
+
+    gc.collect()
+    gc.disable()
+    torch._C._valgrind_toggle()
+    try:
+        for _ in range(steps):
+            call()
+    finally:
+        torch._C._valgrind_toggle_and_dump_stats()
+        gc.enable()
+
+
+def _calibrate(step: Any, module: Any, steps: int, dump: int) -> tuple[dict[str, int], dict[str, int], int]:
+    """After the case's window, what sizes a slowdown by instructions (perfgate.counts.quality): a
+    window of the step with each shared op done twice on every call, and one of each distinct leaf
+    module's extra call alone. Returns {window name: dump number}, the op calls per window, the
+    last dump number."""
+    from perfgate.quality import inject
+
+    windows, calls = {}, {}
+    for short in inject.OPS:
+        undo, seen = inject.slow_op(short, 1)
+        try:
+            for _ in range(3):  # the wrapper's code object quickened before its window
+                step()
+            n = seen.calls
+            _window(step, steps)
+            calls[short] = seen.calls - n
+        finally:
+            undo()
+        dump += 1
+        windows[short] = dump
+    shapes = set()
+    for name, (mod, args) in inject.leaf_inputs(step, module).items():
+        shape = (type(mod).__name__, tuple(tuple(p.shape) for p in mod.parameters(recurse=False)))
+        if shape in shapes or len(shapes) >= 16:  # the same leaf again costs the same: one of each
+            continue
+        shapes.add(shape)
+        work = inject.leaf_call(mod, args)
+        for _ in range(3):
+            work()
+        _window(work, steps)
+        dump += 1
+        windows[f"leaf:{name}"] = dump
+    return windows, calls, dump
+
+
 def run(job: dict[str, Any]) -> None:
     import torch
 
@@ -62,6 +113,7 @@ def run(job: dict[str, Any]) -> None:
         inject.pytest_configure(None)
     load_registries(job.get("registries", []), job.get("model_files", []), job.get("root", "."))
     steps, warmup = int(job["steps"]), int(job["warmup"])
+    per_case, calibrate = job.get("per_case") or {}, bool(job.get("calibrate"))
     opts = RunOptions(count_flops=False, warm_compile=False, telemetry_interval_s=None, energy_window_s=0.0)
     dump = 0
     with open(job["manifest"], "a", encoding="utf8") as out:
@@ -71,11 +123,23 @@ def run(job: dict[str, Any]) -> None:
             case = Case(**{**raw, "options": tuple(tuple(kv) for kv in raw.get("options", []))})
             line: dict[str, Any] = {"case": case.id}
             collecting = instrumented = False
+            undo = None
+            t0 = time.perf_counter()
             try:
                 isolate(torch.device(case.device))
-                step = build_case(case, opts).step
+                built = build_case(case, opts)
+                step, module = built.step, built.converted.module
+                spec = per_case.get(case.id)
+                if spec:  # a sized slowdown for this case only (perfgate.counts.quality)
+                    from perfgate.quality import inject
+
+                    step, undo, seen = inject.apply(spec, step, module)
+                phases = line["phases_s"] = {"build": round(time.perf_counter() - t0, 2)}
                 for _ in range(warmup):
                     step()
+                phases["warmup"] = round(time.perf_counter() - t0 - phases["build"], 2)
+                if spec:
+                    before = (seen.calls, seen.doubled)
                 # The cyclic GC runs when allocations since its last run pass a threshold: when it
                 # falls inside the window depends on the cases before (0.35% on the tiny block).
                 gc.collect()
@@ -90,6 +154,11 @@ def run(job: dict[str, Any]) -> None:
                 collecting = False
                 dump += 1
                 line.update(dump=dump, steps=steps, warmup=warmup)
+                phases["window"] = round(time.perf_counter() - t0 - phases["build"] - phases["warmup"], 2)
+                if spec:  # calls (or steps) in the window, and how many were done twice
+                    line["injected"] = {"calls": seen.calls - before[0], "doubled": seen.doubled - before[1]}
+                if calibrate:
+                    line["windows"], line["calls_per_window"], dump = _calibrate(step, module, steps, dump)
             except Exception as exc:  # noqa: BLE001 - one case that fails is that case's reason, not the pass's end
                 if collecting:  # close its window so the next case's dump number stays right
                     torch._C._valgrind_toggle_and_dump_stats()
@@ -100,6 +169,9 @@ def run(job: dict[str, Any]) -> None:
                 gc.enable()
                 if instrumented:
                     _ctl("off")
+                if undo is not None:
+                    undo()
+                line["wall_s"] = round(time.perf_counter() - t0, 2)
             out.write(json.dumps(line) + "\n")
             out.flush()
 

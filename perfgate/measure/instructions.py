@@ -98,6 +98,12 @@ class CaseCount:
     instructions: int  # in the window
     steps: int
     functions: dict[str, list[int]]  # {function: [self, inclusive]} of the window (callgrind.top_functions)
+    wall_s: float | None = None  # the case in the process: build, warm-up, window(s)
+    # Only when asked for (perfgate.counts.quality): a sized slowdown's calls and doublings in the
+    # window, and a calibration's extra windows {name: instructions} with the op calls per window.
+    injected: dict[str, int] | None = None
+    windows: dict[str, int] | None = None
+    calls_per_window: dict[str, int] | None = None
 
     @property
     def per_step(self) -> float:
@@ -116,6 +122,7 @@ class CountPass:
     python: str = field(default_factory=platform.python_version)
     wall_s: float = 0.0
     dumps: str = ""  # where the dumps lie (kept for attribution with `perfgate.measure.attribution`)
+    processes: int = 1  # valgrind processes side by side (count_parallel)
 
     @property
     def key(self) -> str:
@@ -132,6 +139,7 @@ class CountPass:
             "key": self.key,
             "pass_cases": len(self.counts) + len(self.errors),
             "pass_wall_s": round(self.wall_s, 1),
+            "pass_processes": self.processes,
         }
 
 
@@ -156,10 +164,14 @@ def count_cases(
     out_dir: str | os.PathLike[str] | None = None,
     timeout_s: float | None = None,
     inject: str | None = None,
+    per_case: dict[str, dict[str, Any]] | None = None,
+    calibrate: bool = False,
 ) -> CountPass:
     """Count `cases` (perfgate.cases.runner.Case objects on the CPU) in one valgrind process; `inject`:
     a perfgate.quality.inject slowdown (`shared:5`, `local:2`), by default the PERFGATE_INJECT of
-    this process (the worker's environment is pinned, so it is passed in the job)."""
+    this process (the worker's environment is pinned, so it is passed in the job). `per_case`: a
+    sized slowdown per case id (perfgate.quality.inject.apply); `calibrate`: also count the windows
+    that size them (perfgate.counts.worker._calibrate)."""
     if steps < 1 or warmup < 0:
         raise ValueError(f"steps must be >= 1 and warmup >= 0, got {steps} and {warmup}")
     result = CountPass(valgrind=valgrind_version())
@@ -183,6 +195,10 @@ def count_cases(
         "model_files": list(model_files),
         "inject": inject if inject is not None else os.environ.get("PERFGATE_INJECT"),
     }
+    if per_case:
+        job["per_case"] = per_case
+    if calibrate:
+        job["calibrate"] = True
     setarch = ["setarch", platform.machine(), "-R"] if shutil.which("setarch") else []
     cmd = [
         *setarch,
@@ -226,7 +242,49 @@ def count_cases(
                 result.errors[c.id] = f"callgrind wrote no dump number {ln['dump']} in {out}"
                 continue
             dump = callgrind.parse(found[0])
+            windows = None
+            if ln.get("windows"):
+                windows = {}
+                for name, number in ln["windows"].items():
+                    extra = sorted(out.glob(f"callgrind.*.{number}"))
+                    if extra:
+                        windows[name] = callgrind.parse(extra[0]).total
             result.counts[c.id] = CaseCount(
-                case=c.id, instructions=dump.total, steps=ln["steps"], functions=callgrind.top_functions(dump)
+                case=c.id,
+                instructions=dump.total,
+                steps=ln["steps"],
+                functions=callgrind.top_functions(dump),
+                wall_s=ln.get("wall_s"),
+                injected=ln.get("injected"),
+                windows=windows,
+                calls_per_window=ln.get("calls_per_window"),
             )
     return result
+
+
+def count_parallel(
+    groups: Sequence[Sequence[Any]], *, out_dir: str | os.PathLike[str] | None = None, **kw: Any
+) -> CountPass:
+    """Each group of cases counted in its own valgrind process, the processes side by side (a
+    2-core machine runs two), merged into one pass. A case's count depends on the cases before it
+    in its process (heap history), so the groups must be the same in every run that is compared
+    (perfgate.counts.suite.partition fixes them)."""
+    groups = [list(g) for g in groups if g]
+    if len(groups) <= 1:
+        return count_cases(groups[0] if groups else [], out_dir=out_dir, **kw)
+    from concurrent.futures import ThreadPoolExecutor
+
+    root = Path(out_dir or tempfile.mkdtemp(prefix="perfgate-callgrind-"))
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(len(groups)) as pool:  # each thread waits on its own valgrind subprocess
+        parts = list(
+            pool.map(lambda ig: count_cases(ig[1], out_dir=root / f"process{ig[0] + 1}", **kw), enumerate(groups))
+        )
+    merged = CountPass(valgrind=parts[0].valgrind, wall_s=time.perf_counter() - t0, dumps=str(root.resolve()))
+    for part in parts:
+        merged.counts.update(part.counts)
+        merged.errors.update(part.errors)
+        if part.virtual_cpu and not merged.virtual_cpu:
+            merged.virtual_cpu, merged.torch = part.virtual_cpu, part.torch
+    merged.processes = len(parts)
+    return merged

@@ -149,3 +149,119 @@ def pytest_configure(config: Any) -> None:
         return local_slowdown_step(make(wl, module, inputs, context), module, k)
 
     runner.make_step = make_step  # the runner builds every case's step through this name
+
+
+# --- slowdowns sized by instructions (perfgate.counts.quality) ---------------------------------
+#
+# Under callgrind a slowdown can be sized by the work it adds rather than by timings: a calibration
+# process counts the step, the step with the op done twice on every call (the op's share of the
+# step) and each leaf module's call alone; the slowdown is then every Nth call (or step) chosen so
+# that the step grows by the target. The worker applies them per case (`apply`).
+
+OPS = {"linear": "linear", "sdpa": "scaled_dot_product_attention"}  # short name -> torch.nn.functional name
+
+
+class OpCalls:
+    """Calls of one patched op and how many of them were done twice (read around a window)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.doubled = 0
+
+
+def slow_op(op: str, every: int) -> tuple[Callable[[], None], OpCalls]:
+    """Every `every`-th call of torch.nn.functional.<op> (in this process, from now) done twice;
+    returns the undo and the call counter."""
+    if every < 1:
+        raise ValueError(f"every must be >= 1, got {every}")
+    name = OPS.get(op, op)
+    original = getattr(torch.nn.functional, name)
+    seen = OpCalls()
+
+    def twice(*args: Any, **kwargs: Any) -> Any:
+        seen.calls += 1
+        if seen.calls % every == 0:
+            seen.doubled += 1
+            original(*args, **kwargs)
+        return original(*args, **kwargs)
+
+    setattr(torch.nn.functional, name, twice)
+    return (lambda: setattr(torch.nn.functional, name, original)), seen
+
+
+def every_nth(share: float, target: float) -> int:
+    """Every how many calls to do an op twice so that the step grows by `target` (a fraction), the
+    op being `share` of the step's instructions (the step with every call doubled counts 1 + share
+    times the plain step): share / N = target, N a whole number >= 1. A share below the target
+    cannot reach it (N = 1, every call: the step grows by the share)."""
+    if share <= 0 or target <= 0:
+        raise ValueError(f"share and target must be > 0, got {share} and {target}")
+    return max(1, round(share / target))
+
+
+def local_plan(leaf_shares: dict[str, float], target: float, steps: int, max_times: int = 64) -> dict[str, Any]:
+    """The model-local slowdown closest to `target` (a fraction of the step): one leaf module called
+    again `times` times after every `every`-th step. `leaf_shares`: each leaf's one extra call as a
+    fraction of the step's instructions. `every` divides the counted window (`steps`), so the window
+    holds steps/every repeated steps whatever its phase; growth = times x share / every."""
+    if not leaf_shares:
+        raise ValueError("no leaf module with parameters: cannot size a model-local slowdown")
+    best: tuple[float, int, str, int, int] | None = None
+    for name, share in sorted(leaf_shares.items()):
+        if share <= 0:
+            continue
+        for every in (d for d in range(1, steps + 1) if steps % d == 0):
+            times = min(max_times, max(1, round(target * every / share)))
+            miss = abs(times * share / every - target)
+            key = (round(miss, 12), times, name, every)
+            if best is None or key < best[:4]:
+                best = (*key, every)
+    if best is None:
+        raise ValueError("every leaf module counted zero instructions: cannot size a model-local slowdown")
+    _, times, name, _, every = best
+    return {
+        "kind": "local",
+        "leaf": name,
+        "every": every,
+        "times": times,
+        "predicted": times * leaf_shares[name] / every,
+    }
+
+
+def leaf_call(mod: nn.Module, args: tuple, times: int = 1) -> Callable[[], None]:
+    """The extra model work of a local slowdown: the leaf called `times` times on its input."""
+
+    def work() -> None:
+        with torch.inference_mode():
+            for _ in range(times):
+                mod(*args)
+
+    return work
+
+
+def apply(
+    spec: dict[str, Any], step: Callable[[], Any], module: nn.Module
+) -> tuple[Callable[[], Any], Callable[[], None], Any]:
+    """One case's sized slowdown: (the step to run, the undo, a counter to read around the window).
+    spec: {"kind": "op", "op": "linear", "every": N} or {"kind": "local", "leaf": name, "every": N,
+    "times": n} (from every_nth / local_plan)."""
+    if spec["kind"] == "op":
+        undo, seen = slow_op(spec["op"], int(spec["every"]))
+        return step, undo, seen
+    if spec["kind"] != "local":
+        raise ValueError(f"unknown slowdown kind {spec['kind']!r}: op or local")
+    leaves = leaf_inputs(step, module)
+    if spec["leaf"] not in leaves:
+        raise ValueError(f"no leaf module {spec['leaf']!r} in this model")
+    work = leaf_call(*leaves[spec["leaf"]], times=int(spec["times"]))
+    every, seen = int(spec["every"]), OpCalls()
+
+    def injected() -> Any:
+        out = step()
+        seen.calls += 1
+        if seen.calls % every == 0:
+            seen.doubled += 1
+            work()
+        return out
+
+    return injected, (lambda: None), seen

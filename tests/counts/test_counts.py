@@ -262,8 +262,9 @@ def test_kernel_launches_per_step_from_the_h100_profile():
         ({"instructions": "*-baseline"}, "instructions must be a list of case globs"),
         ({"ops": "yes"}, "ops must be true or false"),
         ({"step": 10}, "unknown key 'step'"),
+        ({"processes": ["owl-*", "*"]}, "processes must be a list of lists of case globs"),
     ],
-    ids=["few-steps", "glob-string", "ops-string", "typo"],
+    ids=["few-steps", "glob-string", "ops-string", "typo", "processes-flat"],
 )
 def test_a_bad_counts_table_is_one_line_naming_the_key(table, message):
     with pytest.raises(suite.CountsConfigError, match=message):
@@ -279,6 +280,39 @@ def test_no_table_counts_nothing_and_smoke_counts_one():
     cfg = suite.parse({"counts": {"instructions": ["*-baseline"], "smoke": ["b-*", "c-*"]}})
     assert suite.selected(ids, cfg, smoke=True) == ["b-tiny-baseline"]
     assert suite.selected(ids, suite.parse({"counts": {"smoke": []}}), smoke=True) == []
+
+
+def test_the_partition_into_valgrind_processes_depends_on_each_case_id_only():
+    """A case runs after the same cases in its process whatever else is selected (its count depends
+    on them), the last group taking what no glob matches."""
+    cfg = suite.parse({"counts": {"processes": [["owl-image-*"], ["*"]]}})
+    assert cfg.processes == (("owl-image-*",), ("*",))
+    case = type("C", (), {"__init__": lambda self, i: setattr(self, "id", i), "__repr__": lambda self: self.id})
+    ids = ["owl-image-decoder-tiny-baseline", "vjepa2-tiny-baseline", "block-tiny-baseline"]
+    groups = suite.partition([case(i) for i in ids], cfg.processes)
+    assert [[c.id for c in g] for g in groups] == [ids[:1], ids[1:]]
+    fewer = suite.partition([case(i) for i in ids[1:]], cfg.processes)  # no owl selected: one process
+    assert [[c.id for c in g] for g in fewer] == [ids[1:]]
+    unmatched = suite.partition([case("x")], (("owl-*",), ("vjepa2-*",)))
+    assert [[c.id for c in g] for g in unmatched] == [["x"]]
+    assert suite.parse({"counts": {}}).processes == (("*",),)
+
+
+def test_groups_are_counted_in_separate_processes_and_merged(monkeypatch, tmp_path):
+    seen = []
+
+    def fake_count_cases(cases, *, out_dir=None, **kw):
+        seen.append((tuple(cases), Path(out_dir).name))
+        p = instructions.CountPass(valgrind="3.19.0", torch="2.13.0+cpu", virtual_cpu={"brand": "v", "simd": []})
+        for c in cases:
+            p.counts[c] = instructions.CaseCount(case=c, instructions=100, steps=10, functions={})
+        return p
+
+    monkeypatch.setattr(instructions, "count_cases", fake_count_cases)
+    merged = instructions.count_parallel([["a", "b"], ["c"]], out_dir=tmp_path)
+    assert sorted(seen) == [(("a", "b"), "process1"), (("c",), "process2")]
+    assert sorted(merged.counts) == ["a", "b", "c"] and merged.processes == 2
+    assert merged.block("c")["pass_processes"] == 2 and merged.virtual_cpu == {"brand": "v", "simd": []}
 
 
 # --- end to end under valgrind (slow: torch loads under valgrind in each process) ----------------
