@@ -66,6 +66,8 @@ def gc_paused() -> Iterator[None]:
 
 
 class Timer(Protocol):
+    """perfgate.measure.core's CpuTimer or CudaEventTimer."""
+
     def time_ms(self, step: Callable[[], Any]) -> tuple[float, Any]: ...
 
 
