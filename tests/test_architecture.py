@@ -89,6 +89,60 @@ def violations(root: Path = ROOT) -> list[str]:
     return out
 
 
+# String-key reads of result data: x["key"] and x.get("key") whose key is a CaseRecord field or a
+# key of pytest-benchmark's result file. Only the loader (perfgate/results.py) and the record
+# (perfgate/record.py) turn those keys into typed values; everyone else reads attributes.
+BENCHMARK_KEYS = frozenset(
+    {
+        # the file
+        "benchmarks", "machine_info", "commit_info", "datetime", "version",
+        # one benchmark
+        "extra_info", "stats", "name", "fullname", "group", "params", "param",
+        # its stats
+        "median", "mean", "stddev", "iqr", "q1", "q3", "ops", "data", "iterations", "outliers",
+        "ld15iqr", "hd15iqr", "iqr_outliers", "stddev_outliers", "total",
+    }
+)  # fmt: skip
+LOADER = ("perfgate/results.py", "perfgate/record.py")
+
+
+def _result_keys() -> frozenset[str]:
+    sys.path.insert(0, str(ROOT))
+    from perfgate.record import FIELD_NAMES
+
+    return FIELD_NAMES | BENCHMARK_KEYS
+
+
+def key_reads(root: Path = ROOT) -> list[str]:
+    """'file:line: key' for every string-key read of result data outside the loader and the record."""
+    keys, out = _result_keys(), []
+    for _, path in modules(root):
+        rel = path.relative_to(root).as_posix()
+        if rel in LOADER:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf8"))):
+            key = None
+            if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+                key = node.slice
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "get"
+                and node.args
+            ):
+                key = node.args[0]
+            if isinstance(key, ast.Constant) and isinstance(key.value, str) and key.value in keys:
+                out.append(f"{rel}:{node.lineno}: {key.value}")
+    return out
+
+
+def key_reads_per_module(root: Path = ROOT) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for line in key_reads(root):
+        counts[line.split(":", 1)[0]] = counts.get(line.split(":", 1)[0], 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
 def mutual_imports(root: Path = ROOT) -> list[tuple[str, str]]:
     """Pairs of perfgate modules that import each other (a cycle a reader cannot start from)."""
     graph = {
@@ -156,6 +210,10 @@ def test_the_check_fails_on_a_relative_or_package_import_upward_and_on_models(tm
 
 
 if __name__ == "__main__":
-    found = violations(Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else ROOT)
+    tree = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else ROOT
+    found = violations(tree)
     print("\n".join(found))
     print(f"{len(found)} up-arrow(s)")
+    reads = key_reads_per_module(tree)
+    print("\n".join(f"{n:4d} {m}" for m, n in reads.items()))
+    print(f"{sum(reads.values())} string-key read(s) of result data outside perfgate/results.py and perfgate/record.py")
