@@ -164,7 +164,7 @@ class Benchmark:
     def to_json(self) -> dict[str, Any]:
         """The entry as pytest-benchmark writes it, with the record as its extra_info."""
         out = {k: v for k, v in self.raw.items() if k != "extra_info"}
-        if self.has_record or self.record.to_extra_info():
+        if self.has_record or self.record != CaseRecord():  # a plain entry stays plain until given a figure
             out["extra_info"] = self.record.to_extra_info()
         return out
 

@@ -214,11 +214,7 @@ _RANK_FIGURES = (
 def rank_summary(rank: int, entry: Benchmark) -> dict[str, Any]:
     rec, written = entry.record, entry.record.to_extra_info()
     s = {"rank": rank, "median_ms": median_ms(entry), **{k: getattr(rec, k) for k in _RANK_FIGURES if k in written}}
-    if "throughput" in written:
-        s["throughput"] = dict(rec.throughput)
-    if "accuracy" in written:
-        s["accuracy"] = dict(rec.accuracy)
-    return s
+    return {**s, "throughput": dict(rec.throughput), "accuracy": dict(rec.accuracy)}
 
 
 def _worst_accuracy(accs: Sequence[Mapping[str, Any]]) -> dict[str, float]:
@@ -269,9 +265,7 @@ def aggregate_case(entries: Mapping[int, Benchmark], *, world_size: int, thresho
     rec.peak_mem_mib = _max([r.peak_mem_mib for r in recs.values()], rec.peak_mem_mib)
     rec.reserved_mem_mib = _max([r.reserved_mem_mib for r in recs.values()], rec.reserved_mem_mib)
     rec.contention_cores = _max([r.contention_cores for r in recs.values()], rec.contention_cores)
-    accs = [r.accuracy for r in recs.values() if "accuracy" in r.to_extra_info()]
-    if accs:
-        rec.accuracy = _worst_accuracy(accs)
+    rec.accuracy = _worst_accuracy([r.accuracy for r in recs.values()])
     unreliable = [f"rank {r}: {x.unreliable}" for r, x in recs.items() if x.unreliable]
     if unreliable:
         rec.unreliable = "; ".join(unreliable)
