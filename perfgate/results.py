@@ -275,6 +275,7 @@ class RunInfo:
     run_time: str | None = None  # pytest-benchmark's datetime, else perfgate's recorded_at
     fingerprint_id: str | None = None
     fingerprint: dict[str, Any] | None = None
+    machine_fingerprint: dict[str, Any] | None = None  # the one in machine_info, what pytest-benchmark compares
     rank: RankBlock | None = None  # a torchrun rank's file: its perfgate_dist block
     distributed: Distributed | None = None  # an aggregated run's block
 
@@ -293,6 +294,7 @@ class RunInfo:
             run_time=run_time or block.get("recorded_at"),
             fingerprint_id=block.get("fingerprint_id") or from_machine.get("fingerprint_id"),
             fingerprint=fp if isinstance(fp, dict) else None,
+            machine_fingerprint=mfp if isinstance(mfp := from_machine.get("fingerprint"), dict) else None,
             rank=RankBlock.from_json(data["perfgate_dist"]) if isinstance(data.get("perfgate_dist"), Mapping) else None,
             distributed=Distributed.from_json(block["distributed"])
             if isinstance(block.get("distributed"), Mapping)

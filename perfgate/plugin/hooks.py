@@ -268,7 +268,7 @@ def pytest_benchmark_compare_machine_info(
     session = config.stash.get(_KEY, None)
     if session is None:
         return
-    theirs = RunInfo.from_json(compared_benchmark).fingerprint or {}
+    theirs = RunInfo.from_json(compared_benchmark).machine_fingerprint or {}
     diff = differences(session.fingerprint, theirs)
     if diff:
         session.compared_elsewhere.append(", ".join(f"{k} {b!r} there, {a!r} here" for k, (a, b) in diff.items()))
