@@ -140,6 +140,23 @@ class CaseRecord:
     case_wall_s: float | None = _f(None, unit="s")
     pooled: dict[str, Any] | None = _f()
     evidence: dict[str, Any] | None = _f()
+    # A distributed run (perfgate.dist.ranks): each rank's own block (perfgate.plugin.torchrun), and
+    # on the aggregate the slowest rank, how throughput combined, per-rank figures and stragglers.
+    rank: int | None = _f()
+    world_size: int | None = _f()
+    local_rank: int | None = _f()
+    local_world_size: int | None = _f()
+    dist_backend: str | None = _f()
+    num_threads: int | None = _f()
+    host: str | None = _f()
+    rank_device: str | None = _f()
+    slowest_rank: int | None = _f()
+    missing_ranks: list[int] | None = _f()
+    throughput_aggregation: str | None = _f()  # "sum" (data-parallel steps) or "slowest"
+    across_ranks: dict[str, dict[str, float]] | None = _f()  # dotted metric -> min / max / mean over ranks
+    ranks: list[dict[str, Any]] | None = _f()  # one summary per rank (perfgate.dist.ranks.rank_summary)
+    stragglers: list[dict[str, Any]] | None = _f()  # perfgate.dist.ranks.find_stragglers
+    straggler_threshold_pct: float | None = _f()
     # Keys this version does not know (another tool's, a distributed run's): kept as they were.
     extra: dict[str, Any] = field(default_factory=dict, metadata={"required": False, "always": False})
 
@@ -169,6 +186,68 @@ class CaseRecord:
         return float(v) if isinstance(v, (int, float)) else None
 
 
+@dataclass(frozen=True)
+class RankBlock:
+    """What a torchrun rank records about itself: the file's top-level `perfgate_dist` block, and
+    the same fields in each of its case records (perfgate.plugin.torchrun writes both)."""
+
+    rank: int | None = None
+    world_size: int | None = None
+    local_rank: int | None = None
+    local_world_size: int | None = None
+    dist_backend: str | None = None
+    num_threads: int | None = None
+    host: str | None = None
+    rank_device: str | None = None
+
+    @classmethod
+    def from_json(cls, block: Mapping[str, Any]) -> RankBlock:
+        return cls(**{f.name: block.get(f.name) for f in fields(cls)})
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class RankFigures:
+    """One rank's summary on an aggregated record (`CaseRecord.ranks`), as the rank table reads it."""
+
+    rank: int
+    median_ms: float
+    p90_ms: float | None = None
+    peak_mem_mib: float | None = None
+    throughput: dict[str, float] = field(default_factory=dict)
+    unreliable: str | None = None
+
+    @classmethod
+    def from_json(cls, s: Mapping[str, Any]) -> RankFigures:
+        return cls(
+            rank=int(s["rank"]),
+            median_ms=float(s["median_ms"]),
+            p90_ms=s.get("p90_ms"),
+            peak_mem_mib=s.get("peak_mem_mib"),
+            throughput=dict(s.get("throughput") or {}),
+            unreliable=s.get("unreliable"),
+        )
+
+
+@dataclass(frozen=True)
+class Straggler:
+    """A rank whose median is well above the median of the rank medians (`CaseRecord.stragglers`)."""
+
+    rank: int
+    median_ms: float
+    median_of_ranks_ms: float
+    excess_pct: float
+
+    @classmethod
+    def from_json(cls, s: Mapping[str, Any]) -> Straggler:
+        return cls(**{f.name: s[f.name] for f in fields(cls)})
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
 FIELD_NAMES = frozenset(f.name for f in fields(CaseRecord)) - {"extra"}
 
 
@@ -181,7 +260,9 @@ def speedup_basis(rec: CaseRecord) -> str:
 
 def speedup(eager: CaseRecord, rec: CaseRecord, basis: str | None = None) -> float | None:
     """The one speedup rule: eager's figure over the case's, on `basis` (default: speedup_basis of
-    the case; eager must have the same). None when either figure is missing or not positive."""
+    the case, and None unless eager's is the same). None when either figure is missing or not positive."""
+    if basis is None and speedup_basis(eager) != speedup_basis(rec):
+        return None
     basis = basis or speedup_basis(rec)
     e, c = getattr(eager, basis), getattr(rec, basis)
     return e / c if isinstance(e, (int, float)) and isinstance(c, (int, float)) and e > 0 and c > 0 else None

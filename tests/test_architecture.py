@@ -89,6 +89,94 @@ def violations(root: Path = ROOT) -> list[str]:
     return out
 
 
+# String-key reads of result data: x["key"] and x.get("key") whose key is a CaseRecord field or a
+# key of pytest-benchmark's result file. Only the loader (perfgate/results.py) and the record
+# (perfgate/record.py) turn those keys into typed values; everyone else reads attributes.
+BENCHMARK_KEYS = frozenset(
+    {
+        # the file
+        "benchmarks", "machine_info", "commit_info", "datetime", "version",
+        # one benchmark
+        "extra_info", "stats", "name", "fullname", "group", "params", "param",
+        # its stats
+        "median", "mean", "stddev", "iqr", "q1", "q3", "ops", "data", "iterations", "outliers",
+        "ld15iqr", "hd15iqr", "iqr_outliers", "stddev_outliers", "total",
+    }
+)  # fmt: skip
+LOADER = ("perfgate/results.py", "perfgate/record.py")
+
+
+def _result_keys() -> frozenset[str]:
+    sys.path.insert(0, str(ROOT))
+    from perfgate.record import FIELD_NAMES
+
+    return FIELD_NAMES | BENCHMARK_KEYS
+
+
+def key_reads(root: Path = ROOT) -> list[str]:
+    """'file:line: key' for every string-key read of result data outside the loader and the record."""
+    keys, out = _result_keys(), []
+    for _, path in modules(root):
+        rel = path.relative_to(root).as_posix()
+        if rel in LOADER:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf8"))):
+            if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+                receiver, key = node.value, node.slice
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+                receiver, key = node.func.value, node.args[0] if node.args else None
+            else:
+                continue
+            if isinstance(receiver, ast.Name) and receiver.id.isupper():
+                continue  # a module's constant table (TAIL_MIN_SAMPLES["p90_ms"]), not data read from a file
+            if isinstance(key, ast.Constant) and isinstance(key.value, str) and key.value in keys:
+                out.append(f"{rel}:{node.lineno}: {key.value}")
+    return out
+
+
+# The reads the counter finds that are no reads of a result file: dicts that merely share a key
+# name with the record (a name-based count cannot tell them apart). Each module may keep at most
+# this many; a new read of result data anywhere else fails the test below: read it through
+# perfgate.results (`benchmarks`, `Benchmark.record`, `RunInfo`) instead.
+KEY_READ_EXCEPTIONS = {
+    # `perfgate profile`'s own report (per-block timings, roofline, memory), not a result file.
+    "perfgate/commands/profile.py": 22,
+    "perfgate/profile/run.py": 8,
+    "perfgate/profile/layers.py": 7,
+    "perfgate/profile/precision.py": 2,
+    "perfgate/output/html.py": 3,  # the profile section's rows and a record's peak_basis table
+    # The interleaved A/B worker's per-round lines (ab.interleave), a protocol of their own.
+    "perfgate/ab/verdicts.py": 6,
+    # The portable instruction-count file and the [tool.perfgate.counts] table.
+    "perfgate/counts/suite.py": 6,
+    "perfgate/counts/worker.py": 1,  # a Case sent to the valgrind process
+    # A record's dict fields read inside: the pooled re-measurement, the telemetry summary.
+    "perfgate/gate/decide.py": 4,
+    # The gate-quality experiment's own --json report and rows.
+    "perfgate/quality/experiment.py": 5,
+    "perfgate/commands/gate_quality.py": 3,
+    # measure.stats' summary and a conversion's info, before they become the record.
+    "perfgate/cases/runner.py": 4,
+    "perfgate/cases/flops.py": 4,
+    # Torch profiler events, /proc/cpuinfo, `perfgate models` and `doctor` rows, report rows.
+    "perfgate/measure/op_counts.py": 2,
+    "perfgate/measure/fingerprint.py": 1,
+    "perfgate/commands/models.py": 4,
+    "perfgate/commands/doctor.py": 1,
+    "perfgate/output/report_sections.py": 1,
+    # What an xdist worker ships to the controller (its device), the [tool.perfgate] table.
+    "perfgate/plugin/xdist.py": 2,
+    "perfgate/plugin/hooks.py": 1,
+}
+
+
+def key_reads_per_module(root: Path = ROOT) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for line in key_reads(root):
+        counts[line.split(":", 1)[0]] = counts.get(line.split(":", 1)[0], 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
 def mutual_imports(root: Path = ROOT) -> list[tuple[str, str]]:
     """Pairs of perfgate modules that import each other (a cycle a reader cannot start from)."""
     graph = {
@@ -108,6 +196,26 @@ def test_no_two_modules_import_each_other(tmp_path: Path) -> None:
         workload.read_text() + "\n\ndef _kinds():\n    from perfgate.cases import steps\n\n    return steps\n"
     )
     assert mutual_imports(root) == [("perfgate.cases.steps", "perfgate.cases.workload")]
+
+
+def key_reads_over_budget(root: Path = ROOT) -> list[str]:
+    """The reads of every module that has more than KEY_READ_EXCEPTIONS allows it (none: 0)."""
+    over = {m for m, n in key_reads_per_module(root).items() if n > KEY_READ_EXCEPTIONS.get(m, 0)}
+    return [line for line in key_reads(root) if line.split(":", 1)[0] in over]
+
+
+def test_result_data_is_read_through_the_loader_only() -> None:
+    found = key_reads_over_budget()
+    assert not found, "string-key reads of result data; read them through perfgate.results:\n" + "\n".join(found)
+
+
+def test_the_key_read_check_fails_on_a_new_extra_info_read(tmp_path: Path) -> None:
+    root = _tree(tmp_path)
+    shard = root / "perfgate" / "dist" / "shard.py"
+    shard.write_text(shard.read_text() + '\n\ndef _wall(b):\n    return b["extra_info"].get("case_wall_s")\n')
+    found = key_reads_over_budget(root)
+    assert sorted(line.split(": ", 1)[1] for line in found) == ["case_wall_s", "extra_info"], found
+    assert all(line.startswith("perfgate/dist/shard.py:") for line in found)
 
 
 def test_the_tests_mirror_the_packages() -> None:
@@ -156,6 +264,10 @@ def test_the_check_fails_on_a_relative_or_package_import_upward_and_on_models(tm
 
 
 if __name__ == "__main__":
-    found = violations(Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else ROOT)
+    tree = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else ROOT
+    found = violations(tree)
     print("\n".join(found))
     print(f"{len(found)} up-arrow(s)")
+    reads = key_reads_per_module(tree)
+    print("\n".join(f"{n:4d} {m}" for m, n in reads.items()))
+    print(f"{sum(reads.values())} string-key read(s) of result data outside perfgate/results.py and perfgate/record.py")

@@ -34,6 +34,7 @@ from perfgate import gate
 from perfgate.ab import run as ab_run
 from perfgate.gate.policy import Policy
 from perfgate.record import CaseRecord
+from perfgate.results import ResultFileError, benchmarks, read_benchmark_json
 
 CONDITIONS = (
     ("local", 0.0),
@@ -156,15 +157,9 @@ def stored(repo: Path, cases: Sequence[str], kind: str, k: float, *, device: str
         wall = time.perf_counter() - t0
         try:
             session = json.loads(Path(f"{tmp}/v1.json").read_text())["verdicts"]
-            base = {
-                b["name"]: CaseRecord.from_extra_info(b["extra_info"])
-                for b in json.loads(Path(f"{tmp}/base.json").read_text())["benchmarks"]
-            }
-            cur = {
-                b["name"]: CaseRecord.from_extra_info(b["extra_info"])
-                for b in json.loads(Path(f"{tmp}/cur.json").read_text())["benchmarks"]
-            }
-        except (OSError, KeyError, json.JSONDecodeError) as exc:
+            base = {b.name: b.record for b in benchmarks(read_benchmark_json(f"{tmp}/base.json"))}
+            cur = {b.name: b.record for b in benchmarks(read_benchmark_json(f"{tmp}/cur.json"))}
+        except (OSError, KeyError, json.JSONDecodeError, ResultFileError) as exc:
             return {"error": f"{type(exc).__name__}: {exc}", "wall_s": wall}
     repo_policy = {v["case"].split("[", 1)[1].rstrip("]"): v["verdict"] for v in session if v["metric"] == "latency"}
     default = {}

@@ -89,6 +89,7 @@ def _ranks(args: argparse.Namespace) -> int:
     from perfgate.dist import ranks as pd
     from perfgate.exitcodes import FAILED as EXIT_REGRESSION
     from perfgate.files import write_json
+    from perfgate.results import Distributed, RunInfo
 
     pct = pd.DEFAULT_STRAGGLER_PCT if args.straggler_pct is None else args.straggler_pct
     try:
@@ -98,7 +99,7 @@ def _ranks(args: argparse.Namespace) -> int:
         raise CommandError(f"{args.folder}: {exc}" if str(args.folder) not in str(exc) else str(exc)) from None
     out = write_json(args.output or args.folder / pd.AGGREGATED_FILE, agg)
     print("\n".join(pd.summary_lines(agg, out)))
-    stragglers = agg["perfgate"]["distributed"]["stragglers"]
+    stragglers = (RunInfo.from_json(agg).distributed or Distributed(world_size=0, ranks=[])).stragglers
     return EXIT_REGRESSION if args.fail_on_straggler and stragglers else 0
 
 
@@ -115,7 +116,7 @@ def _shards(args: argparse.Namespace) -> int:
     from perfgate.files import write_json
     from perfgate.gate.verdict_file import verdicts_json
     from perfgate.output import terminal
-    from perfgate.results import ResultFileError
+    from perfgate.results import ResultFileError, benchmarks
 
     try:
         merged, vs, notes = shard.merge_folder(args.folder)
@@ -130,7 +131,7 @@ def _shards(args: argparse.Namespace) -> int:
     per_shard = ", ".join(f"{k}: {n}" for k, n in info["cases_per_shard"].items())
     lines = [
         f"perfgate: merged {info['count']} shard(s) ({per_shard} of {info['selected']} case(s); split by "
-        f"{info['basis']}): {len(merged['benchmarks'])} measured, {len(vs.skipped)} skipped",
+        f"{info['basis']}): {len(benchmarks(merged))} measured, {len(vs.skipped)} skipped",
         f"perfgate: results in {out}, verdicts in {verdicts}; report: perfgate report {out} --verdicts {verdicts}",
     ]
     if vs.verdicts:

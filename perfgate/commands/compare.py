@@ -12,7 +12,6 @@ from perfgate.gate import policy as policy_mod
 from perfgate.gate import store
 from perfgate.measure.fingerprint import differences
 from perfgate.output.terminal import verdict_table
-from perfgate.record import CaseRecord
 
 HELP = "apply the regression gate to two pytest-benchmark JSON files (baseline first)"
 
@@ -58,10 +57,10 @@ def compare_files(
     fp = cur["perfgate"]["fingerprint"]
     hardware = fp.get("gpu_name") or fp.get("cpu_model") or ""
     verdicts: list[gate.Verdict] = []
-    for entry in cur["benchmarks"]:
-        name, record = entry["fullname"], CaseRecord.from_extra_info(entry["extra_info"])
+    for entry in store.by_name(cur).values():
+        name, record = entry.fullname, entry.record
         base = base_by.get(name)
-        verdicts += gate.compare(name, record, CaseRecord.from_extra_info(base["extra_info"]) if base else None, policy)
+        verdicts += gate.compare(name, record, base.record if base else None, policy)
         verdicts += gate.absolute_checks(name, record, policy, hardware)
     return gate.sort_verdicts(verdicts)
 

@@ -19,6 +19,7 @@ import json
 import os
 import re
 import statistics
+from dataclasses import replace
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,8 @@ from typing import Any
 from perfgate.output.text import fmt_g, text_table
 from perfgate.cases.workload import DATA_PARALLEL_STEP_KINDS
 from perfgate.measure.topology import Topology
-from perfgate.record import CaseRecord, speedup
+from perfgate.record import CaseRecord, RankBlock, RankFigures, Straggler, speedup, speedup_basis
+from perfgate.results import Benchmark, Distributed, RunInfo, benchmarks, with_benchmarks
 
 DEFAULT_STRAGGLER_PCT = 10.0  # a rank whose median is this much above the median of rank medians
 # Step kinds (perfgate.cases.steps) whose ranks each process their own data: throughput sums over ranks,
@@ -63,28 +65,28 @@ def rank_files(folder: str | os.PathLike[str]) -> dict[int, Path]:
     return dict(sorted(found.items()))
 
 
-def rank_block(t: Topology, *, backend: str, num_threads: int, device: str) -> dict[str, Any]:
-    """What a rank records about itself, top-level (`perfgate_dist`) and in each case's extra_info."""
+def rank_block(t: Topology, *, backend: str, num_threads: int, device: str) -> RankBlock:
+    """What a rank records about itself, top-level (`perfgate_dist`) and in each case's record."""
     import socket
 
-    return {
-        "rank": t.rank,
-        "world_size": t.world_size,
-        "local_rank": t.local_rank,
-        "local_world_size": t.local_world_size,
-        "dist_backend": backend,
-        "num_threads": num_threads,
-        "host": socket.gethostname(),
-        "rank_device": device,
-    }
+    return RankBlock(
+        rank=t.rank,
+        world_size=t.world_size,
+        local_rank=t.local_rank,
+        local_world_size=t.local_world_size,
+        dist_backend=backend,
+        num_threads=num_threads,
+        host=socket.gethostname(),
+        rank_device=device,
+    )
 
 
 def run_rank(data: Mapping[str, Any], fallback: int | None = None) -> int:
     """The rank a result file belongs to: its `perfgate_dist` block, its entries, else `fallback`."""
-    block = data.get("perfgate_dist")
-    if isinstance(block, Mapping) and isinstance(block.get("rank"), int):
-        return int(block["rank"])
-    ranks = {b.get("extra_info", {}).get("rank") for b in data.get("benchmarks", []) if isinstance(b, Mapping)}
+    block = RunInfo.from_json(data).rank
+    if block is not None and isinstance(block.rank, int):
+        return block.rank
+    ranks = {b.record.rank for b in benchmarks(data)}
     ranks.discard(None)
     if len(ranks) == 1 and isinstance(next(iter(ranks)), int):
         return int(next(iter(ranks)))
@@ -115,9 +117,8 @@ def load_rank_runs(folder: str | os.PathLike[str]) -> dict[int, dict[str, Any]]:
                 f"{path}: holds rank {rank}'s results but is named for rank {file_rank}; rename it rank{rank}.json"
             )
         runs[rank] = data
-    worlds = {
-        r: d["perfgate_dist"]["world_size"] for r, d in runs.items() if isinstance(d.get("perfgate_dist"), Mapping)
-    }
+    blocks = {r: RunInfo.from_json(d).rank for r, d in runs.items()}
+    worlds = {r: b.world_size for r, b in blocks.items() if b is not None}
     if len(set(worlds.values())) > 1:
         raise AggregateError(
             f"{folder}: rank files of runs with different world sizes ({worlds}); remove the stale rank<R>.json files"
@@ -187,36 +188,33 @@ def find_stragglers(
     out = []
     for rank, med in sorted(medians_ms.items()):
         if ref > 0 and med > ref * (1.0 + threshold_pct / 100.0):
-            out.append(
-                {"rank": rank, "median_ms": med, "median_of_ranks_ms": ref, "excess_pct": (med / ref - 1.0) * 100.0}
-            )
+            out.append(Straggler(rank, med, ref, (med / ref - 1.0) * 100.0).to_json())
     return out
 
 
-def rank_summary(rank: int, entry: Mapping[str, Any]) -> dict[str, Any]:
-    info = entry.get("extra_info") or {}
-    keys = (
-        "mean_ms",
-        "min_ms",
-        "max_ms",
-        "p90_ms",
-        "std_ms",
-        "rounds",
-        "peak_mem_mib",
-        "first_call_s",
-        "contention_cores",
-        "fps",
-        "device",
-        "num_threads",
-        "host",
-        "unreliable",
-    )
-    s = {"rank": rank, "median_ms": median_ms(entry), **{k: info[k] for k in keys if k in info}}
-    if isinstance(info.get("throughput"), Mapping):
-        s["throughput"] = dict(info["throughput"])
-    if isinstance(info.get("accuracy"), Mapping):
-        s["accuracy"] = dict(info["accuracy"])
-    return s
+# What a rank's summary on the aggregate keeps of its record.
+_RANK_FIGURES = (
+    "mean_ms",
+    "min_ms",
+    "max_ms",
+    "p90_ms",
+    "std_ms",
+    "rounds",
+    "peak_mem_mib",
+    "first_call_s",
+    "contention_cores",
+    "fps",
+    "device",
+    "num_threads",
+    "host",
+    "unreliable",
+)
+
+
+def rank_summary(rank: int, entry: Benchmark) -> dict[str, Any]:
+    rec, written = entry.record, entry.record.to_extra_info()
+    s = {"rank": rank, "median_ms": median_ms(entry), **{k: getattr(rec, k) for k in _RANK_FIGURES if k in written}}
+    return {**s, "throughput": dict(rec.throughput), "accuracy": dict(rec.accuracy)}
 
 
 def _worst_accuracy(accs: Sequence[Mapping[str, Any]]) -> dict[str, float]:
@@ -231,78 +229,74 @@ def _worst_accuracy(accs: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     return out
 
 
-def median_ms(entry: Mapping[str, Any]) -> float:
-    """A benchmark entry's median in ms: perfgate's extra_info, else pytest-benchmark's stats (s)."""
-    info = entry.get("extra_info") or {}
-    if isinstance(info.get("median_ms"), (int, float)):
-        return float(info["median_ms"])
-    return float((entry.get("stats") or {}).get("median", 0.0)) * 1e3
+def median_ms(entry: Benchmark) -> float:
+    """A benchmark entry's median in ms: perfgate's record, else pytest-benchmark's stats; 0 without either."""
+    return entry.median_ms or 0.0
 
 
-def aggregate_case(
-    entries: Mapping[int, Mapping[str, Any]], *, world_size: int, threshold_pct: float
-) -> dict[str, Any]:
+def _sum(values: Sequence[Mapping[str, Any]], unit: str) -> float:
+    return sum(float(v.get(unit, 0.0)) for v in values)
+
+
+def aggregate_case(entries: Mapping[int, Benchmark], *, world_size: int, threshold_pct: float) -> Benchmark:
     """One benchmark entry from the same case measured on several ranks (rank -> entry)."""
-    infos = {r: e.get("extra_info") or {} for r, e in sorted(entries.items())}
+    recs = {r: e.record for r, e in sorted(entries.items())}
     medians = {r: median_ms(e) for r, e in sorted(entries.items())}
     slowest = max(medians, key=lambda r: (medians[r], -r))
-    out = copy.deepcopy(dict(entries[slowest]))
-    info = out.setdefault("extra_info", {})
-    for k in ("rank", "local_rank", "host", "rank_device"):
-        info.pop(k, None)
-    data_parallel = info.get("step") in DATA_PARALLEL_STEP_KINDS
-    if info.get("device"):
-        info["device"] = str(info["device"]).split(":", 1)[0]  # cuda:3 -> cuda, as in a one-process run
-    info["slowest_rank"] = slowest
-    info["world_size"] = world_size
-    missing = [r for r in range(world_size) if r not in infos]
+    out = copy.deepcopy(entries[slowest])
+    rec = out.record
+    rec.rank = rec.local_rank = rec.host = rec.rank_device = None
+    data_parallel = rec.step in DATA_PARALLEL_STEP_KINDS
+    if rec.device:
+        rec.device = str(rec.device).split(":", 1)[0]  # cuda:3 -> cuda, as in a one-process run
+    rec.slowest_rank, rec.world_size = slowest, world_size
+    missing = [r for r in range(world_size) if r not in recs]
     if missing:
-        info["missing_ranks"] = missing
-    info["throughput_aggregation"] = "sum" if data_parallel else "slowest"
+        rec.missing_ranks = missing
+    rec.throughput_aggregation = "sum" if data_parallel else "slowest"
     if data_parallel:
-        units = list(dict.fromkeys(u for i in infos.values() for u in (i.get("throughput") or {})))
-        info["throughput"] = {
-            u: sum(float((i.get("throughput") or {}).get(u, 0.0)) for i in infos.values()) for u in units
-        }
-        if isinstance(info.get("items_per_step"), Mapping):
-            info["items_per_step"] = {
-                u: sum(float((i.get("items_per_step") or {}).get(u, 0.0)) for i in infos.values())
-                for u in info["items_per_step"]
-            }
-        if "frames" in info["throughput"]:
-            info["fps"] = info["throughput"]["frames"]
-    for key in ("peak_mem_mib", "reserved_mem_mib", "contention_cores"):
-        vals = [float(i[key]) for i in infos.values() if isinstance(i.get(key), (int, float))]
-        if vals:
-            info[key] = max(vals)  # the fullest device and the busiest neighbourhood decide
-    accs = [i["accuracy"] for i in infos.values() if isinstance(i.get("accuracy"), Mapping)]
-    if accs:
-        info["accuracy"] = _worst_accuracy(accs)
-    unreliable = [f"rank {r}: {i['unreliable']}" for r, i in infos.items() if i.get("unreliable")]
+        units = list(dict.fromkeys(u for r in recs.values() for u in r.throughput))
+        rec.throughput = {u: _sum([r.throughput for r in recs.values()], u) for u in units}
+        if rec.items_per_step:
+            rec.items_per_step = {u: _sum([r.items_per_step for r in recs.values()], u) for u in rec.items_per_step}
+        if "frames" in rec.throughput:
+            rec.fps = rec.throughput["frames"]
+    # The fullest device and the busiest neighbourhood decide.
+    rec.peak_mem_mib = _max([r.peak_mem_mib for r in recs.values()], rec.peak_mem_mib)
+    rec.reserved_mem_mib = _max([r.reserved_mem_mib for r in recs.values()], rec.reserved_mem_mib)
+    rec.contention_cores = _max([r.contention_cores for r in recs.values()], rec.contention_cores)
+    rec.accuracy = _worst_accuracy([r.accuracy for r in recs.values()])
+    unreliable = [f"rank {r}: {x.unreliable}" for r, x in recs.items() if x.unreliable]
     if unreliable:
-        info["unreliable"] = "; ".join(unreliable)
-    info["across_ranks"] = across_ranks(list(infos.values()))
-    info["ranks"] = [rank_summary(r, entries[r]) for r in infos]
-    info["stragglers"] = find_stragglers(medians, threshold_pct)
-    info["straggler_threshold_pct"] = threshold_pct
+        rec.unreliable = "; ".join(unreliable)
+    rec.across_ranks = across_ranks([r.to_extra_info() for r in recs.values()])
+    rec.ranks = [rank_summary(r, entries[r]) for r in recs]
+    rec.stragglers = find_stragglers(medians, threshold_pct)
+    rec.straggler_threshold_pct = threshold_pct
     return out
 
 
-def _case_group(info: Mapping[str, Any]) -> tuple:
-    return (info.get("model"), info.get("size"), json.dumps(info.get("options") or {}, sort_keys=True, default=str))
+def _max(values: Sequence[Any], default: Any) -> Any:
+    nums = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return max(nums) if nums else default
 
 
-def _respeed(benchmarks: list[dict[str, Any]]) -> None:
-    """Speedups over the eager baseline from the aggregated (slowest-rank) medians, by the one rule
-    (perfgate.record.speedup) on milliseconds: across ranks, the slowest rank's time is the step's."""
-    records = [CaseRecord.from_extra_info({**b["extra_info"], "median_ms": median_ms(b)}) for b in benchmarks]
-    eager = {_case_group(b["extra_info"]): r for b, r in zip(benchmarks, records) if r.variant == "baseline"}
-    for b, rec in zip(benchmarks, records):
-        base = eager.get(_case_group(b["extra_info"]))
-        value = speedup(base, rec, "median_ms") if base is not None and rec.model else None
+def _case_group(rec: CaseRecord) -> tuple:
+    return (rec.model, rec.size, json.dumps(rec.options or {}, sort_keys=True, default=str))
+
+
+def _respeed(entries: list[Benchmark]) -> None:
+    """Speedups over the eager baseline from the aggregated (slowest-rank) figures, by the one rule
+    (perfgate.record.speedup, on the record's own basis): across ranks, the slowest rank's time is
+    the step's."""
+    # The median the aggregate gates on (pytest-benchmark's where an entry has no perfgate median).
+    timed = [replace(b.record, median_ms=median_ms(b)) for b in entries]
+    eager = {_case_group(t): t for t in timed if t.variant == "baseline"}
+    for b, t in zip(entries, timed):
+        base = eager.get(_case_group(t))
+        value = speedup(base, t) if base is not None and t.model else None
         if value is not None:
-            b["extra_info"]["speedup"] = value
-            b["extra_info"]["speedup_basis"] = "median_ms"
+            b.record.speedup, b.record.speedup_basis = value, speedup_basis(t)
 
 
 def aggregate(
@@ -321,8 +315,9 @@ def aggregate(
     if threshold_pct < 0:
         raise AggregateError(f"straggler threshold {threshold_pct} must not be negative")
     ranks = sorted(runs)
-    blocks = {r: runs[r].get("perfgate_dist") for r in ranks if isinstance(runs[r].get("perfgate_dist"), Mapping)}
-    declared = {b["world_size"] for b in blocks.values() if isinstance(b.get("world_size"), int)}
+    infos = {r: RunInfo.from_json(runs[r]) for r in ranks}
+    blocks = {r: i.rank for r, i in infos.items() if i.rank is not None}
+    declared = {b.world_size for b in blocks.values() if isinstance(b.world_size, int)}
     if world_size is not None and declared and declared != {world_size}:
         raise AggregateError(
             f"world size {world_size} given, but the rank files were written by a run of {sorted(declared)} ranks"
@@ -331,47 +326,37 @@ def aggregate(
     if ranks[-1] >= world:
         raise AggregateError(f"rank {ranks[-1]} is outside the world size {world}")
     first = runs[ranks[0]]
-    by_case: dict[str, dict[int, Mapping[str, Any]]] = {}
+    by_case: dict[str, dict[int, Benchmark]] = {}
     for r in ranks:
-        for b in runs[r]["benchmarks"]:
-            by_case.setdefault(b["fullname"], {})[r] = b
-    benchmarks = [
-        aggregate_case(entries, world_size=world, threshold_pct=threshold_pct) for entries in by_case.values()
-    ]
-    _respeed(benchmarks)
-    out = {k: copy.deepcopy(v) for k, v in first.items() if k not in ("benchmarks", "perfgate_dist")}
+        for b in benchmarks(runs[r]):
+            by_case.setdefault(b.fullname, {})[r] = b
+    entries = [aggregate_case(e, world_size=world, threshold_pct=threshold_pct) for e in by_case.values()]
+    _respeed(entries)
+    out = copy.deepcopy(with_benchmarks({k: v for k, v in first.items() if k != "perfgate_dist"}, entries))
     block = out.setdefault("perfgate", {})
-    fp_ids = {r: (runs[r].get("perfgate") or {}).get("fingerprint_id") for r in ranks}
+    fp_ids = {r: i.fingerprint_id for r, i in infos.items()}
     if isinstance(block.get("fingerprint"), dict):
         block["fingerprint"]["world_size"] = world  # informative: not (yet) a key field
-    block["distributed"] = {
-        "world_size": world,
-        "ranks": ranks,
-        "missing_ranks": [r for r in range(world) if r not in runs],
-        "backend": next((b.get("dist_backend") for b in blocks.values() if b.get("dist_backend")), None),
-        "hosts": sorted({b["host"] for b in blocks.values() if b.get("host")}),
-        "straggler_threshold_pct": threshold_pct,
-        "stragglers": sum(len(b["extra_info"]["stragglers"]) for b in benchmarks),
-        "fingerprint_ids": fp_ids if len(set(fp_ids.values())) > 1 else None,
-        "throughput": "summed over ranks for data-parallel steps (" + ", ".join(sorted(DATA_PARALLEL_STEP_KINDS)) + "), "
+    block["distributed"] = Distributed(
+        world_size=world,
+        ranks=ranks,
+        missing_ranks=[r for r in range(world) if r not in runs],
+        backend=next((b.dist_backend for b in blocks.values() if b.dist_backend), None),
+        hosts=sorted({b.host for b in blocks.values() if b.host}),
+        straggler_threshold_pct=threshold_pct,
+        stragglers=sum(len(b.record.stragglers or ()) for b in entries),
+        fingerprint_ids=fp_ids if len(set(fp_ids.values())) > 1 else None,
+        throughput="summed over ranks for data-parallel steps (" + ", ".join(sorted(DATA_PARALLEL_STEP_KINDS)) + "), "
         "the slowest rank's otherwise; latency is always the slowest rank's",
-    }
-    out["benchmarks"] = benchmarks
+    ).to_json()
     return out
 
 
 # ----------------------------------------------------------------------------- reporting
 
 
-def _case_label(bench: Mapping[str, Any]) -> str:
-    name = str(bench.get("name") or bench.get("fullname"))
-    m = re.search(r"\[(.+)\]$", name)
-    return m.group(1) if m else name
-
-
-def _throughput(info: Mapping[str, Any]) -> str:
-    unit = info.get("unit")
-    thr = (info.get("throughput") or {}).get(unit) if unit else None
+def _throughput(unit: str | None, throughput: Mapping[str, Any] | None) -> str:
+    thr = (throughput or {}).get(unit) if unit else None
     return f"{fmt_g(thr)} {unit}/s" if isinstance(thr, (int, float)) else "-"
 
 
@@ -381,45 +366,45 @@ RANK_TABLE_HEADERS = ("case", "rank", "median ms", "p90 ms", "throughput", "peak
 def rank_rows(aggregated: Mapping[str, Any]) -> list[list[str]]:
     """Rows of the rank-by-rank table: each rank, then the aggregate as the gate sees it."""
     rows = []
-    for b in aggregated["benchmarks"]:
-        info = b["extra_info"]
-        ranks = info.get("ranks") or []
-        ref = statistics.median([s["median_ms"] for s in ranks]) if ranks else None
-        strag = {s["rank"] for s in info.get("stragglers") or []}
-        for s in ranks:
-            vs = f"{(s['median_ms'] / ref - 1) * 100:+.1f}%" if ref else "-"
+    for b in benchmarks(aggregated):
+        rec = b.record
+        summaries = [RankFigures.from_json(s) for s in rec.ranks or []]
+        ref = statistics.median([s.median_ms for s in summaries]) if summaries else None
+        strag = {Straggler.from_json(s).rank for s in rec.stragglers or []}
+        for s in summaries:
+            vs = f"{(s.median_ms / ref - 1) * 100:+.1f}%" if ref else "-"
             note = ", ".join(
                 n
                 for n in (
-                    "straggler" if s["rank"] in strag else "",
-                    "slowest" if s["rank"] == info.get("slowest_rank") else "",
-                    "unreliable" if s.get("unreliable") else "",
+                    "straggler" if s.rank in strag else "",
+                    "slowest" if s.rank == rec.slowest_rank else "",
+                    "unreliable" if s.unreliable else "",
                 )
                 if n
             )
             rows.append(
                 [
-                    _case_label(b) if s is ranks[0] else "",
-                    str(s["rank"]),
-                    fmt_g(s.get("median_ms")),
-                    fmt_g(s.get("p90_ms")),
-                    _throughput({"unit": info.get("unit"), "throughput": s.get("throughput")}),
-                    fmt_g(s.get("peak_mem_mib")),
+                    b.case_id if s is summaries[0] else "",
+                    str(s.rank),
+                    fmt_g(s.median_ms),
+                    fmt_g(s.p90_ms),
+                    _throughput(rec.unit, s.throughput),
+                    fmt_g(s.peak_mem_mib),
                     vs,
                     note,
                 ]
             )
-        how = "sum" if info.get("throughput_aggregation") == "sum" else "slowest"
+        how = "sum" if rec.throughput_aggregation == "sum" else "slowest"
         rows.append(
             [
                 "",
                 "all",
-                fmt_g(info.get("median_ms")),
-                fmt_g(info.get("p90_ms")),
-                f"{_throughput(info)} ({how})",
-                fmt_g(info.get("peak_mem_mib")),
+                fmt_g(rec.median_ms),
+                fmt_g(rec.p90_ms),
+                f"{_throughput(rec.unit, rec.throughput)} ({how})",
+                fmt_g(rec.peak_mem_mib),
                 "",
-                f"latency: rank {info.get('slowest_rank')}",
+                f"latency: rank {rec.slowest_rank}",
             ]
         )
     return rows
@@ -431,29 +416,30 @@ def rank_table(aggregated: Mapping[str, Any]) -> list[str]:
 
 def straggler_lines(aggregated: Mapping[str, Any]) -> list[str]:
     lines = []
-    for b in aggregated["benchmarks"]:
-        for s in b["extra_info"].get("stragglers") or []:
+    for b in benchmarks(aggregated):
+        threshold = b.record.straggler_threshold_pct
+        for s in map(Straggler.from_json, b.record.stragglers or []):
             lines.append(
-                f"straggler: {_case_label(b)} rank {s['rank']} median {s['median_ms']:.4g} ms is "
-                f"{s['excess_pct']:.1f}% above the median of ranks ({s['median_of_ranks_ms']:.4g} ms; "
-                f"threshold {b['extra_info'].get('straggler_threshold_pct', DEFAULT_STRAGGLER_PCT):g}%)"
+                f"straggler: {b.case_id} rank {s.rank} median {s.median_ms:.4g} ms is "
+                f"{s.excess_pct:.1f}% above the median of ranks ({s.median_of_ranks_ms:.4g} ms; "
+                f"threshold {DEFAULT_STRAGGLER_PCT if threshold is None else threshold:g}%)"
             )
     return lines
 
 
 def summary_lines(aggregated: Mapping[str, Any], path: str | os.PathLike[str] | None = None) -> list[str]:
-    d = (aggregated.get("perfgate") or {}).get("distributed") or {}
-    head = f"perfgate: aggregated {len(d.get('ranks') or [])} of {d.get('world_size')} ranks"
-    if d.get("backend"):
-        head += f" ({d['backend']})"
+    d = RunInfo.from_json(aggregated).distributed or Distributed(world_size=0, ranks=[])
+    head = f"perfgate: aggregated {len(d.ranks)} of {d.world_size} ranks"
+    if d.backend:
+        head += f" ({d.backend})"
     if path is not None:
         head += f" into {path}"
     lines = [head]
-    if d.get("missing_ranks"):
-        lines.append(f"perfgate: no results from rank(s) {', '.join(map(str, d['missing_ranks']))}")
-    if d.get("fingerprint_ids"):
+    if d.missing_ranks:
+        lines.append(f"perfgate: no results from rank(s) {', '.join(map(str, d.missing_ranks))}")
+    if d.fingerprint_ids:
         lines.append(
-            f"perfgate: ranks ran on different fingerprints {d['fingerprint_ids']}; the file carries rank "
-            f"{min(d['ranks'])}'s"
+            f"perfgate: ranks ran on different fingerprints {d.fingerprint_ids}; the file carries rank "
+            f"{min(d.ranks)}'s"
         )
     return [*lines, *rank_table(aggregated), *straggler_lines(aggregated)]

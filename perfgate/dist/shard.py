@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.dist.workers import case_id, group_name
+from perfgate.results import benchmarks
 
 OPTION = "--perfgate-shard"
 _SPEC = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
@@ -69,9 +70,8 @@ def durations_s(baseline_files: Sequence[Path], fingerprint: Mapping[str, Any] |
 
     out: dict[str, float] = {}
     for path in baseline_files:
-        for b in store.load(path, dict(fingerprint) if fingerprint else None)["benchmarks"]:
-            wall = (b.get("extra_info") or {}).get("case_wall_s")
-            case = case_id(str(b.get("name") or b.get("fullname")))
+        for b in store.by_name(store.load(path, dict(fingerprint) if fingerprint else None)).values():
+            wall, case = b.record.case_wall_s, b.case_id
             if case not in out and isinstance(wall, (int, float)) and wall > 0:
                 out[case] = float(wall)
     return out
@@ -170,7 +170,7 @@ def check_blocks(blocks: Sequence[tuple[str, Mapping[str, Any] | None]]) -> None
 def unaccounted(assigned: Sequence[str], run: Mapping[str, Any], verdicts: Any) -> list[str]:
     """Case ids the shards were given that none measured, skipped or failed (a -k filter, a
     worker that died): listed, not hidden."""
-    seen = {case_id(str(b.get("name") or b.get("fullname"))) for b in run["benchmarks"]}
+    seen = {b.case_id for b in benchmarks(run)}
     seen |= set(verdicts.skipped) | {case_id(v.case) for v in verdicts.verdicts}
     return [c for c in assigned if c not in seen]
 

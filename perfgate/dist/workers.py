@@ -28,6 +28,7 @@ from typing import Any
 
 from perfgate import gate
 from perfgate.gate.verdict_file import VerdictSet
+from perfgate.results import RunInfo, benchmarks, with_benchmarks
 
 ALLOW_OPTION = "--perfgate-allow-shared-device"
 
@@ -136,26 +137,24 @@ def merge_runs(parts: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any]
         "merge only parts measured on one kind of machine (perfgate doctor prints the fingerprint)",
     )
     _same(
-        [(label, (d.get("commit_info") or {}).get("id")) for label, d in parts],
+        [(label, RunInfo.from_json(d).commit) for label, d in parts],
         "commits",
         "merge only parts of one run of one commit",
     )
     seen: dict[str, str] = {}
-    benchmarks = []
+    entries = []
     for label, data in parts:
-        for b in data.get("benchmarks") or []:
-            name = b.get("fullname") or b.get("name")
+        for b in benchmarks(data):
+            name = b.fullname
             if name in seen:
                 raise MergeError(
                     f"{name} is in both {seen[name]} and {label}; the parts must be disjoint "
                     "(shards of one --perfgate-shard I/N split, each I once)"
                 )
             seen[name] = label
-            benchmarks.append(copy.deepcopy(b))
-    first = parts[0][1]
-    out = {k: copy.deepcopy(v) for k, v in first.items() if k != "benchmarks"}
+            entries.append(b)
+    out = copy.deepcopy(with_benchmarks(parts[0][1], entries))
     out.setdefault("perfgate", {})["merged_from"] = [label for label, _ in parts]
-    out["benchmarks"] = benchmarks
     return out
 
 

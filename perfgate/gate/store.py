@@ -50,26 +50,26 @@ def special_files(folder: Path) -> list[Path]:
 def validate(data: Any, path: Path, fingerprint: dict[str, Any] | None = None) -> dict[str, Any]:
     """Check a loaded baseline; raise BaselineError with the one-line diagnosis and fix."""
     fix = f"restore it (git checkout -- {path}) or delete it and {RECORD_HINT}"
-    if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
+    if not isinstance(data, dict) or not results.is_result_file(data):
         raise BaselineError(f"{path}: not a pytest-benchmark file (no 'benchmarks' list); {fix}")
     block = data.get("perfgate")
     if not isinstance(block, dict):
         raise BaselineError(f"{path}: no 'perfgate' block, so no fingerprint to trust; {fix}")
     if block.get("schema") != SCHEMA:
         raise BaselineError(f"{path}: schema {block.get('schema')!r}, this perfgate reads schema {SCHEMA}; {fix}")
-    for i, bench in enumerate(data["benchmarks"]):
-        if not isinstance(bench, dict) or "fullname" not in bench or not isinstance(bench.get("stats"), dict):
+    for i, raw in enumerate(results.raw_entries(data)):
+        bench = results.Benchmark.from_json(raw) if isinstance(raw, dict) and "fullname" in raw else None
+        if bench is None or bench.stats is None:
             raise BaselineError(f"{path}: benchmark #{i} lacks 'fullname' or 'stats'; {fix}")
-        if not isinstance(bench.get("extra_info"), dict):
-            raise BaselineError(f"{path}: benchmark {bench['fullname']!r} has no extra_info; {fix}")
-        samples = bench["extra_info"].get("samples_ms")
-        if not isinstance(samples, list) or not samples:
+        if not bench.has_record:
+            raise BaselineError(f"{path}: benchmark {bench.fullname!r} has no extra_info; {fix}")
+        if not isinstance(bench.record.samples_ms, list) or not bench.record.samples_ms:
             raise BaselineError(
-                f"{path}: benchmark {bench['fullname']!r} has no raw samples (extra_info.samples_ms); {fix}"
+                f"{path}: benchmark {bench.fullname!r} has no raw samples (extra_info.samples_ms); {fix}"
             )
-        problems = value_problems(bench["extra_info"])
+        problems = value_problems(bench.record.to_extra_info())
         if problems:
-            raise BaselineError(f"{path}: benchmark {bench['fullname']!r}: {problems[0]}; {fix}")
+            raise BaselineError(f"{path}: benchmark {bench.fullname!r}: {problems[0]}; {fix}")
     if fingerprint is not None:
         diff = differences(fingerprint, block.get("fingerprint") or {})
         if diff:
@@ -114,9 +114,9 @@ class Baselines:
         self.fingerprint = fingerprint
         self.files = list(reversed(numbered_files(folder)))  # newest first
         self.skipped = special_files(folder)
-        self._read: dict[Path, dict[str, dict[str, Any]]] = {}
+        self._read: dict[Path, dict[str, results.Benchmark]] = {}
 
-    def _entries(self, path: Path) -> dict[str, dict[str, Any]]:
+    def _entries(self, path: Path) -> dict[str, results.Benchmark]:
         if path not in self._read:
             self._read[path] = by_name(load(path, self.fingerprint))
         return self._read[path]
@@ -126,7 +126,7 @@ class Baselines:
         if self.files:
             self._entries(self.files[0])
 
-    def entry(self, fullname: str) -> tuple[Path, dict[str, Any]] | None:
+    def entry(self, fullname: str) -> tuple[Path, results.Benchmark] | None:
         """(the file, its entry) of the newest baseline holding `fullname`, or None."""
         for path in self.files:
             found = self._entries(path).get(fullname)
@@ -135,8 +135,9 @@ class Baselines:
         return None
 
 
-def by_name(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {b["fullname"]: b for b in data["benchmarks"]}
+def by_name(data: dict[str, Any]) -> dict[str, results.Benchmark]:
+    """fullname -> typed entry of a loaded baseline."""
+    return {b.fullname: b for b in results.benchmarks(data)}
 
 
 # The name perfgate.plugin.torchrun writes rank files with; the writer is perfgate.files.

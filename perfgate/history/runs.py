@@ -23,7 +23,15 @@ import numpy as np
 
 from perfgate.measure.stats import TAIL_MIN_SAMPLES
 from perfgate.record import HISTORY_FIELDS
-from perfgate.results import ResultFileError, read_benchmark_json
+from perfgate.results import (
+    Benchmark,
+    ResultFileError,
+    RunInfo,
+    benchmarks,
+    entry_problem,
+    raw_entries,
+    read_benchmark_json,
+)
 
 
 @dataclass(frozen=True)
@@ -73,7 +81,7 @@ _METRIC_LIST = (
 HISTORY_METRICS: dict[str, Metric] = {m.name: m for m in _METRIC_LIST}
 _ACCURACY = {"rel_l2", "max_abs", "cosine", "psnr_db"}
 # Plain pytest-benchmark files have no extra_info: latency comes from `stats` (seconds).
-_STATS_S = {"median_ms": "median", "mean_ms": "mean", "min_ms": "min", "max_ms": "max", "std_ms": "stddev"}
+_STATS_S = {"median_ms": "median_s", "mean_ms": "mean_s", "min_ms": "min_s", "max_ms": "max_s", "std_ms": "stddev_s"}
 _PERCENTILES = {"p90_ms": 90, "p99_ms": 99}
 
 
@@ -88,15 +96,19 @@ RunError = ResultFileError
 
 @dataclass(frozen=True)
 class Run:
-    """One loaded pytest-benchmark result file."""
+    """One loaded pytest-benchmark result file: its top level and its typed entries."""
 
     path: str
     data: dict[str, Any]
     folder_fingerprint_id: str | None = None  # the baselines/<fp>/ folder it was found in
+    # Typed from `data` unless given (a live session's records are no file).
+    benchmarks: list[Benchmark] = field(default_factory=list, compare=False)
+    info: RunInfo | None = field(default=None, compare=False)
 
-    @property
-    def benchmarks(self) -> list[dict[str, Any]]:
-        return self.data["benchmarks"]
+    def __post_init__(self) -> None:
+        if self.info is None:  # frozen: set once, here
+            object.__setattr__(self, "info", RunInfo.from_json(self.data))
+            object.__setattr__(self, "benchmarks", self.benchmarks or benchmarks(self.data))
 
     @property
     def label(self) -> str:
@@ -104,38 +116,31 @@ class Run:
 
     @property
     def fingerprint_id(self) -> str | None:
-        return run_fingerprint_id(self.data) or self.folder_fingerprint_id
+        return self.info.fingerprint_id or self.folder_fingerprint_id
 
     @property
     def fingerprint(self) -> dict[str, Any] | None:
-        block = self.data.get("perfgate") or {}
-        fp = block.get("fingerprint") or ((self.data.get("machine_info") or {}).get("perfgate") or {}).get(
-            "fingerprint"
-        )
-        return fp if isinstance(fp, dict) else None
+        return self.info.fingerprint
 
     @property
     def commit(self) -> str | None:
-        info = self.data.get("commit_info") or {}
-        return info.get("id") or (self.data.get("perfgate") or {}).get("commit")
+        return self.info.commit
 
     @property
     def dirty(self) -> bool:
-        return bool((self.data.get("commit_info") or {}).get("dirty"))
+        return self.info.dirty
 
     @property
     def branch(self) -> str | None:
-        return (self.data.get("commit_info") or {}).get("branch")
+        return self.info.branch
 
     @property
     def commit_time(self) -> datetime | None:
-        info = self.data.get("commit_info") or {}
-        return parse_time(info.get("time") or info.get("author_time"))
+        return parse_time(self.info.commit_time)
 
     @property
     def run_time(self) -> datetime | None:
-        block = self.data.get("perfgate") or {}
-        return parse_time(self.data.get("datetime")) or parse_time(block.get("recorded_at"))
+        return parse_time(self.info.run_time)
 
     def order_key(self) -> tuple:
         """Commit time first (history follows the commits), then when the run happened."""
@@ -159,9 +164,7 @@ def parse_time(value: Any) -> datetime | None:
 
 
 def run_fingerprint_id(data: Mapping[str, Any]) -> str | None:
-    block = data.get("perfgate") or {}
-    mi = (data.get("machine_info") or {}).get("perfgate") or {}
-    return block.get("fingerprint_id") or mi.get("fingerprint_id")
+    return RunInfo.from_json(data).fingerprint_id
 
 
 def load_run(path: str | os.PathLike[str], *, samples: bool = True) -> Run:
@@ -169,11 +172,9 @@ def load_run(path: str | os.PathLike[str], *, samples: bool = True) -> Run:
     name and something to show; RunError (one line: file, problem) when it cannot be used.
     `samples=False` empties extra_info.samples_ms, reference_ms and stats.data (4-5x faster)."""
     data = read_benchmark_json(path, samples=samples)
-    for i, b in enumerate(data["benchmarks"]):
-        if not isinstance(b, dict) or not isinstance(b.get("name") or b.get("fullname"), str):
-            raise RunError(path, f"benchmark #{i} has no name")
-        if not isinstance(b.get("extra_info"), dict) and not isinstance(b.get("stats"), dict):
-            raise RunError(path, f"benchmark {b.get('name') or b.get('fullname')!r} has neither extra_info nor stats")
+    for i, b in enumerate(raw_entries(data)):
+        if problem := entry_problem(b):
+            raise RunError(path, f"benchmark #{i} {problem}" if problem == "has no name" else f"benchmark {problem}")
     return Run(str(path), data)
 
 
@@ -236,63 +237,42 @@ def _unique(paths: Iterable[Path]) -> list[Path]:
 # ----------------------------------------------------------------------------- values
 
 
-def _lookup(mapping: Any, dotted: str) -> Any:
-    for part in dotted.split("."):
-        if not isinstance(mapping, Mapping) or part not in mapping:
-            return None
-        mapping = mapping[part]
-    return mapping
-
-
 def _number(v: Any) -> float | None:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
     return float(v)
 
 
-def metric_value(bench: Mapping[str, Any], metric: str) -> float | None:
-    """One metric of one benchmark entry: perfgate's extra_info first, pytest-benchmark's stats
+def metric_value(bench: Benchmark, metric: str) -> float | None:
+    """One metric of one benchmark entry: perfgate's record first, pytest-benchmark's stats
     (seconds) for plain files; None when the entry does not have it."""
-    info = bench.get("extra_info") or {}
-    if metric in TAIL_MIN_SAMPLES and (_sample_count(bench) or 0) < TAIL_MIN_SAMPLES[metric]:
+    rec = bench.record
+    if metric in TAIL_MIN_SAMPLES and (bench.sample_count or 0) < TAIL_MIN_SAMPLES[metric]:
         return None  # older files computed tails from any number of samples: too few to support one
     if metric in _ACCURACY:
-        v = _number((info.get("accuracy") or {}).get(metric))
+        v = _number(rec.accuracy.get(metric))
     elif metric == "throughput":
-        v = _number((info.get("throughput") or {}).get(info.get("unit", "")))
+        v = _number(rec.throughput_primary)
     else:
-        v = _number(_lookup(info, metric))
+        v = _number(bench.lookup(metric))
     if v is not None:
         return v
-    stats = bench.get("stats") or {}
+    stats = bench.stats
+    if stats is None:
+        return None
     if metric in _STATS_S:
-        s = _number(stats.get(_STATS_S[metric]))
+        s = _number(getattr(stats, _STATS_S[metric]))
         return None if s is None else s * 1e3
-    if metric in _PERCENTILES and isinstance(stats.get("data"), list) and stats["data"]:
-        return float(np.percentile(np.asarray(stats["data"], float), _PERCENTILES[metric])) * 1e3
-    if metric == "fps" and info.get("unit") == "frames":
-        return _number((info.get("throughput") or {}).get("frames"))
+    if metric in _PERCENTILES and stats.data_s:
+        return float(np.percentile(np.asarray(stats.data_s, float), _PERCENTILES[metric])) * 1e3
+    if metric == "fps" and rec.unit == "frames":
+        return _number(rec.throughput.get("frames"))
     return None
 
 
-def _sample_count(bench: Mapping[str, Any]) -> int | None:
-    """How many timed samples an entry's figures come from (extra_info n, else pytest-benchmark's rounds)."""
-    info, stats = bench.get("extra_info") or {}, bench.get("stats") or {}
-    for v in (info.get("n"), info.get("rounds"), stats.get("rounds")):
-        if isinstance(v, int) and not isinstance(v, bool):
-            return v
-    data = info.get("samples_ms") or stats.get("data")
-    return len(data) if isinstance(data, list) and data else None
-
-
-def case_label(bench: Mapping[str, Any]) -> str:
-    """'model [size opts] variant' from extra_info, else pytest's test name."""
-    info = bench.get("extra_info") or {}
-    if info.get("model") and info.get("variant"):
-        opts = "".join(f" {k}={v}" for k, v in sorted((info.get("options") or {}).items()))
-        size = f" [{info['size']}{opts}]" if info.get("size") else ""
-        return f"{info['model']}{size} {info['variant']}"
-    return str(bench.get("name") or bench.get("fullname"))
+def case_label(bench: Benchmark) -> str:
+    """'model [size opts] variant' from the record, else pytest's test name."""
+    return bench.label
 
 
 # ----------------------------------------------------------------------------- history
@@ -347,13 +327,13 @@ class Filters:
             return self.since is None and self.until is None
         return (self.since is None or t >= self.since) and (self.until is None or t <= self.until)
 
-    def keep_bench(self, bench: Mapping[str, Any]) -> bool:
-        info = bench.get("extra_info") or {}
-        if self.models and not _match(info.get("model"), self.models):
+    def keep_bench(self, bench: Benchmark) -> bool:
+        rec = bench.record
+        if self.models and not _match(rec.model or None, self.models):
             return False
-        if self.variants and not _match(info.get("variant"), self.variants):
+        if self.variants and not _match(rec.variant or None, self.variants):
             return False
-        if self.cases and not (_match(bench.get("name"), self.cases) or _match(case_label(bench), self.cases)):
+        if self.cases and not (_match(bench.name, self.cases) or _match(bench.label, self.cases)):
             return False
         return True
 
@@ -412,25 +392,25 @@ def build_series(runs: Sequence[Run], metric: str, filters: Filters = Filters())
             value = metric_value(bench, metric)
             if value is None or not math.isfinite(value):
                 continue
-            fullname = str(bench.get("fullname") or bench.get("name"))
+            fullname = bench.fullname
             dedup = (fp, fullname, str(run_iso), str(commit))
             if dedup in seen:
                 continue
             seen.add(dedup)
             s = series.get((fp, fullname))
             if s is None:
-                info = bench.get("extra_info") or {}
+                rec = bench.record
                 s = series[(fp, fullname)] = Series(
                     fingerprint_id=fp,
                     fullname=fullname,
-                    name=str(bench.get("name") or fullname),
-                    label=case_label(bench),
-                    model=info.get("model"),
-                    size=info.get("size"),
-                    variant=info.get("variant"),
+                    name=bench.name,
+                    label=bench.label,
+                    model=rec.model or None,
+                    size=rec.size or None,
+                    variant=rec.variant or None,
                     unit=m.unit,
                 )
-            unreliable = bool((bench.get("extra_info") or {}).get("unreliable"))
+            unreliable = bool(bench.record.unreliable)
             prev = next((p.value for p in reversed(s.points) if not p.unreliable), None)
             s.points.append(
                 SeriesPoint(

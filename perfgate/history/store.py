@@ -30,7 +30,15 @@ from typing import Any
 
 from perfgate import files
 from perfgate.gate.verdict_file import load_verdicts
-from perfgate.results import ResultFileError, read_benchmark_json
+from perfgate.results import (
+    Benchmark,
+    ResultFileError,
+    RunInfo,
+    benchmarks,
+    raw_entries,
+    read_benchmark_json,
+    strip_samples,
+)
 
 SCHEMA = 1
 BRANCH = "perfgate-history"
@@ -67,20 +75,6 @@ def configured_store(pyproject: str | os.PathLike[str] = "pyproject.toml") -> li
     if not isinstance(value, str) or not value:
         raise StoreError(f'{pyproject} [tool.perfgate] history_store: give a folder, e.g. ".perfgate/history"')
     return [str(Path(pyproject).parent / value)]
-
-
-def strip_samples(data: Mapping[str, Any]) -> dict[str, Any]:
-    """The run without its raw sample arrays (extra_info samples_ms and reference_ms, stats.data),
-    the figures computed from them kept."""
-    out = json.loads(json.dumps(data))
-    for b in out.get("benchmarks") or []:
-        info, stats = b.get("extra_info") or {}, b.get("stats") or {}
-        for key in ("samples_ms", "reference_ms"):
-            if isinstance(info.get(key), list):
-                info[key] = []
-        if isinstance(stats.get("data"), list):
-            stats["data"] = []
-    return out
 
 
 def _fingerprint_id(fp: Mapping[str, Any]) -> str:
@@ -143,14 +137,14 @@ def validate(
         data = read_benchmark_json(path)
     except ResultFileError as exc:
         raise StoreError(str(exc)) from None
-    benches = data["benchmarks"]
-    if not benches:
+    if not raw_entries(data):
         raise StoreError(f"{path}: no benchmarks; a run that measured nothing is not kept")
-    for i, b in enumerate(benches):
-        if not isinstance(b, dict) or not isinstance(b.get("fullname"), str) or not isinstance(b.get("stats"), dict):
+    for i, raw in enumerate(raw_entries(data)):
+        b = Benchmark.from_json(raw) if isinstance(raw, dict) and "fullname" in raw else None
+        if b is None or b.stats is None:
             raise StoreError(f"{path}: benchmark #{i} has no fullname or stats")
-        if not isinstance(b.get("extra_info"), dict) or not isinstance(b["extra_info"].get("median_ms"), (int, float)):
-            raise StoreError(f"{path}: benchmark {b['fullname']!r} has no perfgate median_ms; not a perfgate run")
+        if not b.has_record or not isinstance(b.record.median_ms, (int, float)):
+            raise StoreError(f"{path}: benchmark {b.fullname!r} has no perfgate median_ms; not a perfgate run")
     block = data.get("perfgate")
     if not isinstance(block, dict) or not isinstance(block.get("fingerprint"), dict):
         raise StoreError(f"{path}: no perfgate fingerprint block; not a run of the perfgate plugin")
@@ -161,10 +155,10 @@ def validate(
         raise StoreError(f"{path}: fingerprint id {fp_id} does not match its fingerprint block (edited?)")
     if device_type and block["fingerprint"].get("device_type") != device_type:
         raise StoreError(f"{path}: a {block['fingerprint'].get('device_type')} run where {device_type} was expected")
-    info = data.get("commit_info") or {}
-    if info.get("id") != commit:
-        raise StoreError(f"{path}: measured commit {info.get('id')!r}, not {commit}, the commit this workflow ran for")
-    if info.get("dirty"):
+    info = RunInfo.from_json(data)
+    if info.commit != commit:
+        raise StoreError(f"{path}: measured commit {info.commit!r}, not {commit}, the commit this workflow ran for")
+    if info.dirty:
         raise StoreError(f"{path}: measured a working tree with uncommitted changes; only clean commits are kept")
     if repo is not None and not _on_branch(repo, commit, main_ref):
         raise StoreError(f"commit {commit} is not on {main_ref}; only main's runs are kept")
@@ -208,7 +202,7 @@ def add_run(store: str | os.PathLike[str], run: Mapping[str, Any], *, source: st
     folder = Path(store) / fp_id
     existing = run_files(folder)
     name_tail = f"_{commit[:12]}-{tier}.json"
-    cases = len(run["benchmarks"])
+    cases = len(benchmarks(run))
     if any(p.name.removesuffix(".gz").endswith(name_tail) for p in existing):
         return Added(None, fp_id, cases, 0)
     text = dumps({**run, "perfgate_history": {**meta, **({"source": source} if source else {})}})
@@ -224,7 +218,7 @@ def stored_time(path: Path) -> datetime | None:
     from perfgate.history.runs import parse_time
 
     try:
-        return parse_time(read_benchmark_json(path, samples=False).get("datetime"))
+        return parse_time(RunInfo.from_json(read_benchmark_json(path, samples=False)).run_time)
     except ResultFileError:
         return None
 

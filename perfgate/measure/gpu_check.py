@@ -34,6 +34,7 @@ from typing import Any
 from perfgate.exitcodes import FAILED as EXIT_FAILED
 from perfgate.exitcodes import OK as EXIT_OK
 from perfgate.exitcodes import UNAVAILABLE as EXIT_UNAVAILABLE
+from perfgate.results import benchmarks, read_benchmark_json
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -96,23 +97,23 @@ def run_stage(name: str, command: list[str], out: Path, *, junit: Path | None = 
     return result
 
 
-def case_lines(results_json: Path) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class CaseLine:
+    case: str
+    median_ms: float | None
+    peak_share: float | None
+    peak_note: str | None
+    unreliable: str | None
+
+
+def case_lines(results_json: Path) -> list[CaseLine]:
     """Per measured case of a pytest-benchmark JSON: id, median ms, share of peak (or why none)."""
     if not results_json.is_file():
         return []
-    rows = []
-    for b in json.loads(results_json.read_text(encoding="utf8")).get("benchmarks", []):
-        info = b.get("extra_info", {})
-        rows.append(
-            {
-                "case": b["name"],
-                "median_ms": info.get("median_ms"),
-                "peak_share": info.get("peak_share"),
-                "peak_note": info.get("peak_note"),
-                "unreliable": info.get("unreliable"),
-            }
-        )
-    return rows
+    return [
+        CaseLine(b.name, b.record.median_ms, b.record.peak_share, b.record.peak_note, b.record.unreliable)
+        for b in benchmarks(read_benchmark_json(results_json))
+    ]
 
 
 def verdict_counts(verdicts_json: Path) -> tuple[dict[str, int], list[str], dict[str, str]]:
@@ -133,12 +134,12 @@ def summary(stages: list[StageResult], out: Path, device: str) -> tuple[str, dic
     """The Markdown summary and its data."""
     record = case_lines(out / "record.json")
     rerun_counts, rerun_failing, skipped = verdict_counts(out / "rerun-verdicts.json")
-    shares = [r["peak_share"] for r in record if r["peak_share"] is not None]
+    shares = [r.peak_share for r in record if r.peak_share is not None]
     data = {
         "device": device,
         "passed": all(s.ok for s in stages),
         "stages": [{**asdict(s), "ok": s.ok} for s in stages],
-        "record_cases": record,
+        "record_cases": [asdict(r) for r in record],
         "rerun_verdicts": rerun_counts,
         "rerun_failing": rerun_failing,
         "skipped": skipped,
@@ -161,13 +162,13 @@ def summary(stages: list[StageResult], out: Path, device: str) -> tuple[str, dic
     if record:
         lines += ["", "Recorded cases (median ms, share of the measured peak of the math each runs):", ""]
         lines += [
-            f"- {r['case']}: {r['median_ms']:.3f} ms, "
+            f"- {r.case}: {r.median_ms:.3f} ms, "
             + (
-                f"{r['peak_share']:.0%} of peak"
-                if r["peak_share"] is not None
-                else f"no share ({r['peak_note'] or 'no FLOPs counted'})"
+                f"{r.peak_share:.0%} of peak"
+                if r.peak_share is not None
+                else f"no share ({r.peak_note or 'no FLOPs counted'})"
             )
-            + (f"; UNRELIABLE: {r['unreliable']}" if r["unreliable"] else "")
+            + (f"; UNRELIABLE: {r.unreliable}" if r.unreliable else "")
             for r in record
         ]
     if rerun_counts:

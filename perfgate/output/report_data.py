@@ -8,13 +8,13 @@ import os
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from functools import cached_property
 from typing import Any
 
 from perfgate import gate
 from perfgate.gate.verdict_file import VerdictSet
-from perfgate.history.runs import Run, Series, build_series, case_label, gather, metric_value, unit_of
+from perfgate.history.runs import Run, Series, build_series, gather, metric_value, unit_of
 from perfgate.record import CaseRecord
+from perfgate.results import Benchmark, RunInfo
 
 
 def group_title(rec: CaseRecord) -> str:
@@ -28,16 +28,16 @@ class Entry:
     """One benchmark of one run."""
 
     run: Run
-    bench: dict[str, Any]
+    bench: Benchmark
     label: str  # the row name: variant, plus the run when several runs are reported
 
-    @cached_property
+    @property
     def record(self) -> CaseRecord:
-        return CaseRecord.from_extra_info(self.bench.get("extra_info") or {})
+        return self.bench.record
 
     @property
     def fullname(self) -> str:
-        return str(self.bench.get("fullname") or self.bench.get("name"))
+        return self.bench.fullname
 
     def value(self, metric: str) -> float | None:
         """From the record, else pytest-benchmark's stats (plain files)."""
@@ -46,8 +46,7 @@ class Entry:
     def samples_ms(self) -> list[float]:
         if self.record.samples_ms:
             return [float(x) for x in self.record.samples_ms if isinstance(x, (int, float))]
-        data = (self.bench.get("stats") or {}).get("data")
-        return [float(x) * 1e3 for x in data if isinstance(x, (int, float))] if isinstance(data, list) else []
+        return [x * 1e3 for x in self.bench.stats.data_s] if self.bench.stats else []
 
 
 def run_label(run: Run) -> str:
@@ -67,9 +66,9 @@ def group_entries(runs: Sequence[Run]) -> dict[str, list[Entry]]:
     groups: dict[str, list[Entry]] = {}
     for run in runs:
         for b in run.benchmarks:
-            rec = CaseRecord.from_extra_info(b.get("extra_info") or {})
+            rec = b.record
             title = group_title(rec) if rec.model else "other benchmarks"
-            name = rec.variant or str(b.get("name") or b.get("fullname"))
+            name = rec.variant or b.name
             groups.setdefault(title, []).append(Entry(run, b, f"{name} · {run_label(run)}" if several else name))
     return groups
 
@@ -81,7 +80,7 @@ NORMALISED = "normalised_median"
 RATIO_UNIT = "× reference"
 
 
-def gated_metric(bench: Mapping[str, Any]) -> str:
+def gated_metric(bench: Benchmark) -> str:
     """'normalised_median' where the entry has one (a CPU run timed the reference), else 'median_ms'."""
     return NORMALISED if metric_value(bench, NORMALISED) is not None else "median_ms"
 
@@ -109,7 +108,7 @@ def history_for(
     out: dict[tuple[str, str], Series] = {}
     for run in runs:
         for b in run.benchmarks:
-            key = (run.fingerprint_id or "unknown", str(b.get("fullname") or b.get("name")))
+            key = (run.fingerprint_id or "unknown", b.fullname)
             metric = gated_metric(b)
             s = by_metric[metric].get(key)
             if s is not None and key not in out:
@@ -125,7 +124,7 @@ def verdict_counts(verdicts: Sequence[gate.Verdict]) -> dict[str, int]:
 
 
 def labels_by_fullname(runs: Sequence[Run]) -> dict[str, str]:
-    return {str(b.get("fullname") or b.get("name")): case_label(b) for r in runs for b in r.benchmarks}
+    return {b.fullname: b.label for r in runs for b in r.benchmarks}
 
 
 def case_name(case: str, labels: Mapping[str, str]) -> str:
@@ -200,17 +199,16 @@ def _number(v: Any) -> bool:
 
 
 def session_run(session: Any, commit_info: Mapping[str, Any] | None = None) -> Run:
-    """This pytest session's results shaped as a result file, so every output reads one shape."""
-    benchmarks = [
-        {"name": name.split("::")[-1], "fullname": name, "extra_info": r.extra_info}
+    """This pytest session's records as a loaded run, so every output reads one shape."""
+    entries = [
+        Benchmark(name.split("::")[-1], name, r.record, stats=None, has_record=True, raw={})
         for name, r in session.results.items()
     ]
-    data = {
-        "benchmarks": benchmarks,
+    top = {
         "commit_info": dict(commit_info or {}),
         "perfgate": {"fingerprint_id": session.fingerprint_id, "fingerprint": session.fingerprint},
     }
-    return Run("this run", data)
+    return Run("this run", top, benchmarks=entries, info=RunInfo.from_json(top))
 
 
 def session_verdicts(session: Any) -> VerdictSet:

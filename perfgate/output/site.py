@@ -30,6 +30,7 @@ from perfgate.history.runs import Run, Series, build_series
 from perfgate.output.change_points import bisect_ranges, case_id
 from perfgate.output.report_data import NORMALISED, RATIO_UNIT, gated_metric
 from perfgate.output.text import fmt_num
+from perfgate.results import Benchmark
 
 MAX_MARKS = 240  # linked markers per chart (model pages)
 SPARK_POINTS = 120  # points per sparkline (index)
@@ -143,7 +144,7 @@ def trends(runs: Sequence[Run], accepted: Sequence[Any] = (), *, min_change: flo
     metric_of: dict[tuple[str, str], str] = {}
     for r in sorted(runs, key=Run.order_key):
         for b in r.benchmarks:
-            metric_of[(r.fingerprint_id or "unknown", str(b.get("fullname") or b.get("name")))] = gated_metric(b)
+            metric_of[(r.fingerprint_id or "unknown", b.fullname)] = gated_metric(b)
     by_metric = {
         m: {(s.fingerprint_id, s.fullname): s for s in build_series(runs, m)} for m in (NORMALISED, "median_ms")
     }
@@ -289,16 +290,12 @@ def _row(t: CaseTrend) -> dict[str, Any]:
     }
 
 
-def _entry(b: Mapping[str, Any], verdicts: Mapping[str, Any]) -> dict[str, Any]:
-    from perfgate.history.runs import case_label
-
-    info = b.get("extra_info") or {}
-    name = str(b.get("name") or b.get("fullname"))
-    v = verdicts.get(name) or verdicts.get(str(b.get("fullname")))
+def _entry(b: Benchmark, verdicts: Mapping[str, Any]) -> dict[str, Any]:
+    v = verdicts.get(b.name) or verdicts.get(b.fullname)
     return {
-        "label": case_label(b),
-        "median_ms": info.get("median_ms"),
-        "normalised": info.get(NORMALISED),
+        "label": b.label,
+        "median_ms": b.record.median_ms,
+        "normalised": b.record.normalised_median,
         "verdict": (v or {}).get("verdict"),
         "change": (v or {}).get("change_pct"),
     }

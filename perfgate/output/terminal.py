@@ -252,7 +252,7 @@ def session_lines(session: Any, *, show_unchanged: bool = False) -> list[str]:
     the no-baseline notice, per model group its table, then the skip reasons."""
     groups: dict[str, list[CaseRecord]] = {}
     for r in session.results.values():
-        rec = CaseRecord.from_extra_info(r.extra_info)
+        rec = r.record
         groups.setdefault(group_title(rec), []).append(rec)
     lines = ["", "=" * 30 + " perfgate " + "=" * 30, f"fingerprint: {session.fingerprint_id}"]
     no_baseline = session.gate_enabled and session.results and session.load_baseline() is None

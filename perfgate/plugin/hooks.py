@@ -18,6 +18,7 @@ from perfgate.measure.fingerprint import differences
 from perfgate.output import markdown, progress, report_data, terminal
 from perfgate.plugin import benchmark_adapter, configure, timeout
 from perfgate.plugin.session import Session
+from perfgate.results import RunInfo
 
 _KEY = pytest.StashKey[Session]()
 _PROGRESS = pytest.StashKey[Any]()  # the run's perfgate.output.progress reporter
@@ -85,7 +86,7 @@ def pytest_benchmark_compare_machine_info(
     session = config.stash.get(_KEY, None)
     if session is None:
         return
-    theirs = (compared_benchmark.get("machine_info") or {}).get("perfgate", {}).get("fingerprint") or {}
+    theirs = RunInfo.from_json(compared_benchmark).machine_fingerprint or {}
     diff = differences(session.fingerprint, theirs)
     if diff:
         session.compared_elsewhere.append(", ".join(f"{k} {b!r} there, {a!r} here" for k, (a, b) in diff.items()))
@@ -113,7 +114,7 @@ def perfgate_block(session: Session, output_json: dict[str, Any]) -> dict[str, A
         "schema": baseline_store.SCHEMA,
         "fingerprint": session.fingerprint,
         "fingerprint_id": session.fingerprint_id,
-        "commit": output_json.get("commit_info", {}).get("id"),
+        "commit": RunInfo.from_json(output_json).commit,
         "recorded_at": dt.datetime.now(dt.UTC).isoformat(),
         "device": session.config.device,
     }
@@ -205,7 +206,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if compared:
         tr.write_line(compared)
     for name, r in s.results.items():
-        ev = r.extra_info.get("evidence")
+        ev = r.record.evidence
         if ev:
             tr.write_line(
                 f"perfgate: evidence for {name.split('::')[-1]}: {ev['trace']}; reproduce: {ev['reproduce']['pytest']}"

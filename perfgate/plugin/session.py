@@ -123,7 +123,7 @@ class Session:
     def baseline_record(self, fullname: str) -> tuple[CaseRecord, Path] | None:
         """The case's record in the newest baseline that holds it, and that file."""
         found = self.baselines.entry(fullname)
-        return (CaseRecord.from_extra_info(found[1]["extra_info"]), found[0]) if found else None
+        return (found[1].record, found[0]) if found else None
 
     def no_baseline_notice(self) -> str:
         return (

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from perfgate import results
 from perfgate.dist import ranks as pd
 from perfgate.measure import topology as topo_mod
 
@@ -181,9 +182,11 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list[Any], o
     if state is None:
         return
     block = pd.rank_block(state.topo, backend=state.backend, num_threads=state.num_threads, device=state.device)
-    output_json["perfgate_dist"] = block
-    for b in output_json.get("benchmarks", []):
-        b.setdefault("extra_info", {}).update(block)
+    output_json["perfgate_dist"] = block.to_json()
+    entries = results.benchmarks(output_json)
+    for b in entries:  # the block's fields are record fields: each case says which rank measured it
+        b.record = replace(b.record, **block.to_json())
+    output_json.update(results.with_benchmarks(output_json, entries))
 
 
 @pytest.hookimpl(trylast=True)

@@ -28,6 +28,7 @@ import pytest
 from perfgate.dist import shard
 from perfgate.dist import workers as parallel
 from perfgate.dist.workers import ALLOW_OPTION
+from perfgate.results import benchmarks
 
 _STATE = pytest.StashKey["ParallelState"]()
 
@@ -45,13 +46,6 @@ class ParallelState:
     merged: dict[str, Any] | None = None  # controller: the merged results
     checked: bool = False
     lines: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class MergedCase:
-    """A case measured by a worker, in the controller's session: what its outputs read (`extra_info`)."""
-
-    extra_info: dict[str, Any]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -276,16 +270,17 @@ def _merge_workers(config: pytest.Config, state: ParallelState, s: Any, exitstat
     merged = parallel.merge_runs(runs)
     vs = parallel.merge_verdicts(vsets)
     merged["perfgate"]["workers"] = {
-        wid: {"device": state.outputs[wid]["device"], "cases": [parallel.case_id(b["name"]) for b in run["benchmarks"]]}
+        wid: {"device": state.outputs[wid]["device"], "cases": [b.case_id for b in benchmarks(run)]}
         for wid, run in runs
     }
     s.verdicts, s.skips = list(vs.verdicts), dict(vs.skipped)
-    s.results = {b["fullname"]: MergedCase(b.get("extra_info") or {}) for b in merged["benchmarks"]}
+    # A worker's case in the controller's session: its typed entry (the outputs read `.record`).
+    s.results = {b.fullname: b for b in benchmarks(merged)}
     state.merged = merged
     written = benchmark_adapter.write_requested(config, merged)
     if written is not None:
         state.lines.append(f"perfgate: the {len(order)} workers' results merged into {written}")
-    if state.record_label and merged["benchmarks"]:
+    if state.record_label and s.results:
         if exitstatus == 0 and not state.lost:
             s.recorded = store.record(s.baseline_dir, merged, state.record_label)
         else:

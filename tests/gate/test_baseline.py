@@ -180,6 +180,6 @@ def test_each_case_is_judged_against_the_newest_baseline_that_holds_it(tmp_path)
     b = store.Baselines(tmp_path)
     a_file, a = b.entry("benchmarks/test_models.py::test_step[a]")
     b_file, bb = b.entry("benchmarks/test_models.py::test_step[b]")
-    assert (a_file.name, a["extra_info"]["samples_ms"]) == ("0002_only-a.json", [3.0])
-    assert (b_file.name, bb["extra_info"]["samples_ms"]) == ("0001_all.json", [2.0])
+    assert (a_file.name, a.record.samples_ms) == ("0002_only-a.json", [3.0])
+    assert (b_file.name, bb.record.samples_ms) == ("0001_all.json", [2.0])
     assert b.entry("benchmarks/test_models.py::test_step[c]") is None

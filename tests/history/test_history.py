@@ -311,9 +311,9 @@ def test_lean_loading_keeps_every_scalar_and_cuts_no_string(tmp_path):
     b = bench(median_ms=7.0, note='a string with "data": [1, 2] inside')
     path = write(tmp_path / "r.json", json.dumps(run_json([b]), indent=2))
     full, lean = h.load_run(path), h.load_run(path, samples=False)
-    assert lean.benchmarks[0]["extra_info"]["samples_ms"] == [] and lean.benchmarks[0]["stats"]["data"] == []
+    assert lean.benchmarks[0].record.samples_ms == [] and lean.benchmarks[0].stats.data_s == []
     for key in ("median_ms", "p90_ms", "mean_ms", "note", "accuracy"):
-        assert lean.benchmarks[0]["extra_info"][key] == full.benchmarks[0]["extra_info"][key]
+        assert lean.benchmarks[0].lookup(key) == full.benchmarks[0].lookup(key)
 
 
 # ----------------------------------------------------------------------------- unreadable files and fingerprints

@@ -289,7 +289,7 @@ def test_the_end_of_run_table_shows_energy_and_explains_dashes_and_dropped_round
     assert energy_cell(CaseRecord.from_extra_info(gpu)) == "41.7 frames/J"
     assert energy_cell(CaseRecord.from_extra_info({**base, "energy_j_per_step": 2.5})) == "2.5 J/step"
     session = SimpleNamespace(
-        results={k: SimpleNamespace(extra_info=v) for k, v in (("g", gpu), ("c", cpu))},
+        results={k: SimpleNamespace(record=CaseRecord.from_extra_info(v)) for k, v in (("g", gpu), ("c", cpu))},
         fingerprint_id="fp",
         verdicts=[],
         gate_enabled=False,
