@@ -21,7 +21,7 @@ from perfgate.cases.workload import RegistryError, load_registries
 from perfgate.counts import suite as counts_suite
 from perfgate.gate import policy as policy_mod
 from perfgate.gate import store as baseline_store
-from perfgate.measure.core import StopRule
+from perfgate.measure.core import StopRule, WarmupRule
 from perfgate.measure.device import default_device, device_error, is_cpu, resolve
 from perfgate.plugin import timeout
 from perfgate.plugin.session import RunConfig, Session
@@ -85,6 +85,9 @@ def _run_options(config: pytest.Config, table: dict[str, Any]) -> RunOptions:
         checkpoint=config.getoption("perfgate_checkpoint"),
         tolerances=tolerances,
         warm_compile=not smoke,
+        # A smoke pass judges nothing: it needs the steps to run, not first-call effects gone (the
+        # default settles over up to 50 rounds or 10 s per case, most of a tiny case's time).
+        warmup=WarmupRule(min_rounds=2, max_rounds=2) if smoke else WarmupRule(),
         telemetry_interval_s=interval_ms / 1e3 or None,
         count_flops=not config.getoption("perfgate_no_flops"),
         reference=not config.getoption("perfgate_no_reference"),
