@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from perfgate.counts.suite import NO_COUNTS_ENV
+from tests.helpers import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -99,6 +100,6 @@ def real_run(tmp_path_factory: pytest.TempPathFactory) -> RealRun:
         "--perfgate-verdicts",
         "verdicts.json",
     ]
-    r = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return RealRun(folder, folder / "run.json", folder / "verdicts.json", folder / "step-summary.md", r.stdout)

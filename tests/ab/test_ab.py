@@ -18,6 +18,7 @@ from perfgate.ab import verdicts as ab
 from perfgate.gate.policy import Policy
 from perfgate.gate.settings import GateSettings
 from perfgate.quality import inject
+from tests.helpers import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parents[2]
 S = GateSettings()
@@ -73,7 +74,7 @@ def _worker(cases: list[str], tmp: Path, env: dict[str, str] | None = None) -> l
         env={**os.environ, **(env or {})},
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=HANG_GUARD_S,
     )
     assert out.is_file(), r.stderr[-2000:]
     return json.loads(out.read_text())["results"]
@@ -186,7 +187,7 @@ def test_bisect_finds_the_commit_that_made_the_case_slower(tmp_path: Path) -> No
         cwd=repo,
         capture_output=True,
         text=True,
-        timeout=1200,
+        timeout=HANG_GUARD_S,
     )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert f"perfgate bisect: {culprit} is the first bad commit" in r.stdout

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.helpers import HANG_GUARD_S
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "scripts"
 WORKFLOWS = ROOT / ".github" / "workflows"
@@ -51,7 +53,9 @@ def script_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def run(cmd: list[str], env: dict[str, str], cwd: Path = ROOT, timeout: float = 300) -> subprocess.CompletedProcess:
+def run(
+    cmd: list[str], env: dict[str, str], cwd: Path = ROOT, timeout: float = HANG_GUARD_S
+) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 

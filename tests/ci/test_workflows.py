@@ -27,6 +27,7 @@ from tests.ci.helpers import (
     script_env,
     tool,
 )
+from tests.helpers import HANG_GUARD_S
 
 WORKFLOW_FILES = sorted(WORKFLOWS.glob("*.yml"))
 
@@ -154,7 +155,7 @@ def test_ci_benchmark_ab_mode_judges_head_against_base_in_one_job(tmp_path: Path
     out, step_summary = tmp_path / "out", tmp_path / "step-summary.md"
     env = script_env(tmp_path, PERFGATE_MODE="ab", GITHUB_STEP_SUMMARY=str(step_summary), **git_env)
     copy = project_copy_with_origin(tmp_path, env)  # head == origin/main: nothing to find
-    r = run(["scripts/ci-benchmark", "--out", str(out), *SMALLEST], env, cwd=copy, timeout=600)
+    r = run(["scripts/ci-benchmark", "--out", str(out), *SMALLEST], env, cwd=copy, timeout=HANG_GUARD_S)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
 
     ab = json.loads((out / "ab.json").read_text())

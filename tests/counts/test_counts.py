@@ -19,6 +19,7 @@ from perfgate.gate.policy import GateSettings
 from perfgate.gate.verdicts import IMPROVEMENT, INCONCLUSIVE, REGRESSION, UNCHANGED
 from perfgate.measure import attribution, callgrind, instructions, op_counts
 from perfgate.record import CaseRecord
+from tests.helpers import HANG_GUARD_S
 
 pytest_plugins = ("pytester",)
 pytestmark = pytest.mark.counts  # sub-runs here count instructions
@@ -334,14 +335,14 @@ def test_the_suite_records_counts_and_a_shared_op_slowdown_fails_naming_its_caus
     args += ["--perfgate-variants", "baseline", "--perfgate-min-rounds", "5", "--perfgate-max-rounds", "5"]
     args += ["--perfgate-no-flops", "--perfgate-energy-window-s", "0"]
     monkeypatch.delenv("PERFGATE_INJECT", raising=False)
-    rec = pytester.runpytest_subprocess(*args, "--perfgate-record", "base", timeout=600)
+    rec = pytester.runpytest_subprocess(*args, "--perfgate-record", "base", timeout=HANG_GUARD_S)
     assert rec.ret == 0, rec.stdout.str()[-3000:]
     written = list((pytester.path / "baselines" / "counts").glob("*.json"))
     assert len(written) == 1
     entry = json.loads(written[0].read_text())["cases"]["physicsnemo-block-tiny-baseline"]
     assert entry["instructions_per_step"] > 1e5 and entry["aten_ops_per_step"]["aten::linear"] > 0
     monkeypatch.setenv("PERFGATE_INJECT", "shared:10")
-    slow = pytester.runpytest_subprocess(*args, "-p", "perfgate.quality.inject", timeout=600)
+    slow = pytester.runpytest_subprocess(*args, "-p", "perfgate.quality.inject", timeout=HANG_GUARD_S)
     out = slow.stdout.str()
     assert slow.ret == 1, out[-3000:]
     verdicts = json.loads((pytester.path / ".perfgate" / "verdicts.json").read_text())

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.helpers import HANG_GUARD_S
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -55,7 +57,7 @@ def test_the_flow_rehearsed_on_the_cpu_records_reruns_and_summarises(tmp_path: P
         env=_env(PERFGATE_INDUCTOR_CACHE=str(tmp_path / "inductor")),
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=HANG_GUARD_S,
     )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     data = json.loads((out / "summary.json").read_text())
