@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from perfgate.counts.suite import NO_COUNTS_ENV
 from tests.helpers import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -18,7 +19,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PERFGATE_", "GITHUB_"))}
-    return {**env, "PERFGATE_SKIP_INSTALL": "1", "PERFGATE_PYTHON": sys.executable, **extra}
+    # tests/conftest.py's choice whether sub-runs count instructions (not here: 30-60 s of valgrind).
+    keep = {NO_COUNTS_ENV: os.environ[NO_COUNTS_ENV]} if NO_COUNTS_ENV in os.environ else {}
+    return {**env, **keep, "PERFGATE_SKIP_INSTALL": "1", "PERFGATE_PYTHON": sys.executable, **extra}
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the answer on a machine without CUDA")
