@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import copy
+import importlib
 from typing import Any
 
 import numpy as np
+import pytest
 
 from perfgate.gate.store import SCHEMA
 from perfgate.measure.stats import tail_ms
@@ -87,3 +89,19 @@ def run_json(
 # sub-run that takes 100 s quietly took over 600 s (and failed five tests that way), and CI allows
 # 90 minutes. Generous, so only a real hang trips it.
 HANG_GUARD_S = 1800
+
+
+# Change points need the report extra's ruptures: a machine without it (the GPU image, which has
+# the machine's own packages) skips those tests with the fix instead of failing on the import.
+def importable(module: str) -> bool:
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
+
+
+needs_ruptures = pytest.mark.skipif(
+    not importable("ruptures"),
+    reason="ruptures is not installed: pip install -e '.[report]' (the dev extra has it)",
+)

@@ -168,6 +168,18 @@ echo "$*" >> "$FAKE_LOG"
 """
 
 
+def without_nvidia_smi(folder: Path, shadow: Path) -> str:
+    """`folder` for PATH, or where it holds a real nvidia-smi (a GPU machine: /usr/bin) a folder
+    of links to everything else in it: dropping /usr/bin would drop bash, sed and sha256sum too."""
+    if not (folder / "nvidia-smi").exists():
+        return str(folder)
+    shadow.mkdir()
+    for entry in folder.iterdir():
+        if entry.name != "nvidia-smi":
+            (shadow / entry.name).symlink_to(entry)
+    return str(shadow)
+
+
 def default_install(tmp_path: Path, version: str, gpu: bool = False, **extra: str) -> tuple[str, list[str]]:
     """scripts/_venv.sh with PERFGATE_REQUIREMENTS as given (unset by default), a python3 that
     reports `version`, and an nvidia-smi on PATH when `gpu`: (stderr, the pip calls it made)."""
@@ -179,7 +191,11 @@ def default_install(tmp_path: Path, version: str, gpu: bool = False, **extra: st
     if gpu:
         (bin_dir / "nvidia-smi").write_text("#!/bin/sh\nexit 0\n")
         (bin_dir / "nvidia-smi").chmod(0o755)
-    keep = [p for p in os.environ["PATH"].split(os.pathsep) if p and not (Path(p) / "nvidia-smi").exists()]
+    keep = [
+        without_nvidia_smi(Path(p), tmp_path / f"path{i}")
+        for i, p in enumerate(os.environ["PATH"].split(os.pathsep))
+        if p
+    ]
     env = script_env(tmp_path, PERFGATE_VENV=str(venv), FAKE_PY_VERSION=version, FAKE_LOG=str(tmp_path / "log"))
     env.update(PATH=os.pathsep.join([str(bin_dir), *keep]), **extra)
     env.pop("PERFGATE_SKIP_INSTALL")

@@ -405,8 +405,11 @@ def test_a_host_without_its_own_baseline_is_gated_on_the_committed_counts(tmp_pa
 def test_recording_merges_into_the_file_atomically_keeping_other_cases(tmp_path):
     data = _committed_counts()
     counts = _session_counts(tmp_path, data)
-    p = instructions.CountPass(virtual_cpu=data["what_determines_counts"]["virtual_cpu"], torch="2.13.0+cpu")
-    p.valgrind = data["what_determines_counts"]["valgrind"]
+    # The pass that recorded the file: its key comes from what it says determined the counts (a
+    # machine with another Python, such as the GPU image's 3.12, must not change the expected key).
+    det = data["what_determines_counts"]
+    p = instructions.CountPass(virtual_cpu=det["virtual_cpu"], torch=det["torch"], python=det["python"])
+    p.valgrind = det["valgrind"]
     counts.pass_ = p
     case_id, entry = next(iter(data["cases"].items()))
     counts.fields = {case_id: {}}

@@ -12,6 +12,9 @@ import pytest
 from perfgate.cli import EXIT_BAD_INPUT, main
 from perfgate.history.changepoints import AcceptedChangeError, parse_accepted, segment_starts
 from perfgate.history.runs import Run, load_run
+from tests.helpers import needs_ruptures
+
+pytestmark = needs_ruptures
 
 
 def _noisy(n: int, cv: float, seed: int) -> np.ndarray:

@@ -16,6 +16,7 @@ import pytest
 
 from perfgate.cli import main
 from perfgate.history import store as history_store
+from tests.helpers import needs_ruptures
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "history-step"
 FP_ID = next(p.name for p in DATA.iterdir() if p.is_dir())
@@ -72,6 +73,7 @@ def test_real_runs_are_stored_numbered_and_read_back_by_perfgate_and_pytest_benc
     assert series["points"][-1]["source"].endswith(".json.gz")
 
 
+@needs_ruptures
 def test_the_change_point_names_its_commit_range_and_the_bisect_command(tmp_path, capsys):
     store = tmp_path / "store"
     for run in RUNS:

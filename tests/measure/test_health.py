@@ -143,11 +143,19 @@ def test_the_device_index_picks_the_nvml_device(monkeypatch):
     assert health.check_device("cuda:0").gpu == "NVIDIA L40S"
 
 
-def test_a_cpu_has_nothing_to_check_and_no_driver_fails():
+def test_a_cpu_has_nothing_to_check_and_no_driver_fails(monkeypatch):
     cpu = health.check_device("cpu")
     assert cpu.checks == [] and cpu.ok
     assert health.text_lines(cpu) == ["health: cpu: does not apply (the checks are for a CUDA GPU); passed"]
-    # No driver here: the real nvidia-ml-py cannot load libnvidia-ml.
+    # No driver: the real nvidia-ml-py cannot load libnvidia-ml (made so on a GPU machine too, where
+    # the library is there: its loader's CDLL fails as it does without a driver).
+    pynvml = pytest.importorskip("pynvml", reason="nvidia-ml-py is not installed: pip install -e '.[gpu]'")
+
+    def no_library(name, *a, **k):
+        raise OSError(f"{name}: cannot open shared object file: No such file or directory")
+
+    monkeypatch.setattr(pynvml, "nvmlLib", None)
+    monkeypatch.setattr(pynvml, "CDLL", no_library)
     no_driver = health.check_device("cuda:0")
     assert [(c.name, c.status) for c in no_driver.checks] == [("nvml", health.FAIL)]
     assert "no NVIDIA driver" in no_driver.checks[0].detail

@@ -19,6 +19,7 @@ from perfgate.history import store as history_store
 from perfgate.history.runs import Run, build_series
 from perfgate.output import site
 from tests.browser import chromium, render_page
+from tests.helpers import needs_ruptures
 from tests.history import year as history_year
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "history-step"
@@ -64,6 +65,7 @@ def _pages(folder: Path) -> dict[str, str]:
     return {str(p.relative_to(folder)): p.read_text() for p in sorted(folder.rglob("*.html"))}
 
 
+@needs_ruptures
 def test_every_page_is_self_contained_and_every_link_resolves(real_site):
     pages = _pages(real_site)
     assert {k for k in pages if not k.startswith("r/")} == {"index.html", "m/physicsnemo-block.html"}
@@ -78,6 +80,7 @@ def test_every_page_is_self_contained_and_every_link_resolves(real_site):
             assert target.resolve().is_file(), f"{name}: {href}"
 
 
+@needs_ruptures
 def test_the_real_step_is_marked_with_its_commit_and_bisect_command(real_site):
     model = (real_site / "m" / "physicsnemo-block.html").read_text()
     bad, good = _commit(RUNS[4]), _commit(RUNS[3])
@@ -94,6 +97,7 @@ def test_the_real_step_is_marked_with_its_commit_and_bisect_command(real_site):
     assert COMMIT_URL.format(commit=_commit(RUNS[0])) in run_page.read_text()
 
 
+@needs_ruptures
 def test_a_long_history_keeps_a_bounded_number_of_markers_and_the_exact_change_point():
     template = json.loads(history_year.CPU_BASELINE.read_text())
     template["benchmarks"] = template["benchmarks"][:2]  # two real entries: copying 106 per run is slow
@@ -119,6 +123,7 @@ def test_a_long_history_keeps_a_bounded_number_of_markers_and_the_exact_change_p
     assert len(build_series(runs, "median_ms")[0].points) == n
 
 
+@needs_ruptures
 def test_page_weight_is_bounded_by_the_number_of_cases(tmp_path):
     """index.html: a row per case (a sparkline of SPARK_POINTS points, ~25 bytes each) and a row per
     verdict; a model page: a chart per case of at most MAX_MARKS linked markers (~330 bytes each)."""
@@ -139,6 +144,7 @@ def test_page_weight_is_bounded_by_the_number_of_cases(tmp_path):
 
 
 @pytest.mark.skipif(chromium() is None, reason="no Chromium: ./scripts/install-chromium")
+@needs_ruptures
 def test_every_page_loads_offline_in_headless_chromium_with_its_charts(real_site, tmp_path):
     pages = _pages(real_site)
     for name, text in pages.items():
@@ -152,6 +158,7 @@ def test_every_page_loads_offline_in_headless_chromium_with_its_charts(real_site
             assert "median ms" in shown.dom and "physicsnemo-block [tiny] baseline" in shown.dom
 
 
+@needs_ruptures
 def test_a_year_long_series_is_searched_in_stretches_and_the_step_placed_at_its_run():
     """4,015 runs (a year of pushes): PELT on stretch medians, each step then placed exactly; an
     accepted step stays a boundary; a flat year has none."""
