@@ -177,6 +177,36 @@ def test_kernel_launches_are_gated_exactly():
     assert judge_kernels("c", base, more, GateSettings()).verdict == IMPROVEMENT
 
 
+H100_RUN = ROOT / "docs" / "data" / "gpu-2026-11-26-h100"  # scripts/gpu-check's record and rerun, and an injected rerun
+
+
+def _h100_records(name: str) -> dict[str, CaseRecord]:
+    from perfgate.results import benchmarks, read_benchmark_json
+
+    return {b.record.variant: b.record for b in benchmarks(read_benchmark_json(H100_RUN / name))}
+
+
+def test_the_kernel_gate_on_the_h100_records_unchanged_and_injected():
+    """The records perfgate wrote on an H100 (2026-11-26): kernel launches per step are the same in
+    all 10 cases of an unchanged rerun, and every 10th F.linear done twice (+0.6% of the fp32 step's
+    time, inside the 5% latency tolerance) is a kernel regression naming the GEMM where the step
+    calls F.linear; under CUDA graphs the replay calls no F.linear, so nothing changed there."""
+    record, rerun, injected = (_h100_records(n) for n in ("record.json", "rerun.json", "inject.json"))
+    assert len(record) == 10 and set(rerun) == set(record)
+    for variant, base in record.items():
+        assert base.kernels_per_step and base.kernels_per_step > 0, variant
+        assert judge_kernels(variant, rerun[variant], base, GateSettings()).verdict == UNCHANGED, variant
+    verdicts = {v: judge_kernels(v, injected[v], record[v], GateSettings()) for v in injected}
+    assert {v: x.verdict for v, x in verdicts.items()} == {
+        "baseline": REGRESSION,
+        "bf16": REGRESSION,
+        "compile": REGRESSION,
+        "cudagraphs": UNCHANGED,
+    }
+    assert "11.4 kernel launches per step vs 11" in verdicts["baseline"].message
+    assert "gemm" in verdicts["baseline"].message and "aten::linear 4 -> 4.4" in verdicts["baseline"].message
+
+
 # --- op and kernel counts -----------------------------------------------------------------------
 
 
