@@ -348,6 +348,8 @@ def session_pass(config: Any, session: Any, items: Sequence[Any]) -> None:
     counts_config = run_config.counts_config
     if counts_config is None or config.getoption("perfgate_no_counts", False):
         return
+    if config.getoption("collectonly", False):
+        return  # --collect-only measures nothing: no valgrind process (it took 51 s and a recount)
     if not str(run_config.device).startswith("cpu") or hasattr(config, "workerinput") or os.environ.get(NO_COUNTS_ENV):
         why = None  # a GPU run: its cases are never counted under valgrind, nothing to explain
         if hasattr(config, "workerinput"):

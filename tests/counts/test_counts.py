@@ -5,6 +5,7 @@ table), and the instruction pass end to end under valgrind (slow)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 from dataclasses import replace
@@ -380,6 +381,23 @@ def test_the_suite_records_counts_and_a_shared_op_slowdown_fails_naming_its_caus
     assert [v["verdict"] for v in found] == [REGRESSION], found
     message = found[0]["message"]
     assert "confirmed by a second process" in message and "sgemm" in message and "aten::linear" in message
+
+
+def test_collect_only_starts_no_valgrind(pytester, monkeypatch):
+    """`--collect-only` lists the cases and measures nothing: a valgrind on PATH is never called."""
+    pytester.makepyfile(test_models=(ROOT / "benchmarks" / "test_models.py").read_text())
+    pytester.makefile(".toml", pyproject='[tool.perfgate]\nregistries = ["models"]\n[tool.perfgate.counts]\n')
+    tools, called = pytester.path / "bin", pytester.path / "valgrind-called"
+    tools.mkdir()
+    for tool in ("valgrind", "callgrind_control"):
+        (tools / tool).write_text(f"#!/bin/sh\necho {tool} >> {called}\nexit 1\n")
+        (tools / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
+    monkeypatch.delenv(suite.NO_COUNTS_ENV, raising=False)
+    args = ["-p", "perfgate.plugin.hooks", "test_models.py", "--perfgate-models", "physicsnemo-block"]
+    r = pytester.runpytest_subprocess(*args, "--perfgate-variants", "baseline", "--collect-only", "-q")
+    assert r.ret == 0 and "physicsnemo-block-tiny-baseline" in r.stdout.str(), r.stdout.str()[-2000:]
+    assert not called.exists(), called.read_text()
 
 
 # --- perfgate ab --------------------------------------------------------------------------------
