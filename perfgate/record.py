@@ -27,8 +27,11 @@ def _f(
     always: bool = False,
     history: tuple[str, str] | None = None,
     unit: str | None = None,
+    key: str | None = None,
 ) -> Any:
     meta: dict[str, Any] = {"required": required, "always": always or required}
+    if key is not None:
+        meta["key"] = key  # the result files' key, where it is not the field's name
     if history:
         meta["history"] = history
     if unit is not None:
@@ -48,7 +51,9 @@ class CaseRecord:
     device: str = _f("", required=True)
     dtype: str = _f("float32", required=True)
     params: int | None = _f(None, required=True)
-    step: str = _f("inference", always=True)  # the step kind (ModelSpec.step_kind); the key every result file has
+    # The step kind (ModelSpec.step_kind: inference, train, ...). The result files keep the key
+    # `step` that every committed baseline and history run holds; in code "step" is the timed callable.
+    step_kind: str = _f("inference", always=True, key="step")
     # Phases.
     convert_s: float | None = _f(None, always=True)
     first_call_s: float | None = _f(None, required=True, history=("first call", "lower"))
@@ -162,9 +167,9 @@ class CaseRecord:
 
     @classmethod
     def from_extra_info(cls, info: Mapping[str, Any]) -> CaseRecord:
-        known = FIELD_NAMES
         return cls(
-            **{k: v for k, v in info.items() if k in known}, extra={k: v for k, v in info.items() if k not in known}
+            **{_FIELD_OF_KEY[k]: v for k, v in info.items() if k in _FIELD_OF_KEY},
+            extra={k: v for k, v in info.items() if k not in _FIELD_OF_KEY},
         )
 
     def to_extra_info(self) -> dict[str, Any]:
@@ -176,7 +181,7 @@ class CaseRecord:
             value = getattr(self, f.name)
             if value is None and not f.metadata.get("always"):
                 continue
-            out[f.name] = value
+            out[f.metadata.get("key", f.name)] = value
         return {**out, **self.extra}
 
     @property
@@ -248,7 +253,9 @@ class Straggler:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-FIELD_NAMES = frozenset(f.name for f in fields(CaseRecord)) - {"extra"}
+# The result files' keys of the record's fields (a field's name unless its metadata names the key).
+_FIELD_OF_KEY = {f.metadata.get("key", f.name): f.name for f in fields(CaseRecord) if f.name != "extra"}
+FIELD_NAMES = frozenset(_FIELD_OF_KEY)  # the keys, as the files spell them
 
 
 def speedup_basis(rec: CaseRecord) -> str:
@@ -268,7 +275,7 @@ def speedup(eager: CaseRecord, rec: CaseRecord, basis: str | None = None) -> flo
     return e / c if isinstance(e, (int, float)) and isinstance(c, (int, float)) and e > 0 and c > 0 else None
 
 
-REQUIRED_KEYS = tuple(f.name for f in fields(CaseRecord) if f.metadata.get("required"))
+REQUIRED_KEYS = tuple(f.metadata.get("key", f.name) for f in fields(CaseRecord) if f.metadata.get("required"))
 HISTORY_FIELDS = {
     f.name: (*f.metadata["history"], f.metadata.get("unit")) for f in fields(CaseRecord) if "history" in f.metadata
 }

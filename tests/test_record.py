@@ -26,6 +26,9 @@ def test_a_result_file_loads_as_one_typed_record_per_case() -> None:
         first["extra_info"]["median_ms"],
     )
     assert rec.samples_ms == first["extra_info"]["samples_ms"]
+    # The step kind is `step_kind` in code and `step` in the files (every committed baseline has it).
+    assert rec.step_kind == first["extra_info"]["step"] and "step_kind" not in rec.extra
+    assert rec.to_extra_info()["step"] == rec.step_kind and "step_kind" not in rec.to_extra_info()
 
 
 def test_a_truncated_result_file_is_one_line_naming_it(tmp_path: Path) -> None:

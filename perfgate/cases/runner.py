@@ -265,7 +265,7 @@ def case_record(
         device=str(device),
         dtype=conv.info.get("dtype", "float32"),
         params=wl.params,
-        step=wl.spec.step_kind,
+        step_kind=wl.spec.step_kind,
         convert_s=built.convert_s,
         first_call_s=m.first_call_s,
         warmup_rounds=m.warmup_rounds,

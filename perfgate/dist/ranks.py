@@ -246,7 +246,7 @@ def aggregate_case(entries: Mapping[int, Benchmark], *, world_size: int, thresho
     out = copy.deepcopy(entries[slowest])
     rec = out.record
     rec.rank = rec.local_rank = rec.host = rec.rank_device = None
-    data_parallel = rec.step in DATA_PARALLEL_STEP_KINDS
+    data_parallel = rec.step_kind in DATA_PARALLEL_STEP_KINDS
     if rec.device:
         rec.device = str(rec.device).split(":", 1)[0]  # cuda:3 -> cuda, as in a one-process run
     rec.slowest_rank, rec.world_size = slowest, world_size

@@ -250,7 +250,7 @@ def benchmark_report(
                 "slug": slug(t),
                 "nav": t.rsplit(" on ", 1)[0],  # the size and options too: a model can have several groups
                 "params": rec.params,
-                "step": rec.step,
+                "step_kind": rec.step_kind,
                 "dtype": rec.dtype,
                 "timer": rec.timer or "?",
                 "rows": optimisation_rows(entries),

@@ -50,7 +50,7 @@ def precision_comparison(
             **{k: getattr(rec, k) for k in ("n", "mean_ms", "median_ms", "std_ms", "min_ms")},
             "stop": rec.stop,
         }
-        if rec.step == "inference":  # a train step's loss is taken after earlier precisions' updates
+        if rec.step_kind == "inference":  # a train step's loss is taken after earlier precisions' updates
             row["accuracy"] = rec.accuracy
         if p == "fp32":
             fp32_ms = rec.median_ms

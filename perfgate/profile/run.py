@@ -179,7 +179,7 @@ def profile_point(
         "options": rec.options,
         "params": rec.params,
         "weights_mib_fp32": rec.params * 4 / MIB,
-        "step": rec.step,
+        "step_kind": rec.step_kind,
         "unit": rec.unit,
         "items_per_step": rec.items_per_step,
         "variant_info": built.converted.info,
@@ -190,7 +190,7 @@ def profile_point(
         "telemetry_timeline": result.timeline,
         "unreliable": rec.unreliable,
     }
-    if pt.variant != "baseline" and rec.step == "inference":
+    if pt.variant != "baseline" and rec.step_kind == "inference":
         point["accuracy"] = rec.accuracy  # against the fp32 eager output, as the suite checks it
 
     progress.stage(f"{title}: memory")
