@@ -29,6 +29,7 @@ import datetime as dt
 import json
 import os
 import platform
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -188,8 +189,16 @@ def run_pass(
         f"perfgate: counting instructions of {len(cases)} case(s) under callgrind "
         + ("(one valgrind process)" if len(groups) == 1 else f"({len(groups)} valgrind processes side by side)")
     )
+    lock, done = threading.Lock(), []
+
+    def counted(case_id: str, wall_s: float | None) -> None:  # called from each process's waiting thread
+        with lock:
+            done.append(case_id)
+            took = f", {wall_s:.0f} s" if wall_s is not None else ""
+            say(f"perfgate:   counted {case_id} ({len(done)} of {len(cases)}{took})")
+
     kw = dict(root=root, registries=registries, model_files=model_files, steps=config.steps, warmup=config.warmup)
-    first = instr.count_parallel(groups, out_dir=out_dir / "pass1", **kw)
+    first = instr.count_parallel(groups, out_dir=out_dir / "pass1", on_case=counted, **kw)
     fields = {cid: _fields(first, cid) for cid in first.counts}
     skipped = dict(first.errors)
     ppath = portable_path(baselines_root, first.key) if first.counts else None

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -166,12 +166,14 @@ def count_cases(
     inject: str | None = None,
     per_case: dict[str, dict[str, Any]] | None = None,
     calibrate: bool = False,
+    on_case: Callable[[str, float | None], None] | None = None,
 ) -> CountPass:
     """Count `cases` (perfgate.cases.runner.Case objects on the CPU) in one valgrind process; `inject`:
     a perfgate.quality.inject slowdown (`shared:5`, `local:2`), by default the PERFGATE_INJECT of
     this process (the worker's environment is pinned, so it is passed in the job). `per_case`: a
     sized slowdown per case id (perfgate.quality.inject.apply); `calibrate`: also count the windows
-    that size them (perfgate.counts.worker._calibrate)."""
+    that size them (perfgate.counts.worker._calibrate); `on_case(case_id, wall_s)`: called as each
+    case's count is written (a pass takes minutes: its progress)."""
     if steps < 1 or warmup < 0:
         raise ValueError(f"steps must be >= 1 and warmup >= 0, got {steps} and {warmup}")
     result = CountPass(valgrind=valgrind_version())
@@ -216,13 +218,7 @@ def count_cases(
     env = pinned_env(str(out), str(Path(perfgate.__file__).resolve().parents[1]))
     limit = timeout_s if timeout_s is not None else 300 + 240 * len(cases)  # a busy 2-core VM: 1110 s for 10
     t0 = time.perf_counter()
-    try:
-        proc = subprocess.run(
-            cmd, input=json.dumps(job), env=env, cwd=out, capture_output=True, text=True, timeout=limit
-        )
-        tail = (proc.stderr or "").strip().splitlines()[-3:]
-    except subprocess.TimeoutExpired:
-        tail = [f"valgrind ran past {limit:.0f} s and was stopped"]
+    tail = _run_worker(cmd, json.dumps(job), env, out, limit, manifest, on_case)
     result.wall_s = time.perf_counter() - t0
     result.dumps = str(out)
     lines = [json.loads(ln) for ln in manifest.read_text().splitlines() if ln.strip()] if manifest.exists() else []
@@ -260,6 +256,46 @@ def count_cases(
                 calls_per_window=ln.get("calls_per_window"),
             )
     return result
+
+
+def _run_worker(
+    cmd: list[str],
+    job: str,
+    env: dict[str, str],
+    out: Path,
+    limit: float,
+    manifest: Path,
+    on_case: Callable[[str, float | None], None] | None,
+) -> list[str]:
+    """Run the valgrind worker to its end or `limit`; report each case as the worker's manifest
+    grows. The last lines of its stderr (the reason when it stopped early)."""
+    log, job_file = out / "worker.log", out / "job.json"
+    job_file.write_text(job)
+    deadline, reported = time.monotonic() + limit, 0
+    # Files, not pipes: nothing to feed or drain while polling the manifest.
+    with job_file.open() as stdin, log.open("w") as err:
+        proc = subprocess.Popen(cmd, stdin=stdin, stdout=err, stderr=err, env=env, cwd=out)
+        while True:
+            try:
+                proc.wait(timeout=2.0)
+                finished = True
+            except subprocess.TimeoutExpired:
+                finished = False
+            if on_case is not None and manifest.exists():
+                # Whole lines only: the part after the last newline may be a line being written.
+                lines = [ln for ln in manifest.read_text().split("\n")[:-1] if ln.strip()]
+                for ln in lines[reported:]:
+                    entry = json.loads(ln)
+                    if "case" in entry:
+                        on_case(entry["case"], entry.get("wall_s"))
+                reported = len(lines)
+            if finished:
+                break
+            if time.monotonic() > deadline:
+                proc.kill()
+                proc.wait()
+                return [f"valgrind ran past {limit:.0f} s and was stopped"]
+    return log.read_text(errors="replace").strip().splitlines()[-3:]
 
 
 def count_parallel(

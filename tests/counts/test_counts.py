@@ -8,6 +8,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -381,6 +382,36 @@ def test_the_suite_records_counts_and_a_shared_op_slowdown_fails_naming_its_caus
     assert [v["verdict"] for v in found] == [REGRESSION], found
     message = found[0]["message"]
     assert "confirmed by a second process" in message and "sgemm" in message and "aten::linear" in message
+    assert "counted physicsnemo-block-tiny-baseline (1 of 1, " in rec.stdout.str()  # the pass's progress
+
+
+WORKER = """
+import json, sys, time
+job = json.load(sys.stdin)
+with open(job["manifest"], "a") as out:
+    out.write(json.dumps({"virtual_cpu": {}, "torch": "x"}) + "\\n")
+    for i, case in enumerate(job["cases"]):
+        out.write(json.dumps({"case": case, "dump": i + 1, "steps": 10, "wall_s": 1.5}) + "\\n")
+        out.flush()
+        time.sleep(job["sleep_s"])
+print("worker done", file=sys.stderr)
+"""
+
+
+def test_each_counted_case_is_reported_as_the_worker_writes_it(tmp_path):
+    """The progress of a pass: on_case gets every case of the manifest once, in order, while the
+    worker runs; a worker past its limit is stopped and says so."""
+    manifest, seen = tmp_path / "manifest.jsonl", []
+    job = json.dumps({"cases": ["a", "b", "c"], "manifest": str(manifest), "sleep_s": 0.5})
+    cmd = [sys.executable, "-c", WORKER]
+    tail = instructions._run_worker(
+        cmd, job, dict(os.environ), tmp_path, 120, manifest, lambda c, w: seen.append((c, w))
+    )
+    assert seen == [("a", 1.5), ("b", 1.5), ("c", 1.5)] and tail == ["worker done"]
+    manifest.unlink()
+    stuck = json.dumps({"cases": ["a"], "manifest": str(manifest), "sleep_s": 600})
+    tail = instructions._run_worker(cmd, stuck, dict(os.environ), tmp_path, 1, manifest, None)
+    assert tail == ["valgrind ran past 1 s and was stopped"]
 
 
 def test_collect_only_starts_no_valgrind(pytester, monkeypatch):
