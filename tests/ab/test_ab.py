@@ -85,7 +85,8 @@ def test_interleaved_worker_on_a_real_model_sees_an_injected_slowdown_and_not_it
     case = "owl-audio-decoder-tiny-baseline"
     # What is asserted is what a busy machine cannot flip: the verdict kinds, never how many
     # percent a ratio reads (an injected 10% read +26% while another job ran and turned CI red).
-    same = [_worker([case, "no-such-case"], tmp_path)[0] for _ in range(3)]
+    runs = [_worker([case, "no-such-case"], tmp_path) for _ in range(3)]
+    same = [r[0] for r in runs]
     assert all(r["ratio"] > 0 and r["rounds"] > 0 for r in same), same
     (v, *_) = ab.interleaved_verdicts(f"x[{case}]", same, Policy(), final=True)
     assert v.verdict in (gate.UNCHANGED, gate.INCONCLUSIVE), v.message  # never an alarm on unchanged code
@@ -99,10 +100,8 @@ def test_interleaved_worker_on_a_real_model_sees_an_injected_slowdown_and_not_it
     # 'inconclusive' in CI); what it decides on given figures is tested with fixed ratios in the
     # gate's own tests. A 50% slowdown is never called unchanged or an improvement.
     assert v.verdict in (gate.REGRESSION, gate.INCONCLUSIVE), v.message
-    assert _worker(["no-such-case"], tmp_path)[0] == {
-        "case": "no-such-case",
-        "error": "no such case in the head revision",
-    }
+    # A case the head does not have is an error entry beside the measured one (no process of its own).
+    assert all(r[1] == {"case": "no-such-case", "error": "no such case in the head revision"} for r in runs)
 
 
 def _git(repo: Path, *args: str) -> str:
