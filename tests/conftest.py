@@ -23,6 +23,21 @@ ROOT = Path(__file__).resolve().parents[1]
 _NOT_FOR_SUB_RUNS = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID", "CI")
 
 
+# One torch thread in every test process and sub-run: the tests check what the harness decides, not
+# how torch splits work, and under `-n 2` on the 2-core VM two threads per process are more threads
+# than cores. An OpenMP barrier then waits for a descheduled thread at every parallel op: the
+# interleaved A/B worker test took 699 s beside one CPU-burning process with torch's default of two
+# threads and 83 s with one (it takes 86 s alone). A thread count given in the environment is kept.
+TEST_THREADS_ENV = "OMP_NUM_THREADS"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    import torch
+
+    os.environ.setdefault(TEST_THREADS_ENV, "1")  # inherited by every sub-run the tests start
+    torch.set_num_threads(int(os.environ[TEST_THREADS_ENV]))
+
+
 def _sub_run_pythonpath() -> str:
     """This checkout first on a sub-run's path: pytester puts only its own folder there, and an
     editable install elsewhere (another worktree's) would otherwise be what the sub-run imports."""

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 
@@ -17,16 +15,6 @@ from models.wan_vae_decoder import (
 )
 
 FULL_PARAMS = {"full": 73_295_603}  # models.md section 6 (decoder plus post-quant conv2)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    """Hundreds of tiny ops per step: on a shared, oversubscribed CPU every OpenMP barrier can wait
-    a scheduler tick, which made this file 20x slower with 2 threads. Correctness needs one."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
