@@ -43,6 +43,7 @@ from perfgate.measure.rounds import timed_rounds
 from perfgate.measure.stats import StopRule
 
 INJECT_HEAD = "PERFGATE_INJECT_HEAD"  # local:K, for `perfgate gate-quality --ab`: the head's model does K% more work
+INJECT_HEAD_SIZED = "PERFGATE_INJECT_HEAD_SIZED"  # {case: spec} file: the head's step slowed as sized by instructions
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -178,6 +179,11 @@ def measure_case(
         if kind != "local":
             raise ValueError(f"{INJECT_HEAD}={inject!r}: only local:K applies to one side of a process")
         head_step = local_slowdown_step(head_step, built["head"].converted.module, k)
+    if sized := os.environ.get(INJECT_HEAD_SIZED):  # gate-quality: a slowdown sized by instructions
+        from perfgate.quality.inject import load_sized, sized_step
+
+        if spec := load_sized(sized).get(case_id):
+            head_step = sized_step(spec, head_step, built["head"].converted.module)
     m = measure_interleaved(built["base"].step, head_step, device, stop=stop, seed=random.randrange(2**31))
     acc = {
         side: accuracy.metrics(out, built[side].reference, kind=built[side].workload.output_kind)

@@ -14,6 +14,11 @@ alone or in `F.linear`, an op everything shares):
   policy, its re-measurement included), and the same two runs judged again at the default policy
   (5%, no re-measurement: what the first judgement before a re-measurement would be).
 
+With `sized` slowdowns (`--sized-by`), the conditions are instead those the instruction gate was
+measured on (perfgate.counts.quality): `F.linear` or SDPA done twice every Nth call, or a leaf module
+called again after every Nth step, sized per case to grow the step by 1-5% of its instructions. The
+op ones run in processes mode (a change outside the model files), the leaf ones interleaved.
+
 Slowdowns round-robin, every process fresh, every verdict and wall time kept (`--json`).
 """
 
@@ -31,20 +36,76 @@ from pathlib import Path
 from typing import Any
 
 from perfgate import gate
+from perfgate.ab import interleave
 from perfgate.ab import run as ab_run
 from perfgate.gate.policy import Policy
+from perfgate.quality.inject import SIZED_ENV
 from perfgate.record import CaseRecord
 from perfgate.results import ResultFileError, benchmarks, read_benchmark_json
 
+
+@dataclasses.dataclass(frozen=True)
+class Condition:
+    """One slowdown (or none) as both gates meet it."""
+
+    kind: str  # local / shared (sized by timings), or linear / sdpa / local sized by instructions
+    slowdown_pct: float  # the target; 0 is unchanged code
+    sized: str | None = None  # the {case id: spec} file of a slowdown sized by instructions
+
+    @property
+    def mode(self) -> str:
+        """Same-job A/B mode: interleaved for the model's own code, processes for an op it shares."""
+        return "interleaved" if self.kind == "local" else "processes"
+
+    def head_env(self) -> dict[str, str]:
+        """What slows the A/B's head: its model in the interleaved worker, or its whole processes."""
+        if not self.slowdown_pct:
+            return {}
+        if self.sized:
+            return {interleave.INJECT_HEAD_SIZED if self.mode == "interleaved" else SIZED_ENV: self.sized}
+        if self.mode == "interleaved":
+            return {interleave.INJECT_HEAD: f"local:{self.slowdown_pct:g}"}
+        return {"PERFGATE_INJECT": f"shared:{self.slowdown_pct:g}"}
+
+    def stored_env(self) -> dict[str, str]:
+        """What slows the stored gate's second run (every process loads the injection plugin)."""
+        if not self.slowdown_pct:
+            return {}
+        if self.sized:
+            return {SIZED_ENV: self.sized}
+        return {"PERFGATE_INJECT": f"{self.kind}:{self.slowdown_pct:g}"}
+
+
 CONDITIONS = (
-    ("local", 0.0),
-    ("local", 2.0),
-    ("local", 5.0),
-    ("local", 10.0),
-    ("shared", 2.0),
-    ("shared", 5.0),
-    ("shared", 10.0),
+    Condition("local", 0.0),
+    Condition("local", 2.0),
+    Condition("local", 5.0),
+    Condition("local", 10.0),
+    Condition("shared", 2.0),
+    Condition("shared", 5.0),
+    Condition("shared", 10.0),
 )
+
+
+def sized_conditions(counts_jsonl: Path, folder: Path) -> list[Condition]:
+    """The slowdowns a perfgate.counts.quality run sized (its lines with `specs`), each written to
+    `folder` as the {case id: spec} file the injection reads, after unchanged code."""
+    out = [Condition("local", 0.0)]
+    for n, line in enumerate(Path(counts_jsonl).read_text().splitlines(), 1):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            raise ValueError(f"{counts_jsonl}:{n}: not a JSON line; give perfgate.counts.quality's --out") from None
+        if not row.get("specs"):
+            continue
+        kind, _, target = str(row["process"]).partition(":")
+        specs = {case: spec for case, spec in row["specs"].items() if "skip" not in spec}
+        path = Path(folder) / f"{kind}-{target}.json"
+        path.write_text(json.dumps(specs, indent=1))
+        out.append(Condition(kind, float(target), sized=str(path)))
+    if len(out) == 1:
+        raise ValueError(f"{counts_jsonl}: no sized slowdowns (lines with specs); run perfgate.counts.quality first")
+    return out
 
 
 def _latency(verdicts: Sequence[gate.Verdict]) -> dict[str, str]:
@@ -52,15 +113,12 @@ def _latency(verdicts: Sequence[gate.Verdict]) -> dict[str, str]:
 
 
 def interleaved(
-    repo: Path, cases: Sequence[str], kind: str, k: float, policy: Policy, *, max_processes: int
+    repo: Path, cases: Sequence[str], cond: Condition, policy: Policy, *, max_processes: int
 ) -> dict[str, Any]:
     """One interleaved A/B comparison of `cases`, base = head = this checkout, the head slowed."""
     side = ab_run.working_tree(repo)
-    env = {}
-    if k:
-        env = {"PERFGATE_INJECT_HEAD": f"local:{k:g}"} if kind == "local" else {"PERFGATE_INJECT": f"shared:{k:g}"}
     t0 = time.perf_counter()
-    res = ab_run.run_interleaved(side, side, cases, policy, max_processes=max_processes, env=env)
+    res = ab_run.run_interleaved(side, side, cases, policy, max_processes=max_processes, env=cond.head_env())
     estimates = {c: [r["ratio"] for r in rows if "ratio" in r] for c, rows in res.interleaved.items()}
     return {
         "mode": "interleaved",
@@ -72,14 +130,14 @@ def interleaved(
 
 
 def processes(
-    repo: Path, cases: Sequence[str], k: float, policy: Policy, *, max_pairs: int, device: str
+    repo: Path, cases: Sequence[str], cond: Condition, policy: Policy, *, max_pairs: int, device: str
 ) -> dict[str, Any]:
     """One processes-mode A/B comparison of `cases`, base = head = this checkout, every head process
-    with `F.linear` K% slower (`-p perfgate.quality.inject`)."""
+    slowed by the condition (`-p perfgate.quality.inject`)."""
     head = ab_run.working_tree(repo)
     base = dataclasses.replace(head, name="base")  # the same checkout: the injection is the only change
     selection = ["--perfgate-device", device]
-    inject = {"PERFGATE_INJECT": f"shared:{k:g}"} if k else {}
+    inject = cond.head_env()
 
     def measure(s: ab_run.Side, ids: Sequence[str]) -> dict[str, CaseRecord]:
         if s is head:
@@ -119,7 +177,7 @@ def _pytest(repo: Path, nodes: Sequence[str], extra: Sequence[str], env: dict[st
     subprocess.run(cmd, cwd=repo, env={**full_env, **env}, capture_output=True, text=True, timeout=3600)
 
 
-def stored(repo: Path, cases: Sequence[str], kind: str, k: float, *, device: str) -> dict[str, Any]:
+def stored(repo: Path, cases: Sequence[str], cond: Condition, *, device: str) -> dict[str, Any]:
     """One stored-baseline comparison: record in one process, gate the slowed run in the next."""
     nodes = [f"{ab_run.TEST_FILE}::test_step[{c}]" for c in cases]
     with tempfile.TemporaryDirectory(prefix="perfgate-gq-") as tmp:
@@ -139,7 +197,7 @@ def stored(repo: Path, cases: Sequence[str], kind: str, k: float, *, device: str
             ],
             {},
         )
-        inject = {"PERFGATE_INJECT": f"{kind}:{k:g}"} if k else {}
+        inject = cond.stored_env()
         _pytest(
             repo,
             nodes,
@@ -174,7 +232,7 @@ def run(
     repo: Path,
     cases: Sequence[str],
     *,
-    comparisons: dict[tuple[str, float], int],
+    comparisons: dict[Condition, int],
     device: str,
     max_processes: int = 6,
     max_pairs: int = 8,
@@ -188,25 +246,26 @@ def run(
     done: list[dict[str, Any]] = []
     left = dict(comparisons)
     while any(left.values()):
-        for (kind, k), n in list(left.items()):
+        for cond, n in list(left.items()):
             if not n:
                 continue
             row = {
-                "kind": kind,
-                "slowdown_pct": k,
+                "kind": cond.kind,
+                "slowdown_pct": cond.slowdown_pct,
+                "sized": bool(cond.sized),
                 "interleaved": (
-                    interleaved(repo, cases, kind, k, policy, max_processes=max_processes)
-                    if kind == "local"
-                    else processes(repo, cases, k, policy, max_pairs=max_pairs, device=device)
+                    interleaved(repo, cases, cond, policy, max_processes=max_processes)
+                    if cond.mode == "interleaved"
+                    else processes(repo, cases, cond, policy, max_pairs=max_pairs, device=device)
                 ),
-                "stored": stored(repo, cases, kind, k, device=device),
+                "stored": stored(repo, cases, cond, device=device),
             }
             done.append(row)
-            left[(kind, k)] -= 1
+            left[cond] -= 1
             if progress:
                 i, s = row["interleaved"], row["stored"]
                 progress(
-                    f"[{len(done)}] {kind} +{k:g}%: {i.get('mode', 'interleaved')} {i['verdicts']} "
+                    f"[{len(done)}] {cond.kind} +{cond.slowdown_pct:g}%: {i['mode']} {i['verdicts']} "
                     f"({i['processes']} processes, {i['wall_s']:.0f} s); "
                     f"stored {s.get('repo_policy')} / default {s.get('default_policy')} ({s['wall_s']:.0f} s)"
                 )
@@ -220,10 +279,8 @@ def run(
 def rates(done: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per condition and rule: regressions / judged case comparisons, and wall time per comparison."""
     out = []
-    for kind, k in CONDITIONS:
+    for kind, k in dict.fromkeys((r["kind"], r["slowdown_pct"]) for r in done):  # in the order first measured
         rows = [r for r in done if r["kind"] == kind and r["slowdown_pct"] == k]
-        if not rows:
-            continue
         for rule, get in (
             ("same-job A/B", lambda r: r["interleaved"]["verdicts"]),
             ("stored, repo policy", lambda r: r["stored"].get("repo_policy", {})),

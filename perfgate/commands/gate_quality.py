@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="N",
         help="--ab: comparisons per shared slowdown (processes mode, the slowest; default --detect-comparisons)",
+    )
+    p.add_argument(
+        "--sized-by",
+        type=Path,
+        default=None,
+        metavar="JSONL",
+        help="--ab: instead of the timing-sized slowdowns, those a `python -m perfgate.counts.quality` run sized by "
+        "instructions (its --out file): the time gates on the instruction gate's slowdowns, op ones in processes "
+        "mode (--shared-comparisons), leaf ones interleaved (--detect-comparisons)",
     )
     p.add_argument(
         "--detect-comparisons", type=int, default=10, metavar="N", help="--ab: comparisons per slowdown (default 10)"
@@ -346,15 +356,20 @@ def _run_ab(args: argparse.Namespace) -> int:
             raise CommandError(f"{option} {n}: give a count of 0 or more")
     if not cases:
         raise CommandError("--cases is empty: give case ids, e.g. owl-world-model-tiny-baseline")
-    counts = {
-        c: args.comparisons if c[1] == 0 else args.detect_comparisons if c[0] == "local" else shared
-        for c in quality_ab.CONDITIONS
-    }
 
     def progress(msg: str) -> None:
         print(f"gate-quality: {msg}", file=sys.stderr, flush=True)
 
-    done = quality_ab.run(Path.cwd(), cases, comparisons=counts, device="cpu", out=args.json, progress=progress)
+    with tempfile.TemporaryDirectory(prefix="perfgate-sized-") as folder:
+        conditions = quality_ab.CONDITIONS
+        if args.sized_by is not None:
+            try:
+                conditions = quality_ab.sized_conditions(args.sized_by, Path(folder))
+            except (OSError, ValueError, KeyError) as exc:
+                raise CommandError(f"--sized-by {args.sized_by}: {exc}") from None
+        per_mode = {"interleaved": args.detect_comparisons, "processes": shared}
+        counts = {c: per_mode[c.mode] if c.slowdown_pct else args.comparisons for c in conditions}
+        done = quality_ab.run(Path.cwd(), cases, comparisons=counts, device="cpu", out=args.json, progress=progress)
     rows = [
         [
             f"{r['kind']} +{r['slowdown_pct']:g}%",

@@ -10,6 +10,8 @@ A pytest plugin (`-p perfgate.quality.inject`) driven by `PERFGATE_INJECT`:
   twice, the model's and the reference workload's alike: a slower op that everything shares (the
   first version's blind spot, which normalising by the reference hides).
 
+and by `PERFGATE_INJECT_SIZED` (a file of slowdowns sized by instructions, per case; see the end).
+
 Never loaded by the suite itself.
 """
 
@@ -134,6 +136,8 @@ def local_slowdown_step(step: Callable[[], Any], module: nn.Module, k: float) ->
 
 
 def pytest_configure(config: Any) -> None:
+    if os.environ.get(SIZED_ENV):
+        _sized_build_case()
     value = os.environ.get(ENV)
     if not value:
         return
@@ -169,9 +173,8 @@ class OpCalls:
         self.doubled = 0
 
 
-def slow_op(op: str, every: int) -> tuple[Callable[[], None], OpCalls]:
-    """Every `every`-th call of torch.nn.functional.<op> (in this process, from now) done twice;
-    returns the undo and the call counter."""
+def _every_nth_twice(op: str, every: int) -> tuple[str, Callable[..., Any], Callable[..., Any], OpCalls]:
+    """(torch.nn.functional's name, the original, the op doing every `every`-th call twice, its counter)."""
     if every < 1:
         raise ValueError(f"every must be >= 1, got {every}")
     name = OPS.get(op, op)
@@ -185,6 +188,13 @@ def slow_op(op: str, every: int) -> tuple[Callable[[], None], OpCalls]:
             original(*args, **kwargs)
         return original(*args, **kwargs)
 
+    return name, original, twice, seen
+
+
+def slow_op(op: str, every: int) -> tuple[Callable[[], None], OpCalls]:
+    """Every `every`-th call of torch.nn.functional.<op> (in this process, from now) done twice;
+    returns the undo and the call counter."""
+    name, original, twice, seen = _every_nth_twice(op, every)
     setattr(torch.nn.functional, name, twice)
     return (lambda: setattr(torch.nn.functional, name, original)), seen
 
@@ -265,3 +275,60 @@ def apply(
         return out
 
     return injected, (lambda: None), seen
+
+
+# --- the same sized slowdowns, timed (`perfgate gate-quality --ab --sized-by`) ----------------------
+#
+# The time gates meet the slowdowns the instruction gate was measured on: a JSON file {case id: spec}
+# (one label's specs from perfgate.counts.quality's output) names them; `PERFGATE_INJECT_SIZED` slows
+# every process that loads this plugin, `PERFGATE_INJECT_HEAD_SIZED` the head's model of an
+# interleaved A/B worker (perfgate.ab.interleave).
+
+SIZED_ENV = "PERFGATE_INJECT_SIZED"
+
+
+def load_sized(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
+    """{case id: spec} from a sized-slowdown file; a one-line error naming the file otherwise."""
+    import json
+
+    try:
+        data = json.loads(open(path, encoding="utf-8").read())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: cannot read the sized slowdowns ({exc}); write {{case id: spec}} as JSON") from None
+    if not isinstance(data, dict) or not all(isinstance(v, dict) and "kind" in v for v in data.values()):
+        raise ValueError(f"{path}: not {{case id: spec}} (each spec a dict with its kind); see perfgate.counts.quality")
+    return data
+
+
+def sized_step(spec: dict[str, Any], step: Callable[[], Any], module: nn.Module) -> Callable[[], Any]:
+    """`step` with its sized slowdown. An op's doubling is switched on only while the step runs, with
+    one call counter across steps: what the counted window saw, and nothing else in the process (the
+    other cases, the reference workload) is slowed by it."""
+    if spec["kind"] != "op":
+        return apply(spec, step, module)[0]
+    name, original, twice, _ = _every_nth_twice(spec["op"], int(spec["every"]))
+
+    def injected() -> Any:
+        setattr(torch.nn.functional, name, twice)
+        try:
+            return step()
+        finally:
+            setattr(torch.nn.functional, name, original)
+
+    return injected
+
+
+def _sized_build_case() -> None:
+    """Every case named in the `PERFGATE_INJECT_SIZED` file built with its slowdown."""
+    from perfgate.cases import runner
+
+    plan = load_sized(os.environ[SIZED_ENV])
+    build = runner.build_case
+
+    def build_case(case: Any, opts: Any, **kwargs: Any) -> Any:
+        built = build(case, opts, **kwargs)
+        if (spec := plan.get(case.id)) is not None:
+            built.step = sized_step(spec, built.step, built.converted.module)
+        return built
+
+    runner.build_case = build_case  # run_case builds every case through this name
