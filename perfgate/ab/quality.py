@@ -38,10 +38,16 @@ from typing import Any
 from perfgate import gate
 from perfgate.ab import interleave
 from perfgate.ab import run as ab_run
+from perfgate.counts.suite import NO_COUNTS_ENV
 from perfgate.gate.policy import Policy
 from perfgate.quality.inject import SIZED_ENV
 from perfgate.record import CaseRecord
 from perfgate.results import ResultFileError, benchmarks, read_benchmark_json
+
+# The time gates alone: no instruction pass in the experiment's pytest processes, which a repository's
+# [tool.perfgate.counts] would otherwise start in each (minutes of valgrind per comparison; the
+# instruction gate's own quality is perfgate.counts.quality's).
+TIME_ONLY = {NO_COUNTS_ENV: "1"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,8 +147,8 @@ def processes(
 
     def measure(s: ab_run.Side, ids: Sequence[str]) -> dict[str, CaseRecord]:
         if s is head:
-            return ab_run.measure(s, ids, [*selection, "-p", "perfgate.quality.inject"], env=inject)
-        return ab_run.measure(s, ids, selection)
+            return ab_run.measure(s, ids, [*selection, "-p", "perfgate.quality.inject"], env={**TIME_ONLY, **inject})
+        return ab_run.measure(s, ids, selection, env=TIME_ONLY)
 
     t0 = time.perf_counter()
     res = ab_run.run_ab(base, head, cases, policy, measure_fn=measure, max_pairs=max_pairs)
@@ -174,7 +180,7 @@ def _pytest(repo: Path, nodes: Sequence[str], extra: Sequence[str], env: dict[st
         *extra,
     ]
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("PERFGATE_INJECT", "CI"))}
-    subprocess.run(cmd, cwd=repo, env={**full_env, **env}, capture_output=True, text=True, timeout=3600)
+    subprocess.run(cmd, cwd=repo, env={**full_env, **TIME_ONLY, **env}, capture_output=True, text=True, timeout=3600)
 
 
 def stored(repo: Path, cases: Sequence[str], cond: Condition, *, device: str) -> dict[str, Any]:

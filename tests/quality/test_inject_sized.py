@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,9 +13,12 @@ from torch import nn
 
 from perfgate.ab import interleave
 from perfgate.ab import quality as quality_ab
+from perfgate.ab import run as ab_run
 from perfgate.cases import runner
 from perfgate.cases.runner import RunOptions
 from perfgate.cli import EXIT_BAD_INPUT, main
+from perfgate.counts.suite import NO_COUNTS_ENV
+from perfgate.gate.policy import Policy
 from perfgate.quality import inject
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -132,3 +136,41 @@ def test_a_bad_sized_file_names_itself(tmp_path):
     bad.write_text("[1, 2]")
     with pytest.raises(ValueError, match=f"{bad}: not"):
         inject.load_sized(bad)
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_the_time_gates_sub_runs_count_no_instructions(tmp_path, monkeypatch):
+    # This repository's [tool.perfgate.counts] would start a valgrind pass in every pytest process
+    # of the experiment (it did: 183 s for one stored comparison of two tiny cases).
+    cond = quality_ab.sized_conditions(COUNTS_QUALITY, tmp_path)[1]  # linear +1%: processes mode
+    stored_envs, ab_calls = [], []
+
+    real_run = subprocess.run
+
+    def run(cmd, **kw):
+        if "pytest" not in cmd:
+            return real_run(cmd, **kw)  # git, finding the working tree
+        stored_envs.append(kw["env"])
+        return subprocess.CompletedProcess(cmd, 0)  # nothing measured: the environment is the point
+
+    def measure(side, ids, selection, env=None):
+        ab_calls.append((selection, env or {}))
+        if len(ab_calls) == 2:
+            raise _Stop
+        return {}
+
+    monkeypatch.delenv(NO_COUNTS_ENV, raising=False)  # the tests' own default (tests/conftest.py)
+    monkeypatch.setattr(quality_ab.subprocess, "run", run)
+    monkeypatch.setattr(ab_run, "measure", measure)
+    quality_ab.stored(ROOT, ["physicsnemo-block-tiny-baseline"], cond, device="cpu")
+    with pytest.raises(_Stop):
+        quality_ab.processes(ROOT, ["physicsnemo-block-tiny-baseline"], cond, Policy(), max_pairs=1, device="cpu")
+    assert len(stored_envs) == 2 and all(e[NO_COUNTS_ENV] == "1" for e in stored_envs)
+    # The record run, then the slowed one.
+    assert inject.SIZED_ENV not in stored_envs[0] and stored_envs[1][inject.SIZED_ENV] == cond.sized
+    assert len(ab_calls) == 2 and all(env[NO_COUNTS_ENV] == "1" for _, env in ab_calls)
+    (head_env,) = [env for selection, env in ab_calls if "perfgate.quality.inject" in selection]
+    assert head_env[inject.SIZED_ENV] == cond.sized  # the head's processes alone are slowed
