@@ -290,9 +290,10 @@ SIZED_ENV = "PERFGATE_INJECT_SIZED"
 def load_sized(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
     """{case id: spec} from a sized-slowdown file; a one-line error naming the file otherwise."""
     import json
+    from pathlib import Path
 
     try:
-        data = json.loads(open(path, encoding="utf-8").read())
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise ValueError(f"{path}: cannot read the sized slowdowns ({exc}); write {{case id: spec}} as JSON") from None
     if not isinstance(data, dict) or not all(isinstance(v, dict) and "kind" in v for v in data.values()):
