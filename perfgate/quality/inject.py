@@ -17,11 +17,13 @@ Never loaded by the suite itself.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -289,9 +291,6 @@ SIZED_ENV = "PERFGATE_INJECT_SIZED"
 
 def load_sized(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
     """{case id: spec} from a sized-slowdown file; a one-line error naming the file otherwise."""
-    import json
-    from pathlib import Path
-
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
