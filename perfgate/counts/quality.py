@@ -21,7 +21,8 @@ of unchanged processes (11 processes: 55 pairs) is the false-alarm test, and the
 difference between unchanged processes per case the determinism figure; each slowdown process is
 judged against every unchanged process. Each process's counts go to `--out` as one JSON line as soon
 as it ends (a rerun with the same `--out` skips the processes already there), and the Markdown
-table is printed at the end (`--table-only` prints it from the file).
+table is printed at the end (`--table-only` prints it from the file; `--pooled A B C` one table of
+several runs by the growth each slowdown achieved).
 """
 
 from __future__ import annotations
@@ -212,6 +213,84 @@ def markdown(summary: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+# Achieved growth (fractions, lower edge inclusive) the pooled table bins the slowdowns by.
+GROWTH_BINS = ((0.01, None), (0.0075, 0.01), (0.005, 0.0075), (None, 0.005))
+
+
+def _detection_lower_bound(caught: int, n: int) -> float:
+    """One-sided 95% Clopper-Pearson lower bound of a detection rate (scipy's exact binomial CI)."""
+    from scipy import stats as sps
+
+    return float(sps.binomtest(caught, n, alternative="greater").proportion_ci(0.95, method="exact").low)
+
+
+def pooled(runs: Sequence[Sequence[dict[str, Any]]], tolerances: Sequence[float]) -> dict[str, Any]:
+    """Several runs' slowdowns together, binned by the growth each achieved (its median over the
+    unchanged processes of its run): per bin, the slowdowns whose every comparison was caught at each
+    tolerance and the detection rate's lower bound. A slowdown met twice (an op whose share caps
+    several targets at "every call doubled") counts once; unchanged pairs are summed per run."""
+    seen: set[tuple[Any, ...]] = set()
+    rows, repeats = [], 0
+    pairs, alarms = 0, dict.fromkeys(tolerances, 0)
+    for lines in runs:
+        s = summarise(lines, tolerances)
+        for u in s["unchanged"].values():
+            pairs += u["pairs"]
+            for t in tolerances:
+                alarms[t] += u["false_alarms"][t]
+        for r in s["rows"]:
+            d, spec = r["detection"], r["spec"]
+            if d is None:
+                continue
+            key = (r["case"], r["label"].partition(":")[0], *(spec.get(k) for k in ("every", "leaf", "times")))
+            if key in seen:
+                repeats += 1
+                continue
+            seen.add(key)
+            rows.append(
+                {
+                    "growth": d["growth_median"],
+                    "all_caught": {t: d["caught"][t] == d["comparisons"] for t in tolerances},
+                }
+            )
+    bins = []
+    for lo, hi in GROWTH_BINS:
+        inside = [r for r in rows if (lo is None or r["growth"] >= lo) and (hi is None or r["growth"] < hi)]
+        caught = {t: sum(r["all_caught"][t] for r in inside) for t in tolerances}
+        bound = {t: _detection_lower_bound(caught[t], len(inside)) if inside else None for t in tolerances}
+        bins.append({"from": lo, "below": hi, "slowdowns": len(inside), "caught": caught, "lower_bound": bound})
+    return {
+        "tolerances": list(tolerances),
+        "bins": bins,
+        "repeats": repeats,
+        "unchanged_pairs": pairs,
+        "false_alarms": alarms,
+    }
+
+
+def markdown_pooled(p: dict[str, Any]) -> str:
+    tols = p["tolerances"]
+    head = " | ".join(f"caught at {t * 100:g}% (95% lower bound of the rate)" for t in tols)
+    out = [f"| achieved growth | slowdowns | {head} |", "|---|---|" + "---|" * len(tols)]
+    for b in p["bins"]:
+        lo, hi = b["from"], b["below"]
+        span = (
+            f"{lo * 100:g}% and more"
+            if hi is None
+            else f"below {hi * 100:g}%"
+            if lo is None
+            else f"{lo * 100:g}-{hi * 100:g}%"
+        )
+        cells = " | ".join(
+            "-" if b["lower_bound"][t] is None else f"{b['caught'][t]} ({b['lower_bound'][t] * 100:.1f}%)" for t in tols
+        )
+        out.append(f"| {span} | {b['slowdowns']} | {cells} |")
+    fa = " | ".join(f"{p['false_alarms'][t]} false alarms" for t in tols)
+    out.append(f"| unchanged pairs | {p['unchanged_pairs']} | {fa} |")
+    out += ["", f"({p['repeats']} repeated slowdowns counted once.)"]
+    return "\n".join(out)
+
+
 # --- the run --------------------------------------------------------------------------------------
 
 
@@ -244,13 +323,20 @@ def read_lines(path: Path) -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m perfgate.counts.quality", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cases", required=True, help="comma-separated CPU case ids")
+    ap.add_argument("--cases", help="comma-separated CPU case ids")
     ap.add_argument("--unchanged", type=int, default=11, help="unchanged processes (>= 2; 11 give 55 pairs)")
     ap.add_argument("--slowdowns", default=",".join(SLOWDOWNS), help="comma-separated: linear, sdpa, local")
     ap.add_argument("--targets", default="1,2,5", help="step growth in %% each slowdown is sized to")
     ap.add_argument("--tolerances", default="1,0.5", help="instruction tolerances in %% the counts are judged at")
-    ap.add_argument("--out", type=Path, required=True, help="JSON lines, one per process (appended; reruns resume)")
+    ap.add_argument("--out", type=Path, help="JSON lines, one per process (appended; reruns resume)")
     ap.add_argument("--table-only", action="store_true", help="print the table from --out, count nothing")
+    ap.add_argument(
+        "--pooled",
+        type=Path,
+        nargs="+",
+        metavar="FILE",
+        help="print one table of these runs' --out files together, by achieved growth; count nothing",
+    )
     ap.add_argument(
         "--only",
         default="*",
@@ -263,6 +349,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--root", default=".", help="the project root (its registries are loaded)")
     ap.add_argument("--registries", default="models")
     args = ap.parse_args(argv)
+    if not args.pooled and (not args.cases or not args.out):
+        ap.error("--cases and --out are required (unless --pooled)")
     if args.unchanged < 2:
         ap.error("--unchanged must be at least 2 (a pair to compare)")
     slowdowns = [s for s in args.slowdowns.split(",") if s]
@@ -274,6 +362,12 @@ def main(argv: list[str] | None = None) -> int:
         tolerances = [float(t) / 100 for t in args.tolerances.split(",") if t]
     except ValueError:
         ap.error("--targets and --tolerances are comma-separated numbers in %, e.g. 1,2,5")
+    if args.pooled:
+        missing = [f for f in args.pooled if not f.is_file()]
+        if missing:
+            ap.error(f"--pooled: {missing[0]} is not a file; name the --out files of earlier runs")
+        print(markdown_pooled(pooled([read_lines(f) for f in args.pooled], tolerances)))
+        return 0
     lines = read_lines(args.out)
     if args.table_only:
         print(markdown(summarise(lines, tolerances)))
