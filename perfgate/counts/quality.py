@@ -228,8 +228,9 @@ def pooled(runs: Sequence[Sequence[dict[str, Any]]], tolerances: Sequence[float]
     """Several runs' slowdowns together, binned by the growth each achieved (its median over the
     unchanged processes of its run): per bin, the slowdowns whose every comparison was caught at each
     tolerance and the detection rate's lower bound. A slowdown met twice (an op whose share caps
-    several targets at "every call doubled") counts once; unchanged pairs are summed per run."""
-    seen: set[tuple[Any, ...]] = set()
+    several targets at "every call doubled") counts once, caught only if caught each time; unchanged
+    pairs are summed per run."""
+    seen: dict[tuple[Any, ...], dict[str, Any]] = {}
     rows, repeats = [], 0
     pairs, alarms = 0, dict.fromkeys(tolerances, 0)
     for lines in runs:
@@ -243,16 +244,13 @@ def pooled(runs: Sequence[Sequence[dict[str, Any]]], tolerances: Sequence[float]
             if d is None:
                 continue
             key = (r["case"], r["label"].partition(":")[0], *(spec.get(k) for k in ("every", "leaf", "times")))
-            if key in seen:
+            caught = {t: d["caught"][t] == d["comparisons"] for t in tolerances}
+            if key in seen:  # one sample: caught only if every time it ran was caught
                 repeats += 1
+                seen[key]["all_caught"] = {t: seen[key]["all_caught"][t] and caught[t] for t in tolerances}
                 continue
-            seen.add(key)
-            rows.append(
-                {
-                    "growth": d["growth_median"],
-                    "all_caught": {t: d["caught"][t] == d["comparisons"] for t in tolerances},
-                }
-            )
+            seen[key] = {"growth": d["growth_median"], "all_caught": caught}
+            rows.append(seen[key])
     bins = []
     for lo, hi in GROWTH_BINS:
         inside = [r for r in rows if (lo is None or r["growth"] >= lo) and (hi is None or r["growth"] < hi)]

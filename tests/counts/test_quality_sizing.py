@@ -176,3 +176,16 @@ def test_pooled_prints_the_table_and_names_a_missing_file(capsys, tmp_path):
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "--pooled:" in err and "nosuch.jsonl is not a file" in err
+
+
+def test_a_repeated_slowdown_missed_once_counts_as_missed():
+    run = cq.read_lines(RUNS[2])
+    again = json.loads(json.dumps(run))  # the same run counted again, where one slowdown went unseen
+    base = next(ln for ln in again if ln["process"] == "unchanged-1")
+    slowed = next(ln for ln in again if ln["process"] == "linear:5")
+    case = "owl-world-model-tiny-cacheframes0-baseline"
+    slowed["cases"][case]["per_step"] = base["cases"][case]["per_step"]
+    once = cq.pooled([run], [0.005])["bins"][0]
+    twice = cq.pooled([run, again], [0.005])
+    assert twice["bins"][0]["slowdowns"] == once["slowdowns"]  # each slowdown once
+    assert twice["bins"][0]["caught"][0.005] == once["caught"][0.005] - 1
