@@ -230,8 +230,8 @@ def pooled(runs: Sequence[Sequence[dict[str, Any]]], tolerances: Sequence[float]
     tolerance and the detection rate's lower bound. A slowdown met twice (an op whose share caps
     several targets at "every call doubled") counts once, caught only if caught each time; unchanged
     pairs are summed per run."""
-    seen: dict[tuple[Any, ...], dict[str, Any]] = {}
-    rows, repeats = [], 0
+    seen: dict[tuple[Any, ...], dict[str, Any]] = {}  # one row per distinct slowdown
+    repeats = 0
     pairs, alarms = 0, dict.fromkeys(tolerances, 0)
     for lines in runs:
         s = summarise(lines, tolerances)
@@ -250,7 +250,7 @@ def pooled(runs: Sequence[Sequence[dict[str, Any]]], tolerances: Sequence[float]
                 seen[key]["all_caught"] = {t: seen[key]["all_caught"][t] and caught[t] for t in tolerances}
                 continue
             seen[key] = {"growth": d["growth_median"], "all_caught": caught}
-            rows.append(seen[key])
+    rows = list(seen.values())
     bins = []
     for lo, hi in GROWTH_BINS:
         inside = [r for r in rows if (lo is None or r["growth"] >= lo) and (hi is None or r["growth"] < hi)]
@@ -313,10 +313,23 @@ def _entry(p: Any, case: str) -> dict[str, Any]:
     return e
 
 
+class CorruptLines(ValueError):
+    """An --out or --pooled file with a line that is not JSON (a process killed mid-write)."""
+
+
 def read_lines(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
-    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+    lines = []
+    for i, ln in enumerate(path.read_text().splitlines(), 1):
+        if ln.strip():
+            try:
+                lines.append(json.loads(ln))
+            except json.JSONDecodeError as e:
+                raise CorruptLines(
+                    f"{path}:{i} is not a JSON line ({e.msg}); remove it, its process runs again"
+                ) from None
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -347,6 +360,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--root", default=".", help="the project root (its registries are loaded)")
     ap.add_argument("--registries", default="models")
     args = ap.parse_args(argv)
+    try:
+        return _run(ap, args)
+    except CorruptLines as e:  # one line, the file untouched
+        ap.error(str(e))
+
+
+def _run(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if not args.pooled and (not args.cases or not args.out):
         ap.error("--cases and --out are required (unless --pooled)")
     if args.unchanged < 2:

@@ -189,3 +189,16 @@ def test_a_repeated_slowdown_missed_once_counts_as_missed():
     twice = cq.pooled([run, again], [0.005])
     assert twice["bins"][0]["slowdowns"] == once["slowdowns"]  # each slowdown once
     assert twice["bins"][0]["caught"][0.005] == once["caught"][0.005] - 1
+
+
+def test_a_corrupt_line_is_one_line_naming_the_file_and_the_file_stays(capsys, tmp_path):
+    out = tmp_path / "cq.jsonl"
+    text = RUNS[2].read_text() + '{"process": "local:5", "cond'  # a process killed mid-write
+    out.write_text(text)
+    with pytest.raises(SystemExit) as e:
+        cq.main(["--pooled", str(out)])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    n = text.count("\n") + 1
+    assert f"{out}:{n} is not a JSON line" in err and "Traceback" not in err
+    assert out.read_text() == text
