@@ -105,3 +105,7 @@ needs_ruptures = pytest.mark.skipif(
     not importable("ruptures"),
     reason="ruptures is not installed: pip install -e '.[report]' (the dev extra has it)",
 )
+needs_pygal = pytest.mark.skipif(
+    not importable("pygal"),
+    reason="pygal is not installed (--benchmark-histogram): pip install -e '.[report]' (the dev extra has it)",
+)

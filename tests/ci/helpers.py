@@ -49,6 +49,8 @@ def script_env(tmp_path: Path, **extra: str) -> dict[str, str]:
         PATH=f"{tmp_path / 'bin'}{os.pathsep}{env.get('PATH', '')}",
         FAKE_GH_STATE=str(tmp_path / "gh-state.json"),
     )
+    if "PYTHONPATH" in extra:  # in front of the inherited path: this Python's packages stay importable
+        extra["PYTHONPATH"] = os.pathsep.join(filter(None, [extra["PYTHONPATH"], env.get("PYTHONPATH")]))
     env.update(extra)
     return env
 

@@ -426,6 +426,7 @@ def test_collect_only_starts_no_valgrind(pytester, monkeypatch):
     monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
     monkeypatch.delenv(suite.NO_COUNTS_ENV, raising=False)
     args = ["-p", "perfgate.plugin.hooks", "test_models.py", "--perfgate-models", "physicsnemo-block"]
+    args += ["--perfgate-device", "cpu"]  # the size is the device's: full on a GPU
     r = pytester.runpytest_subprocess(*args, "--perfgate-variants", "baseline", "--collect-only", "-q")
     assert r.ret == 0 and "physicsnemo-block-tiny-baseline" in r.stdout.str(), r.stdout.str()[-2000:]
     assert not called.exists(), called.read_text()

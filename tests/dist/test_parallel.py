@@ -135,9 +135,10 @@ def test_perfgate_gpus_counts_workers() -> None:
 
 def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GITHUB_", "PERFGATE_")) and k != "CI"}
-    env["PYTHONPATH"] = os.pathsep.join([*extra.pop("PYTHONPATH_FIRST", "").split(os.pathsep), str(ROOT)]).strip(
-        os.pathsep
-    )
+    # This checkout, then the inherited path: packages that reach this Python only through it (a GPU
+    # machine's carried wheels) are the ones the sub-run must import too.
+    first = [*extra.pop("PYTHONPATH_FIRST", "").split(os.pathsep), str(ROOT), os.environ.get("PYTHONPATH", "")]
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, first))
     return {**env, **extra}
 
 

@@ -2,10 +2,11 @@
 
 Put this folder first on PYTHONPATH (`PYTHONPATH=tests/fake_cuda pytest tests`): every Python
 process then sees one CUDA device, as on a GPU runner (availability, count, index, name and
-capability), while any real CUDA work still fails as on a CPU build. A test that silently depends
-on the default device (CUDA when present) fails under it; the first H100 run found such failures
-the hard way. PERFGATE_FAKE_CUDA=0 switches it off; PERFGATE_FAKE_CUDA_COUNT=N fakes N devices (one
-GPU per xdist worker: tests/dist/test_parallel.py).
+capability), while any real CUDA work still fails as on a CPU build, and nvidia-ml-py finds no
+driver (on a GPU machine too: a test of an unfit fake GPU must not read the real one's health). A
+test that silently depends on the default device (CUDA when present) fails under it; the first
+H100 run found such failures the hard way. PERFGATE_FAKE_CUDA=0 switches it off;
+PERFGATE_FAKE_CUDA_COUNT=N fakes N devices (one GPU per xdist worker: tests/dist/test_parallel.py).
 
 Its limit: the torch profiler's CUDA activity cannot be faked (test_profiling's trace test fails
 under it, and the failing profiler then slows every later op), so run the device-dependent tests:
@@ -29,3 +30,17 @@ if os.environ.get("PERFGATE_FAKE_CUDA", "1") == "1":
     torch.cuda.get_device_properties = lambda device=None: props
     torch.cuda.get_device_capability = lambda device=None: (props.major, props.minor)
     torch.cuda.get_device_name = lambda device=None: props.name
+
+    try:
+        import pynvml
+    except ImportError:  # no nvidia-ml-py: no driver to hide
+        pass
+    else:
+
+        def _no_driver(name, *args, **kwargs):
+            raise OSError(f"{name}: cannot open shared object file (hidden by tests/fake_cuda)")
+
+        # nvidia-ml-py's loader calls its module's CDLL; failing it is what a machine without the
+        # driver does (nvmlInit raises NVML_ERROR_LIBRARY_NOT_FOUND).
+        pynvml.nvmlLib = None
+        pynvml.CDLL = _no_driver

@@ -20,6 +20,7 @@ from perfgate.output.report_data import telemetry_rows, timeline_series
 from perfgate.output.text import fmt_num
 from perfgate.record import CaseRecord
 from tests.browser import chromium, colour_counts, png_pixels, render_page
+from tests.helpers import needs_ruptures
 from tests.report_helpers import CASE, info, render, section
 
 pytest_plugins = ("tests.report_fixtures",)
@@ -27,6 +28,7 @@ pytest_plugins = ("tests.report_fixtures",)
 # ----------------------------------------------------------------------------- HTML
 
 
+@needs_ruptures  # a report with a history marks its change points
 def test_html_is_self_contained_and_has_every_section(saved, tonight, verdicts):
     page = render(saved, tonight, verdicts)
     assert "<script" not in page and "<link" not in page and "@import" not in page and "<?xml" not in page
@@ -55,6 +57,7 @@ def test_html_is_self_contained_and_has_every_section(saved, tonight, verdicts):
     assert len(ids) == len(set(ids))  # several inline SVGs, each with ids of its own
 
 
+@needs_ruptures
 def test_html_plots_per_model_and_history(saved, tonight, verdicts):
     page = render(saved, tonight, verdicts)
     block = section(page, "m-physicsnemo-block-tiny-on-cpu")
@@ -102,6 +105,7 @@ def test_crowded_tick_labels_are_thinned(lo, hi, width_px):
         assert not charts._overlapping(ax.xaxis.get_ticklabels()) and len(ax.xaxis.get_ticklabels()) >= 3
 
 
+@needs_ruptures
 def test_html_summary_first_then_verdicts_needing_a_look(saved, tonight, verdicts):
     contended = CaseRecord.from_extra_info({"device": "cpu", "contention_cores": 0.9})
     more = [
@@ -154,6 +158,7 @@ def test_html_escapes_names(tmp_path, real):
     assert page.count("&lt;script&gt;") >= 3  # the table and the charts' labels
 
 
+@needs_ruptures
 def test_telemetry_section_shows_what_the_sampler_wrote(saved, tonight, verdicts):
     page = render(saved, tonight, verdicts)
     tel = section(page, "telemetry")
@@ -209,6 +214,7 @@ def test_plain_pytest_benchmark_file_is_reported_from_stats(real):
 # ----------------------------------------------------------------------------- in a real browser
 
 
+@needs_ruptures
 def test_report_renders_in_headless_chromium(saved, tonight, verdicts, tmp_path):
     exe = chromium()
     if exe is None:

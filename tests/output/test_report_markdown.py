@@ -15,6 +15,7 @@ from perfgate.gate.verdict_file import VerdictSet, load_verdicts, verdicts_from_
 from perfgate.history.runs import Run, load_run
 from perfgate.output import html, markdown
 from perfgate.output.text import fmt_num
+from tests.helpers import needs_ruptures
 from tests.report_helpers import CASE, write
 
 pytest_plugins = ("tests.report_fixtures",)
@@ -109,6 +110,7 @@ def test_verdicts_file_round_trip(verdicts):
 # ----------------------------------------------------------------------------- CLI
 
 
+@needs_ruptures  # a report with a history marks its change points
 def test_cli_report_writes_html_and_markdown(saved, tonight, verdicts, monkeypatch, capsys):
     monkeypatch.chdir(saved)
     write(saved / "tonight.json", tonight)

@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import needs_pygal
+
 pytest_plugins = ("pytester",)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -116,6 +118,7 @@ def test_the_long_lived_objects_are_frozen_before_the_first_case(suite):
     assert seen["frozen"] > 100_000 and seen["tracked"] < seen["frozen"] / 10, seen
 
 
+@needs_pygal  # the run also writes its histogram
 def test_run_writes_json_with_extra_info_and_fingerprint(suite):
     r = suite.runpytest_subprocess(*ARGS, "--benchmark-json", "out.json", "--benchmark-histogram")
     r.assert_outcomes(passed=1)
