@@ -180,12 +180,13 @@ def test_kernel_launches_are_gated_exactly():
 
 
 H100_RUN = ROOT / "docs" / "data" / "gpu-2026-11-26-h100"  # scripts/gpu-check's record and rerun, and an injected rerun
+H100_RUN_3 = ROOT / "docs" / "data" / "gpu-2026-11-27-h100"  # gpu-check again, another machine, 44 commits later
 
 
-def _h100_records(name: str) -> dict[str, CaseRecord]:
+def _h100_records(name: str, run: Path = H100_RUN) -> dict[str, CaseRecord]:
     from perfgate.results import benchmarks, read_benchmark_json
 
-    return {b.record.variant: b.record for b in benchmarks(read_benchmark_json(H100_RUN / name))}
+    return {b.record.variant: b.record for b in benchmarks(read_benchmark_json(run / name))}
 
 
 def test_the_kernel_gate_on_the_h100_records_unchanged_and_injected():
@@ -207,6 +208,13 @@ def test_the_kernel_gate_on_the_h100_records_unchanged_and_injected():
     }
     assert "11.4 kernel launches per step vs 11" in verdicts["baseline"].message
     assert "gemm" in verdicts["baseline"].message and "aten::linear 4 -> 4.4" in verdicts["baseline"].message
+    # A year's gate compares runs of different days and machines: the third run's record and rerun
+    # (another H100 lease, 2026-11-27) read the same counts, while its bf16 case ran 9.3% faster.
+    for name in ("record.json", "rerun.json"):
+        later = _h100_records(name, H100_RUN_3)
+        assert set(later) == set(record), name
+        for variant, base in record.items():
+            assert judge_kernels(variant, later[variant], base, GateSettings()).verdict == UNCHANGED, (name, variant)
 
 
 # --- op and kernel counts -----------------------------------------------------------------------
