@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -77,3 +78,34 @@ def test_the_flow_rehearsed_on_the_cpu_records_reruns_and_summarises(tmp_path: P
     summary = (out / "summary.md").read_text()
     assert summary.startswith("# gpu-check on cpu: PASSED") and "| record | 0 |" in summary
     assert "gpu-check: [rerun] exit 0" in r.stdout  # progress per stage
+
+
+H100_RUN = ROOT / "docs" / "data" / "gpu-2026-11-27-h100"  # gpu-check's own files from an H100 (2026-11-27)
+
+
+def test_the_summary_of_a_real_h100_run_names_what_moved_on_unchanged_code(tmp_path: Path) -> None:
+    """The H100's unchanged rerun read bf16 and both FP8 cases 9-11% faster than the record (6
+    improvement verdicts, latency and speedup): the acceptance still passes (nothing got slower), and
+    the summary names each of them as moved, since a regression of that size passes against the record."""
+    from perfgate.measure import gpu_check
+
+    for name in ("record.json", "rerun-verdicts.json"):
+        shutil.copy(H100_RUN / name, tmp_path / name)
+    stages = [gpu_check.StageResult(name=n, command=[n], rc=0, wall_s=1.0, log=f"{n}.log") for n in ("record", "rerun")]
+    text, data = gpu_check.summary(stages, tmp_path, "cuda")
+    assert (
+        data["passed"] and data["rerun_verdicts"] == {"improvement": 6, "unchanged": 54} and data["rerun_failing"] == []
+    )
+    moved = [line for line in text.splitlines() if line.startswith("- MOVED ")]
+    assert moved == [f"- MOVED {m}" for m in data["rerun_moved"]] and len(moved) == 6
+    for case in ("physicsnemo-block-full-bf16]", "fp8-rowwise+compile]", "fp8-tensorwise+compile]"):
+        assert sum(case in m and " latency: " in m for m in moved) == 1, case
+        assert sum(case in m and " speedup: " in m for m in moved) == 1, case
+    assert "Moved on unchanged code (6): the record read these slower" in text
+
+    # An error verdict in the rerun is failing, listed as such, not moved.
+    verdicts = json.loads((tmp_path / "rerun-verdicts.json").read_text())
+    verdicts["verdicts"][0]["verdict"] = "error"
+    (tmp_path / "rerun-verdicts.json").write_text(json.dumps(verdicts))
+    text, data = gpu_check.summary(stages, tmp_path, "cuda")
+    assert len(data["rerun_failing"]) == 1 and f"- FAILING {data['rerun_failing'][0]}" in text
