@@ -35,7 +35,34 @@ import pytest
 from perfgate import extras, files
 
 WRITTEN_AGAINST = "5.3.1"
+FLOOR = "5.3"  # pyproject's; before it --benchmark-json was an open file, not a path (write_requested)
 MODE = "perfgate"  # what pytest-benchmark's messages name as the way the fixture was used
+
+
+def version_problem(installed: str) -> str | None:
+    """Why this pytest-benchmark cannot serve perfgate, or None. A Python with its own packages
+    (PERFGATE_SKIP_INSTALL=1; the GPU image of 2026-11-27 had 5.2.3) gets a line instead of a
+    TypeError at the end of a run."""
+    from packaging.version import Version  # pytest's own dependency
+
+    if Version(installed) >= Version(FLOOR):
+        return None
+    return (
+        f"perfgate: pytest-benchmark {installed} is installed; perfgate needs {FLOOR} or later: "
+        f"pip install 'pytest-benchmark>={FLOOR}'"
+    )
+
+
+def check_installed() -> None:
+    """A usage error (one line) where the installed pytest-benchmark is below perfgate's floor."""
+    import importlib.metadata
+
+    try:
+        installed = importlib.metadata.version("pytest-benchmark")
+    except importlib.metadata.PackageNotFoundError:
+        return  # not installed: pytest reports the missing `benchmark` fixture itself
+    if (problem := version_problem(installed)) is not None:
+        raise pytest.UsageError(problem)
 
 
 def benchmark_session(config: pytest.Config) -> Any | None:

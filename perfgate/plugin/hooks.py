@@ -40,6 +40,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     """Once per run, before collection and before pytest-benchmark (trylast) reads its options."""
+    benchmark_adapter.check_installed()
     table = configure.project_table(config)
     run_config = configure.with_plugins_changes(config, configure.run_config(config, table))
     configure.prepare_process(config, run_config)

@@ -121,3 +121,21 @@ def test_only_the_adapter_touches_pytest_benchmarks_internals():
     outside = [line for line in out.splitlines() if not line.startswith("perfgate/plugin/benchmark_adapter.py:")]
     assert not outside, "go through perfgate.plugin.benchmark_adapter:\n" + "\n".join(outside)
     assert re.search(PRIVATE, (ROOT / "perfgate" / "plugin" / "benchmark_adapter.py").read_text())
+
+
+def test_a_pytest_benchmark_below_the_floor_is_one_usage_line(monkeypatch) -> None:
+    """The GPU image of 2026-11-27 carried pytest-benchmark 5.2.3, whose --benchmark-json is an open
+    file: a run under it ended in a TypeError. Below the floor perfgate stops first, naming the fix."""
+    import importlib.metadata
+
+    assert benchmark_adapter.version_problem(importlib.metadata.version("pytest-benchmark")) is None  # this one
+    for ok in ("5.3", "5.3.1", "6.0.0rc1"):
+        assert benchmark_adapter.version_problem(ok) is None, ok
+    assert benchmark_adapter.version_problem("5.2.3") == (
+        "perfgate: pytest-benchmark 5.2.3 is installed; perfgate needs 5.3 or later: "
+        "pip install 'pytest-benchmark>=5.3'"
+    )
+    assert benchmark_adapter.version_problem("5.3.0.dev1") is not None  # a pre-release of the floor is below it
+    monkeypatch.setattr(importlib.metadata, "version", lambda dist: {"pytest-benchmark": "5.2.3"}[dist])
+    with pytest.raises(pytest.UsageError, match=r"^perfgate: pytest-benchmark 5\.2\.3 is installed;"):
+        benchmark_adapter.check_installed()
