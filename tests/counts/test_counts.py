@@ -209,7 +209,7 @@ def test_the_kernel_gate_on_the_h100_records_unchanged_and_injected():
     assert "11.4 kernel launches per step vs 11" in verdicts["baseline"].message
     assert "gemm" in verdicts["baseline"].message and "aten::linear 4 -> 4.4" in verdicts["baseline"].message
     # A year's gate compares runs of different days and machines: the third run's record and rerun
-    # (another H100 lease, 2026-11-27) read the same counts, while its bf16 case ran 9.3% faster.
+    # (another H100 lease, 2026-11-27) read the same counts, while its rerun's bf16 median was 9% below both records.
     for name in ("record.json", "rerun.json"):
         later = _h100_records(name, H100_RUN_3)
         assert set(later) == set(record), name
