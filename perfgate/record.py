@@ -94,6 +94,7 @@ class CaseRecord:
     fps: float | None = _f(None, history=("frames per second", "higher"), unit="frames/s")
     # The variant's conversion.
     compile_mode: str | None = _f()
+    inductor_freezing: bool | None = _f()  # CPU compile with inductor's freezing (cases.conversions.Compile)
     autocast: str | None = _f()
     cuda_graph: bool | None = _f()
     quantized_linears: int | None = _f()
