@@ -2,7 +2,8 @@
 
 - `metrics`: the gated metrics, one row each, and their judges (latency, memory, accuracy, speedup);
 - `decide`: reliability, the comparison with a baseline, re-measurement, the absolute checks;
-- `policy`: the settings (`[tool.perfgate.gate]`, overrides, budgets) the rules read;
+- `policy`: the settings (`[tool.perfgate.gate]`, overrides, budgets, known defects) the rules read;
+- `known_defects`: failures an upstream defect explains, named with their workaround instead of failing;
 - `store`: baseline files; `quality`: the measured false-alarm and detection rates of these rules;
 - `verdicts`: the verdict record.
 
@@ -18,13 +19,16 @@ from perfgate.gate.decide import (
     pool,
     unreliable_reason,
 )
+from perfgate.gate.known_defects import explain as explain_known_defects
 from perfgate.gate.verdicts import (
     BUDGET,
+    DEFECT_NOT_SEEN,
     ERROR,
     FAILING,
     IMPROVEMENT,
     INCONCLUSIVE,
     JUDGED,
+    KNOWN_DEFECT,
     NO_BASELINE,
     REGRESSION,
     UNCHANGED,
@@ -38,9 +42,11 @@ from perfgate.gate.verdicts import (
 
 __all__ = [
     "BUDGET",
+    "DEFECT_NOT_SEEN",
     "ERROR",
     "FAILING",
     "JUDGED",
+    "KNOWN_DEFECT",
     "IMPROVEMENT",
     "INCONCLUSIVE",
     "NO_BASELINE",
@@ -54,6 +60,7 @@ __all__ = [
     "budget_min_rounds",
     "compare",
     "decide",
+    "explain_known_defects",
     "failing",
     "pool",
     "sort_verdicts",

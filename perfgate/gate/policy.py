@@ -33,6 +33,8 @@ from typing import Any
 
 from perfgate.cases.accuracy import Tolerance
 from perfgate.cases.project import PolicyError, load_table  # noqa: F401  (read here as policy.load_table)
+from perfgate.gate import known_defects
+from perfgate.gate.known_defects import KnownDefect
 from perfgate.gate.metrics import METRIC_NAMES
 from perfgate.gate.settings import GateSettings
 
@@ -71,6 +73,7 @@ class Policy:
     defaults: GateSettings = GateSettings()
     overrides: tuple[Override, ...] = ()
     budgets: tuple[Budget, ...] = ()
+    known_defects: tuple[KnownDefect, ...] = ()  # perfgate.gate.known_defects
 
     def settings(self, model: str, variant: str, metric: str, device: str = "") -> GateSettings:
         s = self.defaults
@@ -198,7 +201,8 @@ def parse(table: Mapping[str, Any], source: str = "[tool.perfgate]") -> Policy:
         _budget(raw, f"{source} budget #{i + 1}")
         for i, raw in enumerate(_tables(table.get("budget", []), "budget", source))
     ]
-    return Policy(defaults=defaults, overrides=tuple(overrides), budgets=tuple(budgets))
+    defects = known_defects.parse(table.get("known_defect", []), source)
+    return Policy(defaults=defaults, overrides=tuple(overrides), budgets=tuple(budgets), known_defects=defects)
 
 
 def load(pyproject: str | Path) -> Policy:

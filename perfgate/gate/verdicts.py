@@ -14,7 +14,22 @@ NO_BASELINE = "no baseline"
 UNRELIABLE = "unreliable"
 BUDGET = "budget"  # an absolute real-time target missed
 ERROR = "error"  # the case could not be measured: it raised, or ran past its time limit
-VERDICT_ORDER = (ERROR, REGRESSION, BUDGET, UNRELIABLE, INCONCLUSIVE, IMPROVEMENT, NO_BASELINE, UNCHANGED)
+# A failure a [[tool.perfgate.known_defect]] entry explains (perfgate.gate.known_defects): named, never failing;
+# and an applying entry whose case passed (the defect looks fixed: the entry can go).
+KNOWN_DEFECT = "known defect"
+DEFECT_NOT_SEEN = "defect not seen"
+VERDICT_ORDER = (
+    ERROR,
+    REGRESSION,
+    BUDGET,
+    KNOWN_DEFECT,
+    DEFECT_NOT_SEEN,
+    UNRELIABLE,
+    INCONCLUSIVE,
+    IMPROVEMENT,
+    NO_BASELINE,
+    UNCHANGED,
+)
 FAILING = (ERROR, REGRESSION, BUDGET)
 JUDGED = (REGRESSION, IMPROVEMENT, UNCHANGED, INCONCLUSIVE)  # latency verdicts that compared two reliable runs
 

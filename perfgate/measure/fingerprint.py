@@ -67,6 +67,11 @@ def _version(dist: str) -> str | None:
         return None
 
 
+def cpu_flags() -> frozenset[str]:
+    """Every flag of this CPU as Linux names it (amx_tile, avx512_fp16, ...), through py-cpuinfo."""
+    return frozenset(_cpuinfo().get("flags") or ())
+
+
 @functools.lru_cache(maxsize=1)
 def _cpuinfo() -> dict[str, Any]:
     """py-cpuinfo's reading of this CPU (the library pytest-benchmark uses for machine_info), once

@@ -180,7 +180,7 @@ def count_phrase(verdicts: Sequence[gate.Verdict]) -> str:
     c = Counter(v.verdict for v in verdicts)
     order = [k for k in gate.VERDICT_ORDER if k in c] + sorted(k for k in c if k not in gate.VERDICT_ORDER)
     return ", ".join(
-        _plural(c[k], k) if k in (gate.REGRESSION, gate.IMPROVEMENT, gate.ERROR) else f"{c[k]} {k}" for k in order
+        _plural(c[k], k) if k in (gate.REGRESSION, gate.IMPROVEMENT, gate.ERROR, gate.KNOWN_DEFECT) else f"{c[k]} {k}" for k in order
     )
 
 

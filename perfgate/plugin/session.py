@@ -24,6 +24,7 @@ from perfgate.cases.runner import Case, CaseResult, RunOptions, run_case
 from perfgate.cases.tiers import Tier
 from perfgate.counts import suite as counts_suite
 from perfgate.gate import store as baseline_store
+from perfgate.gate.known_defects import this_host
 from perfgate.gate.policy import Policy
 from perfgate.measure.fingerprint import fingerprint, fingerprint_id
 from perfgate.profile.evidence import capture_evidence, reproduce_commands, with_evidence
@@ -219,6 +220,9 @@ class Session:
             self.hardware,
             fail_on_graph_break=self.config.fail_on_graph_break,
         )
+        if self.config.policy.known_defects:  # an upstream defect's failure is named, not failed on
+            defects = self.config.policy.known_defects
+            verdicts = gate.explain_known_defects(case.id, result.record, verdicts, defects, this_host())
         if self.config.trace == "all" or (self.config.trace == "regressed" and self.failing(verdicts, case)):
             verdicts = self.attach_evidence(case, fullname, result, verdicts, progress)
         result.record.case_wall_s = time.perf_counter() - t0

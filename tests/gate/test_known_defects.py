@@ -1,0 +1,188 @@
+"""Known upstream defects ([[tool.perfgate.known_defect]]): named instead of failing where an entry
+applies, still failing where none does, "defect not seen" once a case passes; and every entry of this
+repository's pyproject.toml re-checked by running its reproduction where it applies."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from perfgate.cases.project import PolicyError
+from perfgate.gate import known_defects, policy
+from perfgate.gate.known_defects import Host, this_host
+from tests.helpers import HANG_GUARD_S
+
+pytest_plugins = ("pytester",)
+
+ROOT = Path(__file__).resolve().parents[2]
+REPO_DEFECTS = policy.load(ROOT / "pyproject.toml").known_defects
+
+MODEL = """
+from dataclasses import dataclass
+import torch
+from torch import nn
+from perfgate import ModelSpec, register_model
+
+@dataclass(frozen=True, kw_only=True)
+class Config:
+    dim: int = 64
+
+CONFIGS = {"tiny": Config()}
+
+class M(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.proj = nn.Linear(config.dim, config.dim)
+    def forward(self, x):
+        return self.proj(x)
+
+def example_inputs(config, *, batch=1, seed=0, device="cpu", dtype=torch.float32, **options):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(batch, 8, config.dim, generator=g).to(device, dtype),)
+
+def step_info(config, *, batch=1, **options):
+    return {"frames": float(batch)}
+
+register_model(ModelSpec(name="kd-model", module=__name__, model_class="M", default_sizes={"cpu": "tiny"}))
+"""
+
+# bf16 and autocast-bf16 really miss a zero tolerance (the runner's own accuracy check); baseline passes.
+PYPROJECT = """
+[tool.perfgate]
+model_files = ["kd_model.py"]
+
+[tool.perfgate.tolerance."*bf16*"]
+rel_l2 = 0.0
+cosine = 1.0
+
+[[tool.perfgate.known_defect]]
+name = "bf16-defect"
+title = "bf16 is wrong here"
+link = "https://example.invalid/issues/1"
+cases = ["*-tiny-bf16"]
+device = "cpu"
+packages = { torch = ">=2.0" }
+workaround = "use fp32"
+
+[[tool.perfgate.known_defect]]
+name = "elsewhere-defect"
+title = "only on a CPU that does not exist"
+cases = ["*-autocast-bf16"]
+cpu_features = ["no_such_cpu_flag"]
+workaround = "none"
+
+[[tool.perfgate.known_defect]]
+name = "fixed-defect"
+title = "baseline used to be wrong"
+cases = ["*-baseline"]
+workaround = "none"
+"""
+
+
+def test_an_entry_names_the_failure_it_explains_and_only_that_one(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_models=(ROOT / "benchmarks" / "test_models.py").read_text())
+    pytester.path.joinpath("pyproject.toml").write_text(textwrap.dedent(PYPROJECT))
+    pytester.path.joinpath("kd_model.py").write_text(MODEL)
+    verdicts_file = pytester.path / "verdicts.json"
+    r = pytester.runpytest_subprocess(
+        "-p",
+        "perfgate.plugin.hooks",
+        "--perfgate-device",
+        "cpu",
+        "--perfgate-smoke",
+        "--perfgate-no-gate",
+        "--perfgate-variants",
+        "baseline,bf16,autocast-bf16",
+        "--perfgate-verdicts",
+        str(verdicts_file),
+        timeout=HANG_GUARD_S,
+    )
+    # The failure no applying entry explains still fails the run; the explained one does not.
+    r.assert_outcomes(passed=2, failed=1)
+    assert r.ret == 1
+    by_case = {}
+    for v in json.loads(verdicts_file.read_text())["verdicts"]:
+        by_case.setdefault(v["case"].split("[")[-1].rstrip("]"), []).append(v)
+    bf16 = [v for v in by_case["kd-model-tiny-bf16"] if v["metric"] == "accuracy"]
+    assert bf16 and {v["verdict"] for v in bf16} == {"known defect"}  # rel-L2 and cosine both missed
+    assert bf16[0]["message"].startswith(
+        "known defect bf16-defect: bf16 is wrong here (https://example.invalid/issues/1); workaround: use fp32; "
+        "relative L2 error"
+    )
+    autocast = [v["verdict"] for v in by_case["kd-model-tiny-autocast-bf16"] if v["metric"] == "accuracy"]
+    assert autocast and set(autocast) == {"regression"}
+    baseline = [v for v in by_case["kd-model-tiny-baseline"] if v["metric"] == "accuracy"]
+    assert [v["verdict"] for v in baseline] == ["defect not seen"]
+    assert "it looks fixed; remove its [[tool.perfgate.known_defect]] entry" in baseline[0]["message"]
+    r.stdout.fnmatch_lines(["*known defect*kd-model-tiny-bf16*"])
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"title": "t", "workaround": "w", "cases": ["*"]}, "*known_defect #1: name is missing*"),
+        ({"name": "n", "title": "t", "workaround": "w", "cases": "*"}, "*known_defect #1: cases must be a list*"),
+        ({"name": "n", "title": "t", "workaround": "w", "cases": ["*"], "cpus": []}, "*unknown key 'cpus'*"),
+        ({"name": "n", "title": "t", "workaround": "w", "cases": ["*"], "metrics": ["speed"]}, "*metric 'speed'*"),
+        (
+            {"name": "n", "title": "t", "workaround": "w", "cases": ["*"], "packages": {"torch": "2.13"}},
+            "*packages.torch = '2.13' is no version range*",
+        ),
+        (
+            {"name": "n", "title": "t", "workaround": "w", "cases": ["*"], "record": {"freezing": False}},
+            "*record.freezing is no field of the case record*",
+        ),
+    ],
+)
+def test_a_bad_entry_is_a_one_line_error_naming_it(entry: dict, message: str) -> None:
+    with pytest.raises(PolicyError) as e:
+        known_defects.parse([entry], "pyproject.toml [tool.perfgate]")
+    assert "\n" not in str(e.value)
+    assert fnmatch.fnmatchcase(str(e.value), message), str(e.value)
+
+
+def test_the_amx_entry_applies_by_cpu_feature_and_version_range() -> None:
+    (amx,) = [d for d in REPO_DEFECTS if d.name == "torch-int-mm-amx-strided-lhs"]
+    versions = {"torch": "2.13.0+cpu", "torchao": "0.18.0"}
+    assert amx.machine_reason(Host(cpu_features=frozenset({"amx_tile", "avx512f"}), versions=versions)) is None
+    assert amx.machine_reason(Host(cpu_features=frozenset({"avx512f"}), versions=versions)) == (
+        "this CPU has no amx_tile"
+    )
+    old = {**versions, "torch": "2.12.1"}
+    assert amx.machine_reason(Host(cpu_features=frozenset({"amx_tile"}), versions=old)) == (
+        "torch 2.12.1 is outside >=2.13"
+    )
+
+
+@pytest.mark.parametrize("entry", [d for d in REPO_DEFECTS if d.reproduction], ids=lambda d: d.name)
+def test_each_entry_still_reproduces_where_it_applies(entry: known_defects.KnownDefect) -> None:
+    """An entry stays only while its defect shows: its reproduction exits 1 where the entry applies.
+    When an upgrade fixes it upstream this fails, saying to remove the entry."""
+    why = entry.machine_reason(this_host())
+    if why:
+        pytest.skip(f"{entry.name} does not apply here: {why}")
+    script = ROOT / entry.reproduction
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert r.returncode in (0, 1), r.stderr[-2000:]
+    assert r.returncode == 1, (
+        f"{entry.name} no longer reproduces ({r.stdout.strip()}): it looks fixed; remove its "
+        "[[tool.perfgate.known_defect]] entry from pyproject.toml"
+    )
+
+
+def test_the_amx_workaround_holds_where_the_cpu_has_amx() -> None:
+    """The workaround perfgate's int8-dynamic+compile uses on the CPU (freezing) gives the right
+    result on the very machine where the plain compile gives uninitialised memory."""
+    (amx,) = [d for d in REPO_DEFECTS if d.name == "torch-int-mm-amx-strided-lhs"]
+    why = amx.machine_reason(this_host())
+    if why:
+        pytest.skip(f"the AMX defect cannot show here: {why}")
+    script = ROOT / amx.reproduction
+    r = subprocess.run([sys.executable, str(script), "freezing"], capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert r.returncode == 0, r.stdout + r.stderr[-2000:]
