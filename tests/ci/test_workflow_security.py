@@ -725,3 +725,28 @@ def test_the_docs_name_every_setting_a_maintainer_clicks() -> None:
     names += ["Require approval for all external contributors"]
     missing = [n for n in names if n not in docs]
     assert missing == []
+
+
+def test_the_threat_model_links_each_control_to_a_mistake_it_catches() -> None:
+    """docs/gpu-runner.md's threat-model table names, for each control, `rule`: `mistake`, ...: each
+    mistake is in the table above and caught by that rule (so the link is to a test that fails
+    without the control), and each test named by file::name exists."""
+    docs = (ROOT / "docs" / "gpu-runner.md").read_text()
+    table = docs[docs.index("### Threat model") : docs.index("### Checklist")]
+    rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| attacker")]
+    assert len(rows) >= 15
+    rule_ids = {r.id for r in rules.RULES}
+    linked = 0
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split(" | ")]
+        tests_cell = cells[-1]
+        for group in re.split(r";\s*", tests_cell):
+            names = re.findall(r"`([^`]+)`", group)
+            if names and names[0] in rule_ids:
+                for mistake in names[1:]:
+                    assert MISTAKES.get(mistake, ("", None))[0] == names[0], f"{mistake} is not caught by {names[0]}"
+                    linked += 1
+        for path, test in re.findall(r"`(tests/[\w/]+\.py|test_\w+\.py)::(\w+)`", tests_cell):
+            file = path if path.startswith("tests/") else f"tests/ci/{path}"
+            assert f"def {test}(" in (ROOT / file).read_text(), f"{file}::{test}"
+    assert linked >= 30
