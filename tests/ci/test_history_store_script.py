@@ -108,8 +108,24 @@ def test_history_yml_two_jobs_bundle_then_push_only_store_files(tmp_path):
     assert out.read_text() == "kept=true\n" and bundle.is_file()
     assert "perfgate-history" not in git(origin, "branch", "--list")  # nothing pushed by the validating job
 
-    pusher = tmp_path / "pusher"  # the push job: its own checkout of main
-    subprocess.run(["git", "clone", "-q", str(origin), str(pusher)], check=True)
+    def pusher_checkout(name: str) -> Path:  # the push job: its own checkout, main's tip alone (as actions/checkout)
+        folder = tmp_path / name
+        cmd = [
+            "git",
+            "clone",
+            "-q",
+            "--depth",
+            "1",
+            "--single-branch",
+            "--branch",
+            "main",
+            origin.as_uri(),
+            str(folder),
+        ]
+        subprocess.run(cmd, check=True)
+        return folder
+
+    pusher = pusher_checkout("pusher")
     r = run([str(pusher / "scripts" / "history-push"), str(bundle)], env, cwd=pusher)
     assert r.returncode == 0, r.stderr
     fp_id = json.loads(RUN.read_text())["perfgate"]["fingerprint_id"]
@@ -123,6 +139,7 @@ def test_history_yml_two_jobs_bundle_then_push_only_store_files(tmp_path):
     git(store, "commit", "-qm", "evil")
     hostile = tmp_path / "hostile.bundle"
     git(store, "bundle", "create", "-q", str(hostile), "origin/perfgate-history..perfgate-history")
+    pusher = pusher_checkout("pusher-2")  # the next run's push job
     r = run([str(pusher / "scripts" / "history-push"), str(hostile)], env, cwd=pusher)
     assert r.returncode == 4 and "touches evil.sh" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     # The same bundle again (origin's tip moved past its parent): refused, not force-pushed.
