@@ -750,3 +750,38 @@ def test_the_threat_model_links_each_control_to_a_mistake_it_catches() -> None:
             file = path if path.startswith("tests/") else f"tests/ci/{path}"
             assert f"def {test}(" in (ROOT / file).read_text(), f"{file}::{test}"
     assert linked >= 30
+
+
+@pytest.mark.parametrize(
+    ("condition", "status", "runs"),
+    [
+        ("github.event_name == 'pull_request_target'", "success", True),
+        ("github.event_name == 'PULL_REQUEST_TARGET'", "success", True),  # GitHub compares case-insensitively
+        ("github.event_name == 'pull_request_target'", "failure", False),  # no status function: success() &&
+        ("${{ always() && github.event_name == 'pull_request_target' }}", "failure", True),
+        ("!cancelled() && github.event_name == 'pull_request_target'", "failure", True),
+        ("!cancelled() && github.event_name == 'pull_request_target'", "cancelled", False),
+        ("failure()", "failure", True),
+        ("success() || github.event_name == 'push'", "failure", False),
+        ("github.event_name == 'push' || startsWith(github.ref, 'refs/heads/')", "success", True),
+        ("!(github.event_name == 'pull_request_target')", "success", False),
+        ("contains(github.event.comment.body, '/benchmark')", "success", False),  # null: ''
+        (None, "failure", False),
+        (True, "success", True),
+    ],
+)
+def test_the_rules_read_a_condition_as_github_does(condition: Any, status: str, runs: bool) -> None:
+    statuses = {
+        "success": {},
+        "failure": {"success": False, "failure": True},
+        "cancelled": {"success": False, "cancelled": True},
+    }
+    context = {"github.event_name": "pull_request_target", "github.ref": "refs/heads/main"}
+    assert rules.evaluate(condition, context, statuses[status]) is runs
+
+
+def test_a_condition_the_rules_cannot_read_is_an_error_not_a_pass() -> None:
+    with pytest.raises(rules.ExpressionError):
+        rules.evaluate("fromJSON(github.event.x)", {})
+    with pytest.raises(rules.ExpressionError):
+        rules.evaluate("secrets['X'] == 'y'", {})
