@@ -450,3 +450,16 @@ def test_a_long_summary_is_cut_between_blocks_and_the_footer_stays(tmp_path: Pat
     body = comment(module, "### perfgate\n\n" + "| a | b |\n" * 3000, code)
     assert len(body) <= 65536 and "… cut to fit a comment" in body
     assert problems(body) == []  # no fence left open to swallow the footer
+
+
+def test_a_cut_inside_details_closes_it_so_the_footer_stays_visible() -> None:
+    """The comment cut (65,000 characters) inside an open <details>: the cut closes it, so the
+    footer is not folded away; without the close the check above finds the unbalanced tag."""
+    module = load_pr_comment()
+    summary = "<details><summary>Other verdicts (5000)</summary>\n" + "| a | b |\n" * 8000 + "</details>\n"
+    body = comment(module, summary)
+    assert "… cut to fit a comment" in body and problems(body) == []
+    html = render(body)
+    assert html.rindex("</details>") < html.rindex("<sub>")  # the footer after the fold, shown
+    unclosed = body.replace("\n</details>\n", "\n")
+    assert "1 <details> opened, 0 closed" in problems(unclosed)
