@@ -16,6 +16,7 @@ import gzip
 import json
 import os
 import re
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,12 +59,26 @@ def is_result_file(data: Any) -> bool:
     return isinstance(data, dict) and isinstance(data.get("benchmarks"), list)
 
 
-def _read_text(path: Path) -> str:
+# The most any result or verdicts file may hold, read or decompressed: the files come from
+# artifacts and the data branch too (a GPU run's results.json with every sample: about 1 MB for 106
+# cases), and a gzip bomb must not fill the memory.
+MAX_READ_BYTES = 64 * 2**20
+
+
+def _read_text(path: Path, max_bytes: int | None = None) -> str:
+    max_bytes = MAX_READ_BYTES if max_bytes is None else max_bytes
     try:
         if path.name.endswith(".gz"):  # a thinned run of the history store (perfgate.history.store)
-            return gzip.decompress(path.read_bytes()).decode("utf8")
-        return path.read_text(encoding="utf8")
-    except (EOFError, gzip.BadGzipFile):
+            with gzip.open(path, "rb") as f:
+                raw = f.read(max_bytes + 1)
+        else:
+            with path.open("rb") as f:
+                raw = f.read(max_bytes + 1)
+        if len(raw) > max_bytes:
+            what = "decompresses to" if path.name.endswith(".gz") else "holds"
+            raise ResultFileError(path, f"{what} more than {max_bytes} bytes, the bound on a result file; not read")
+        return raw.decode("utf8")
+    except (EOFError, gzip.BadGzipFile, zlib.error):
         raise ResultFileError(path, "truncated or corrupt gzip") from None
     except OSError as exc:
         raise ResultFileError(path, f"cannot read ({exc.strerror or exc})", unreadable=True) from None

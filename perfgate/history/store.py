@@ -47,6 +47,7 @@ MAX_STORED_BYTES = 4 * 2**20  # one stored run without samples (the same matrix:
 FINGERPRINT_ID = re.compile(r"(cpu|cuda)-[a-z0-9-]{1,80}-t\d+-[0-9a-f]{10}")
 COMMIT = re.compile(r"[0-9a-f]{40}")
 TIER = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
+SOURCE_URL = re.compile(r"https://[A-Za-z0-9.-]+/[A-Za-z0-9._~/%-]*")  # a workflow run's address
 RUN_FILE = re.compile(r"(\d{4,})_([0-9a-f]{12})-([a-z0-9_-]+)\.json(\.gz)?")
 
 
@@ -199,6 +200,8 @@ def add_run(store: str | os.PathLike[str], run: Mapping[str, Any], *, source: st
     over an existing file); nothing when the same commit and tier are already stored."""
     meta = run["perfgate_history"]
     fp_id, commit, tier = meta["fingerprint_id"], meta["commit"], meta["tier"]
+    if source is not None and not SOURCE_URL.fullmatch(source):
+        raise StoreError(f"--source {source!r}: give the workflow run's https:// address (the dashboard links it)")
     folder = Path(store) / fp_id
     existing = run_files(folder)
     name_tail = f"_{commit[:12]}-{tier}.json"

@@ -185,8 +185,19 @@ def _verdict_rows(run: Run) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda v: (v.get("verdict") not in _FAILING, v.get("verdict") != "improvement", v["case"]))
 
 
+# A link the dashboard writes: https only, no character that could end the attribute or hide a
+# scheme (the data branch's `source` is data: a `javascript:` or `data:` URL there must not become
+# a link).
+HTTPS_URL = re.compile(r"https://[A-Za-z0-9.-]+(?::[0-9]+)?(?:/[A-Za-z0-9._~!$&'()*+,;=:@%/-]*)?(?:\?[^\s\"'<>`]*)?")
+
+
+def https_url(value: Any) -> str | None:
+    """`value` if it is a plain https URL, else None (rendered as no link)."""
+    return value if isinstance(value, str) and HTTPS_URL.fullmatch(value) else None
+
+
 def _commit_href(commit: str | None, commit_url: str) -> str | None:
-    return commit_url.format(commit=commit) if commit and commit_url else None
+    return https_url(commit_url.format(commit=commit)) if commit and commit_url else None
 
 
 def build_site(
@@ -258,7 +269,7 @@ def build_site(
                 "commit_href": _commit_href(r.commit, commit_url),
                 "time": (r.run_time.isoformat() if r.run_time else "")[:19],
                 "tier": meta.get("tier"),
-                "source": meta.get("source"),
+                "source": https_url(meta.get("source")),
             },
             entries=[_entry(b, verdicts) for b in r.benchmarks],
             verdicts=_verdict_rows(r),

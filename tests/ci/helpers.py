@@ -84,7 +84,12 @@ if args[0] == "api":
     method = args[args.index("--method") + 1] if "--method" in args else "GET"
     path = next(a for a in args[1:] if a.startswith("repos/"))
     comments = state["comments"]
-    if method == "GET":  # --paginate --slurp: one JSON array of pages, two comments a page
+    if method == "GET" and "/pulls/" in path:  # the pull request, as GitHub's API gives it
+        number = path.rsplit("/", 1)[1]
+        if number not in state.get("pulls", {}):
+            sys.exit(f"gh: HTTP 404: Not Found ({path})")
+        print(json.dumps(state["pulls"][number]))
+    elif method == "GET":  # --paginate --slurp: one JSON array of pages, two comments a page
         assert "--paginate" in args and "--slurp" in args, args
         print(json.dumps([comments[i:i + 2] for i in range(0, len(comments), 2)] or [[]]))
     elif method == "POST":
@@ -102,14 +107,15 @@ state_file.write_text(json.dumps(state))
 '''
 
 
-def install_fake_gh(tmp_path: Path, comments: list[dict] | None = None) -> Path:
-    """Put the fake `gh` on tmp_path/bin; returns the state file (calls, comments, pr_body)."""
+def install_fake_gh(tmp_path: Path, comments: list[dict] | None = None, pulls: dict | None = None) -> Path:
+    """Put the fake `gh` on tmp_path/bin; returns the state file (calls, comments, pr_body).
+    `pulls`: number (a string) -> what GET repos/OWNER/REPO/pulls/N returns."""
     (tmp_path / "bin").mkdir(exist_ok=True)
     gh = tmp_path / "bin" / "gh"
     gh.write_text(FAKE_GH.replace("{python}", sys.executable))
     gh.chmod(0o755)
     state = tmp_path / "gh-state.json"
-    state.write_text(json.dumps({"calls": [], "comments": comments or []}))
+    state.write_text(json.dumps({"calls": [], "comments": comments or [], "pulls": pulls or {}}))
     return state
 
 

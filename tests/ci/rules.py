@@ -22,6 +22,7 @@ MAIN_REF = "github.ref == 'refs/heads/main'"
 NOT_PR_TARGET = "github.event_name != 'pull_request_target'"
 ONLY_PR_TARGET = "github.event_name == 'pull_request_target'"
 PR_HEAD = "${{ github.event.pull_request.head.sha }}"
+FETCH_COMMIT = "perfgate-fetch-commit"  # scripts/fetch-commit as the runner image installs it
 CHART_VERSION = "0.14.2"
 # GitHub-hosted runner labels: any other runs-on is a self-hosted machine.
 HOSTED = {
@@ -33,12 +34,37 @@ PR_EDITABLE = {"pull_request", "pull_request_review", "pull_request_review_comme
 # The only job whose token may write, and what.
 WRITES = {
     ("pr-comment.yml", "comment"): {"pull-requests"},
-    ("history.yml", "append"): {"contents"},  # the data branch perfgate-history, after validation
     ("pages.yml", "deploy"): {"pages", "id-token"},  # GitHub's deploy-pages action, alone
 }
 HISTORY_SCRIPT = "scripts/history-store"  # validates the artifact (perfgate store add) before it commits
 PAGES_ENVIRONMENT = "github-pages"
-CACHEABLE = {"~/.cache/pip"}  # downloads checked against the lock's hashes; never an environment
+HISTORY_ENVIRONMENT = "perfgate-history"
+HISTORY_BRANCH = "refs/heads/perfgate-history"
+HISTORY_PUSH = "scripts/history-push"  # git only: checks the validated commit, then pushes it
+# Environments without required reviewers (each main run would wait for one), held to less: main
+# only, and their jobs run nothing but these actions and scripts.
+UNREVIEWED_ENVIRONMENTS = {
+    PAGES_ENVIRONMENT: ({"actions/deploy-pages"}, set()),
+    HISTORY_ENVIRONMENT: (
+        {"actions/checkout", "actions/download-artifact", "actions/create-github-app-token"},
+        {HISTORY_PUSH},
+    ),
+}
+# Actions that read or write the Actions cache: actions/cache itself, and setup actions with a
+# `cache` input (setup-python, -node, -java, ...) or that cache unless told not to.
+CACHE_ACTIONS = {"actions/cache", "actions/cache/restore", "actions/cache/save"}
+CACHING_BY_DEFAULT = {"actions/setup-go": ("cache", False), "astral-sh/setup-uv": ("enable-cache", False)}
+# The fleet's egress may never reach these: private ranges, the carrier-grade NAT range (cloud
+# providers' internal addresses), link-local (the metadata endpoint).
+PRIVATE_RANGES = {"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16"}
+# The Kubernetes API server's public address(es), as the network policies' annotation names them.
+APISERVER_ANNOTATION = "perfgate.dev/kube-apiserver"
+KUBE_DNS_PEER = {
+    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+    "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+}
+# Events that start a job on the trusted scale set: never one a pull request or a comment makes.
+TRUSTED_EVENTS = {"push", "schedule", "workflow_dispatch"}
 # The scripts that install (through scripts/_venv.sh), called or sourced anywhere in a run: step.
 INSTALLING = re.compile(
     r"scripts/(?:test|ci-benchmark|record-baselines|bench|gpu-check|history-store|history-site|_venv\.sh)\b"
@@ -59,7 +85,6 @@ CONTROLLER_KEYS = {
     "nodeSelector", "tolerations", "affinity", "topologySpreadConstraints", "volumes", "volumeMounts",
     "priorityClassName", "metrics", "pprof", "flags", "namespaceOverride",
 }  # fmt: skip
-PRIVATE_RANGES = {"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16"}
 
 
 @dataclass
@@ -148,6 +173,128 @@ def conjuncts(condition: Any) -> list[str] | None:
     if "||" in text or "!(" in text:
         return None
     return [t.strip() for t in text.split("&&")]
+
+
+_TOKEN = re.compile(
+    r"\s*(?:(?P<str>'(?:[^']|'')*')|(?P<num>\d+(?:\.\d+)?)|(?P<op>==|!=|<=|>=|&&|\|\||[!()<>,])"
+    r"|(?P<name>[A-Za-z_][\w-]*(?:\.[A-Za-z_*][\w-]*)*))"
+)
+STATUS_FUNCTIONS = {"always", "success", "failure", "cancelled"}
+
+
+class ExpressionError(ValueError):
+    """An `if:` this reader cannot evaluate (a function or syntax it does not know)."""
+
+
+def evaluate(condition: Any, context: dict[str, Any], status: dict[str, bool] | None = None) -> bool:
+    """A job's or step's `if:` as GitHub evaluates it, for the values in `context` (a missing one is
+    null) and the job statuses in `status` (success, failure, cancelled; always() is true). As on
+    GitHub: no status function in it means `success() && (...)`; strings compare case-insensitively;
+    `a || b` is a if truthy, else b. Only what the workflows here use: literals, context names,
+    ! == != < > && || ( ), startsWith, endsWith, contains and the status functions."""
+    status = {"success": True, "failure": False, "cancelled": False, **(status or {})}
+    if condition is None:
+        return status["success"]
+    if isinstance(condition, bool):
+        return status["success"] and condition
+    text = str(condition).strip()
+    if text.startswith("${{") and text.endswith("}}"):
+        text = text[3:-2]
+    tokens, pos = [], 0
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if not m or m.end() == pos:
+            if text[pos:].strip() == "":
+                break
+            raise ExpressionError(f"cannot read {text[pos:]!r}")
+        kind = m.lastgroup
+        tokens.append((kind, m.group(kind)))
+        pos = m.end()
+    uses_status = any(k == "name" and v in STATUS_FUNCTIONS for k, v in tokens)
+    i = 0
+
+    def peek() -> tuple[str, str] | None:
+        return tokens[i] if i < len(tokens) else None
+
+    def take(value: str | None = None) -> tuple[str, str]:
+        nonlocal i
+        tok = peek()
+        if tok is None or (value is not None and tok[1] != value):
+            raise ExpressionError(f"expected {value!r} in {text!r}")
+        i += 1
+        return tok
+
+    def low(v: Any) -> Any:
+        return v.lower() if isinstance(v, str) else v
+
+    def primary() -> Any:
+        kind, value = take()
+        if value == "(":
+            v = either()
+            take(")")
+            return v
+        if value == "!":
+            return not truthy(primary())
+        if kind == "str":
+            return value[1:-1].replace("''", "'")
+        if kind == "num":
+            return float(value)
+        if value in ("true", "false", "null"):
+            return {"true": True, "false": False, "null": None}[value]
+        if peek() == ("op", "("):
+            take("(")
+            args = []
+            while peek() != ("op", ")"):
+                args.append(either())
+                if peek() == ("op", ","):
+                    take(",")
+            take(")")
+            if value in STATUS_FUNCTIONS:
+                return True if value == "always" else status[value]
+            if value in ("startsWith", "endsWith", "contains") and len(args) == 2:
+                a, b = (low("" if x is None else str(x)) for x in args)
+                return {"startsWith": a.startswith, "endsWith": a.endswith, "contains": a.__contains__}[value](b)
+            raise ExpressionError(f"function {value}() is not one this reader knows")
+        return context.get(value)
+
+    def comparison() -> Any:
+        left = primary()
+        tok = peek()
+        if tok and tok[1] in ("==", "!=", "<", ">", "<=", ">="):
+            op = take()[1]
+            right = primary()
+            a, b = low(left), low(right)
+            if op in ("==", "!="):
+                return (a == b) == (op == "==")
+            try:
+                return {"<": a < b, ">": a > b, "<=": a <= b, ">=": a >= b}[op]
+            except TypeError:
+                return False
+        return left
+
+    def both() -> Any:
+        v = comparison()
+        while peek() == ("op", "&&"):
+            take()
+            w = comparison()
+            v = w if truthy(v) else v
+        return v
+
+    def either() -> Any:
+        v = both()
+        while peek() == ("op", "||"):
+            take()
+            w = both()
+            v = v if truthy(v) else w
+        return v
+
+    def truthy(v: Any) -> bool:
+        return v not in (None, False, 0, 0.0, "")
+
+    result = truthy(either())
+    if i != len(tokens):
+        raise ExpressionError(f"cannot read {text!r} past token {i}")
+    return result if uses_status else status["success"] and result
 
 
 def env_of(job: dict[str, Any]) -> dict[str, Any]:
@@ -289,6 +436,10 @@ def _trusted_main_only(s: Setup) -> list[str]:
             found.append(f"{w(n, j)}: if {job.get('if')!r} does not require {' && '.join(needed)}")
         if any(uses(st, "actions/checkout") and "ref" in (st.get("with") or {}) for st in steps(job)):
             found.append(f"{w(n, j)}: checks out another revision than the run's")
+        # On issue_comment, workflow_run and the like, github.ref is main whatever started the run.
+        others = triggers(wf) - TRUSTED_EVENTS - {"pull_request_target"}
+        if others:
+            found.append(f"{w(n, j)}: runs on the trusted set for {sorted(others)} (anyone's comment or run starts it)")
     return found
 
 
@@ -312,6 +463,10 @@ def _approval_job(wf: dict[str, Any], job: dict[str, Any]) -> list[str]:
             problems.append("runs actions")
         if ONLY_PR_TARGET not in (conjuncts(gate.get("if")) or []):
             problems.append("not limited to pull_request_target")
+        if gate.get("continue-on-error") not in (None, False):
+            problems.append(
+                f"continue-on-error {gate['continue-on-error']!r} (a rejected approval would count as passed)"
+            )
         if not problems:
             return []
         why.append(f"needs {need}: {', '.join(problems)}")
@@ -328,9 +483,44 @@ def _pr_approval(s: Setup) -> list[str]:
         if terms is None or ONLY_PR_TARGET not in terms or triggers(wf) & PR_EDITABLE:
             found.append(f"{w(n, j)}: runs for other events than an approved pull_request_target: if {job.get('if')!r}")
         found += [f"{w(n, j)}: {why}" for why in _approval_job(wf, job)]
+        found += [f"{w(n, j)}: {why}" for why in _runs_unapproved(job)]
         for st in steps(job):
             if uses(st, "actions/checkout") and (st.get("with") or {}).get("ref") != PR_HEAD:
                 found.append(f"{w(n, j)}: checks out {(st.get('with') or {}).get('ref')!r}, not the run's head commit")
+    return found
+
+
+def _runs_unapproved(job: dict[str, Any]) -> list[str]:
+    """Whether the job's `if:` lets it run when a job it needs failed or was cancelled (a rejected
+    or withdrawn approval): always(), !cancelled(), failure(), cancelled(), or anything that makes
+    the condition true without success()."""
+    ctx = {"github.event_name": "pull_request_target"}
+    found = []
+    for what, status in (
+        ("failed", {"success": False, "failure": True}),
+        ("was cancelled", {"success": False, "cancelled": True}),
+    ):
+        try:
+            if evaluate(job.get("if"), ctx, status):
+                found.append(f"runs when the approval {what}: if {job.get('if')!r}")
+        except ExpressionError as exc:
+            found.append(f"if {job.get('if')!r}: {exc}")
+    return found
+
+
+@rule(
+    "pr-job-runs-no-action",
+    "no action in a perfgate-gpu-pr job (its files and post steps run after the PR's code, with the runtime token)",
+)
+def _pr_no_action(s: Setup) -> list[str]:
+    found = []
+    for n, j, job, _ in all_jobs(s):
+        if scale_set(job) != PR_SET:
+            continue
+        found += [f"{w(n, j)}: uses {st['uses']}" for st in steps(job) if "uses" in st]
+        first = steps(job)[0] if steps(job) else {}
+        if not str(first.get("run", "")).startswith(FETCH_COMMIT) or (first.get("env") or {}).get("HEAD") != PR_HEAD:
+            found.append(f"{w(n, j)}: does not start with {FETCH_COMMIT} of the run's head commit ({PR_HEAD})")
     return found
 
 
@@ -419,8 +609,8 @@ def _environments(s: Setup) -> list[str]:
         if e is None:
             found.append(f"environment {name}: not in deploy/github-settings.yml")
             continue
-        if name == PAGES_ENVIRONMENT:
-            found += _pages_environment(s, e)
+        if name in UNREVIEWED_ENVIRONMENTS:
+            found += _unreviewed_environment(s, name, e)
             continue
         if not e.get("reviewers"):
             found.append(f"environment {name}: no required reviewers")
@@ -437,20 +627,25 @@ def _environments(s: Setup) -> list[str]:
     return found
 
 
-def _pages_environment(s: Setup, e: dict[str, Any]) -> list[str]:
-    """github-pages publishes without a reviewer (each kept run would wait for one), so it is held to
-    less: main only, no secret or variable, and its jobs run deploy-pages and nothing else."""
+def _unreviewed_environment(s: Setup, name: str, e: dict[str, Any]) -> list[str]:
+    """github-pages and perfgate-history release without a reviewer (each kept run would wait for
+    one), so they are held to less: main only, no admin bypass, and their jobs run nothing but the
+    environment's own actions and scripts (UNREVIEWED_ENVIRONMENTS)."""
     found = []
-    if e.get("deployment_branches") != ["main"] or e.get("secrets") or e.get("variables"):
-        found.append(
-            f"environment {PAGES_ENVIRONMENT}: deployable from {e.get('deployment_branches')!r} or holds secrets"
-        )
+    actions, scripts = UNREVIEWED_ENVIRONMENTS[name]
+    if e.get("deployment_branches") != ["main"] or e.get("can_admins_bypass") is not False:
+        found.append(f"environment {name}: deployable from {e.get('deployment_branches')!r}, or admins bypass it")
+    if name == PAGES_ENVIRONMENT and (e.get("secrets") or e.get("variables")):
+        found.append(f"environment {name}: holds secrets or variables")
     for n, j, job, _ in all_jobs(s):
         env = job.get("environment")
-        if (env.get("name") if isinstance(env, dict) else env) != PAGES_ENVIRONMENT:
+        if (env.get("name") if isinstance(env, dict) else env) != name:
             continue
-        if any(not uses(st, "actions/deploy-pages") for st in steps(job)):
-            found.append(f"{w(n, j)}: runs more than actions/deploy-pages in {PAGES_ENVIRONMENT}")
+        for st in steps(job):
+            action = str(st.get("uses", "")).split("@")[0]
+            script = str(st.get("run", "")).split(" ")[0].removeprefix("./")
+            if ("uses" in st and action not in actions) or ("run" in st and script not in scripts):
+                found.append(f"{w(n, j)}: runs {st.get('uses') or st.get('run')!r} in {name}")
     return found
 
 
@@ -474,20 +669,50 @@ def _no_expression(s: Setup) -> list[str]:
     ]
 
 
-@rule("no-environment-cache", "the Actions cache holds pip's downloads only, never where a PR's code runs for main")
+def _cache_uses(st: dict[str, Any]) -> str | None:
+    """What in a step uses the Actions cache, or None."""
+    action, given = str(st.get("uses", "")).split("@")[0], st.get("with") or {}
+    if action in CACHE_ACTIONS:
+        return action
+    if action.startswith(("actions/setup-", "astral-sh/setup-")) and given.get("cache") not in (None, "", False):
+        return f"{action} with cache: {given['cache']!r}"
+    if action in CACHING_BY_DEFAULT:
+        key, off = CACHING_BY_DEFAULT[action]
+        if given.get(key, True) != off:
+            return f"{action} (caches unless {key}: {str(off).lower()})"
+    return None
+
+
+def _runs_pr_code_for_main(s: Setup) -> list[str]:
+    """The pull_request_target jobs that run a pull request's code: their runs write to main's
+    cache scope, with the runtime token the runner holds for the job."""
+    return [
+        w(n, j)
+        for n, j, job, wf in all_jobs(s)
+        if "pull_request_target" in triggers(wf)
+        and (
+            scale_set(job) == PR_SET
+            or any(
+                uses(st, "actions/checkout") and "pull_request" in str((st.get("with") or {}).get("ref", ""))
+                for st in steps(job)
+            )
+        )
+    ]
+
+
+@rule(
+    "no-actions-cache",
+    "no Actions cache anywhere: a pull_request_target job runs PR code, and its runs write main's cache scope",
+)
 def _cache(s: Setup) -> list[str]:
-    found = []
-    for n, j, job, wf in all_jobs(s):
+    found, writers = [], _runs_pr_code_for_main(s)
+    for n, j, job, _ in all_jobs(s):
         for st in steps(job):
-            given = st.get("with") or {}
-            if uses(st, "actions/cache") or str(st.get("uses", "")).startswith("actions/cache/"):
-                paths = {p.strip() for p in str(given.get("path", "")).splitlines() if p.strip()}
-                if paths - CACHEABLE:
-                    found.append(f"{w(n, j)}: caches {sorted(paths - CACHEABLE)}")
-                if not hosted(job) or "pull_request_target" in triggers(wf):
-                    found.append(f"{w(n, j)}: uses the Actions cache where a pull request's code can write main's")
-            elif str(st.get("uses", "")).startswith("actions/setup-") and "cache" in given:
-                found.append(f"{w(n, j)}: {st['uses'].split('@')[0]} with cache: {given['cache']!r}")
+            what = _cache_uses(st)
+            if what and writers:
+                found.append(f"{w(n, j)}: {what}, restored from a scope {', '.join(writers)} can write")
+            elif what and not hosted(job):
+                found.append(f"{w(n, j)}: {what} on a self-hosted runner")
     return found
 
 
@@ -568,10 +793,19 @@ def _no_queue(s: Setup) -> list[str]:
 def _downloads(s: Setup) -> list[str]:
     found = []
     uploads: dict[str, set[str]] = {MAIN_SET: set(), PR_SET: set()}
-    for _, _, job, _ in all_jobs(s):
+    for _, _, job, wf in all_jobs(s):
+        # A pull request's results: uploaded by its scale-set job, or by a hosted job of the same
+        # pull_request_target run (benchmark-gpu.yml's report-pr, from benchmark-pr's output).
+        kind = scale_set(job)
+        if (
+            kind is None
+            and "pull_request_target" in triggers(wf)
+            and ONLY_PR_TARGET in (conjuncts(job.get("if")) or [])
+        ):
+            kind = PR_SET
         for st in steps(job):
-            if uses(st, "actions/upload-artifact") and scale_set(job):
-                uploads[scale_set(job)].add(str((st.get("with") or {}).get("name")))
+            if uses(st, "actions/upload-artifact") and kind:
+                uploads[kind].add(str((st.get("with") or {}).get("name")))
     for n, j, job, _ in all_jobs(s):
         for st in steps(job):
             if not uses(st, "actions/download-artifact"):
@@ -579,8 +813,8 @@ def _downloads(s: Setup) -> list[str]:
             given = st.get("with") or {}
             if not str(given.get("path", "")).startswith("${{ runner.temp }}"):
                 found.append(f"{w(n, j)}: downloads into {given.get('path')!r}, over the checkout")
-            if "workflow_run" not in triggers(s.workflows[n]):
-                continue
+            if "workflow_run" not in triggers(s.workflows[n]) or "run-id" not in given:
+                continue  # this run's own artifact (history.yml's push job reads its validate job's)
             if "name" not in given or "pattern" in given or given.get("merge-multiple"):
                 found.append(f"{w(n, j)}: downloads {given.get('pattern') or 'every artifact'} of another run")
             name, terms = str(given.get("name")), conjuncts(job.get("if")) or []
@@ -658,6 +892,11 @@ def _sets_apart(s: Setup) -> list[str]:
             found.append(f"{name}: runnerGroup {v.get('runnerGroup')!r}")
         if not isinstance(v.get("githubConfigSecret"), str):
             found.append(f"{name}: githubConfigSecret inline (name a Secret created in the namespace)")
+    secrets = [str(v.get("githubConfigSecret")) for v in sets.values()]
+    if len(set(secrets)) != len(secrets):
+        found.append(
+            f"scale sets share the ARC credentials {secrets[0]!r}: each its own App's key, in its own namespace"
+        )
     spaces = {r.get("values"): r.get("namespace") for r in _releases(s)}
     by_set = {
         sets_name: spaces.get(f)
@@ -708,6 +947,28 @@ def _runner_pods(s: Setup) -> list[str]:
         limits = (runner.get("resources") or {}).get("limits") or {}
         if str(limits.get("nvidia.com/gpu")) != "1":
             found.append(f"{name}: the runner's GPU limit is {limits.get('nvidia.com/gpu')!r}, not one whole GPU")
+    return found
+
+
+@rule(
+    "pr-pod-keeps-nothing",
+    "the pull-request pod mounts only emptyDir volumes, and no volume of main's pod (no shared cache)",
+)
+def _pr_pod_volumes(s: Setup) -> list[str]:
+    found, sets = [], _set_values(s)
+    pr = ((sets.get(PR_SET) or {}).get("template") or {}).get("spec") or {}
+    main = ((sets.get(MAIN_SET) or {}).get("template") or {}).get("spec") or {}
+    for vol in pr.get("volumes") or []:
+        kind = sorted(set(vol) - {"name"})
+        if kind != ["emptyDir"]:
+            found.append(f"{PR_SET}: volume {vol.get('name')!r} is {kind}: it outlives the job or reaches main's pods")
+    shared = {yaml.safe_dump({k: v for k, v in vol.items() if k != "name"}) for vol in main.get("volumes") or []} & {
+        yaml.safe_dump({k: v for k, v in vol.items() if k != "name"})
+        for vol in pr.get("volumes") or []
+        if "emptyDir" not in vol
+    }
+    if shared:
+        found.append(f"{PR_SET} and {MAIN_SET} mount the same volume: {sorted(shared)}")
     return found
 
 
@@ -766,14 +1027,21 @@ def _namespaces(s: Setup) -> list[str]:
             or spec.get("ingress")
         ):
             found.append(f"namespace {name}: no policy denying ingress and limiting egress for every pod")
+        meta = (policies.get(name) or {}).get("metadata") or {}
+        apiserver = [c.strip() for c in str((meta.get("annotations") or {}).get(APISERVER_ANNOTATION, "")).split(",")]
+        if not all(re.fullmatch(r"\d{1,3}(\.\d{1,3}){3}/\d{1,2}", c) for c in apiserver):
+            found.append(f"namespace {name}: annotation {APISERVER_ANNOTATION} names no API server address {apiserver}")
         for rule_ in spec.get("egress") or []:
             ports = {p.get("port") for p in rule_.get("ports") or []}
             for peer in rule_.get("to") or [{}]:
                 block = peer.get("ipBlock")
-                if block and not PRIVATE_RANGES <= set(block.get("except") or []):
-                    found.append(f"namespace {name}: egress to {block.get('cidr')} reaches private ranges or metadata")
-                if not block and "namespaceSelector" not in peer:
-                    found.append(f"namespace {name}: egress to any peer")
+                if block and not (PRIVATE_RANGES | set(apiserver)) <= set(block.get("except") or []):
+                    missing = sorted((PRIVATE_RANGES | set(apiserver)) - set(block.get("except") or []))
+                    found.append(f"namespace {name}: egress to {block.get('cidr')} reaches {missing}")
+                if not block and peer != KUBE_DNS_PEER:
+                    found.append(f"namespace {name}: egress to {peer!r}, not the cluster's DNS alone")
+                if not block and ports - {53}:
+                    found.append(f"namespace {name}: in-cluster egress on ports {sorted(map(str, ports))}")
             if not ports or ports - {53, 443}:
                 found.append(f"namespace {name}: egress on ports {sorted(map(str, ports)) or 'all'}")
     return found
@@ -787,22 +1055,129 @@ HISTORY_TERMS = [
 ]
 
 
+def _step_credentials(st: dict[str, Any]) -> list[str]:
+    return [
+        str(k)
+        for k, v in (st.get("env") or {}).items()
+        if CREDENTIAL_NAME.search(str(k)) or CREDENTIAL_TEXT.search(str(v))
+    ]
+
+
 @rule(
     "history-keeps-main-runs-only",
-    "a job writing contents after another run is main's benchmark-gpu run in this repository, validated first",
+    "the data branch gets main's benchmark-gpu runs only, validated, pushed by a job that installs nothing",
 )
 def _history(s: Setup) -> list[str]:
     found = []
-    for n, j, job, wf in all_jobs(s):
-        perms = job.get("permissions") if isinstance(job.get("permissions"), dict) else {}
-        if "workflow_run" not in triggers(wf) or perms.get("contents") != "write":
+    for n, wf in s.workflows.items():
+        text = yaml.safe_dump(wf.get("jobs") or {})
+        if "workflow_run" not in triggers(wf) or (HISTORY_SCRIPT not in text and HISTORY_PUSH not in text):
             continue
-        terms = conjuncts(job.get("if"))
-        if terms is None or any(t not in terms for t in HISTORY_TERMS):
-            found.append(f"{w(n, j)}: if {job.get('if')!r} does not require {' && '.join(HISTORY_TERMS)}")
-        runs = [str(st.get("run", "")) for st in steps(job) if "run" in st]
-        if not any(HISTORY_SCRIPT in r for r in runs) or any("git push" in r or "git commit" in r for r in runs):
-            found.append(f"{w(n, j)}: commits other than through {HISTORY_SCRIPT} (which validates first)")
         if not isinstance(wf.get("concurrency"), dict) or wf["concurrency"].get("cancel-in-progress") is not False:
             found.append(f"{n}: two writers of the data branch could run at once, or one be cancelled mid-push")
+        for j, job in (wf.get("jobs") or {}).items():
+            terms = conjuncts(job.get("if"))
+            if terms is None or any(t not in terms for t in HISTORY_TERMS):
+                found.append(f"{w(n, j)}: if {job.get('if')!r} does not require {' && '.join(HISTORY_TERMS)}")
+            runs = [str(st.get("run", "")) for st in steps(job) if "run" in st]
+            if any("git push" in r or "git commit" in r for r in runs):
+                found.append(f"{w(n, j)}: commits other than through {HISTORY_SCRIPT} (which validates first)")
+            if any(HISTORY_SCRIPT in r and "--push" in r for r in runs):
+                found.append(f"{w(n, j)}: {HISTORY_SCRIPT} --push: the token would share the job with pip")
+            # The job that can push installs nothing, and only its push step holds a credential.
+            holds = (
+                re.search(r"secrets|create-github-app-token", yaml.safe_dump(steps(job)))
+                or "write" in (job.get("permissions") or {}).values()
+            )
+            if holds and any(INSTALLING.search(r) for r in runs):
+                found.append(
+                    f"{w(n, j)}: holds a credential and installs ({', '.join(INSTALLING.findall(' '.join(runs)))})"
+                )
+            for st in steps(job):
+                if "run" in st and _step_credentials(st) and HISTORY_PUSH not in str(st["run"]):
+                    found.append(f"{w(n, j)}: {sorted(_step_credentials(st))} in the environment of `{st['run']}`")
+    return found
+
+
+@rule(
+    "history-branch-ruleset",
+    "a ruleset on perfgate-history lets only the history App push, create or delete it",
+)
+def _history_ruleset(s: Setup) -> list[str]:
+    r = s.settings.get("history_ruleset") or {}
+    app = (s.settings.get("history_app") or {}).get("name")
+    found = []
+    if r.get("target") != "branch" or r.get("include") != [HISTORY_BRANCH] or r.get("enforcement") != "active":
+        found.append(f"no active branch ruleset on exactly {HISTORY_BRANCH}: {r or 'none'}")
+    kinds = {x.get("type") for x in r.get("rules") or []}
+    if not {"creation", "update", "deletion", "non_fast_forward"} <= kinds:
+        found.append(
+            f"ruleset on {HISTORY_BRANCH}: rules {sorted(map(str, kinds))} leave creation, update or deletion open"
+        )
+    actors = r.get("bypass_actors") or []
+    if actors != [{"actor_type": "Integration", "actor": app, "bypass_mode": "always"}]:
+        found.append(f"ruleset on {HISTORY_BRANCH}: bypass actors {actors!r}, not the App {app!r} alone")
+    perms = (s.settings.get("history_app") or {}).get("repository_permissions") or {}
+    if perms != {"contents": "write"}:
+        found.append(f"history App {app!r}: permissions {perms!r}, not contents: write alone")
+    env = (s.settings.get("environments") or {}).get(HISTORY_ENVIRONMENT) or {}
+    if env.get("secrets") != ["PERFGATE_HISTORY_APP_PRIVATE_KEY"]:
+        found.append(
+            f"environment {HISTORY_ENVIRONMENT}: secrets {env.get('secrets')!r}, not the history App's key alone"
+        )
+    return found
+
+
+def _job_runs(wf: dict[str, Any], job_id: str, ctx: dict[str, Any]) -> bool:
+    """Whether the job runs for these values: the jobs it needs ran (a skipped one makes success()
+    false), then its `if:`."""
+    job = wf["jobs"][job_id]
+    needs = job.get("needs") or []
+    needs = [needs] if isinstance(needs, str) else needs
+    ran = all(_job_runs(wf, need, ctx) for need in needs)
+    return evaluate(job.get("if"), ctx, {"success": ran})
+
+
+# A run a pull request started, as a workflow_run job sees it: from a fork, or from a branch of this
+# repository, of a workflow the pull request added or changed (named like any workflow here).
+def _pull_request_runs(wf: dict[str, Any]) -> list[dict[str, Any]]:
+    names = ((wf.get("on") or {}).get("workflow_run") or {}).get("workflows") or []
+    paths = [f".github/workflows/{x}.yml" for x in names] + [f".github/workflows/{x}" for x in names]
+    return [
+        {
+            "github.event_name": "workflow_run",
+            "github.ref": "refs/heads/main",
+            "github.repository": "OWNER/REPO",
+            "github.event.workflow_run.event": "pull_request",
+            "github.event.workflow_run.head_branch": branch,
+            "github.event.workflow_run.head_repository.full_name": repo,
+            "github.event.workflow_run.path": path,
+            "github.event.workflow_run.conclusion": "success",
+        }
+        for path in paths
+        for repo, branch in (("mallory/REPO", "main"), ("OWNER/REPO", "feature"))
+    ]
+
+
+@rule(
+    "workflow-run-ignores-pull-request-runs",
+    "no workflow_run job runs for a run a pull request started (a workflow of the same name it added)",
+)
+def _workflow_run(s: Setup) -> list[str]:
+    found = []
+    for n, j, _, wf in all_jobs(s):
+        if "workflow_run" not in triggers(wf):
+            continue
+        for ctx in _pull_request_runs(wf):
+            try:
+                runs = _job_runs(wf, j, ctx)
+            except ExpressionError as exc:
+                found.append(f"{w(n, j)}: {exc}")
+                break
+            if runs:
+                found.append(
+                    f"{w(n, j)}: runs after {ctx['github.event.workflow_run.path']} of"
+                    f" {ctx['github.event.workflow_run.head_repository.full_name']} (a pull request's run)"
+                )
+                break
     return found

@@ -74,13 +74,53 @@ def test_the_schema_check_catches_a_broken_runner_pod(mistake) -> None:
     assert schema_errors(pod) is not None
 
 
+def _spec(v: dict[str, Any]) -> dict[str, Any]:
+    return v["template"]["spec"]
+
+
 def test_the_scale_sets_differ_only_where_they_must() -> None:
-    """One template for both: a hardening made to one scale set and forgotten in the other shows here."""
+    """One template for both, but for what must differ: the name, group and node pool; the GitHub
+    credentials (each set its own App's key: the pull requests' namespace never holds main's); the
+    volumes (a cache main keeps must never be one the pull-request pod can write: the pull request's
+    pod has emptyDir only); the egress (the pull request's may be narrower, never wider). Anything
+    else that differs is a hardening made to one set and forgotten in the other."""
     main, pr = (copy.deepcopy(SETUP.values[f"scale-set-{n}.yaml"]) for n in ("main", "pr"))
     for v, name in ((main, "main"), (pr, "pr")):
         assert v.pop("runnerGroup") == v.pop("runnerScaleSetName") == f"perfgate-gpu-{name}"
-        assert v["template"]["spec"].pop("nodeSelector") == {"perfgate.dev/gpu-pool": name}
+        assert _spec(v).pop("nodeSelector") == {"perfgate.dev/gpu-pool": name}
+        # Secrets: each its own, named for its set.
+        assert v.pop("githubConfigSecret") == f"perfgate-arc-{name}"
+    # Caches: the pull-request pod's volumes are emptyDir only; main may add one of its own.
+    pr_volumes = _spec(pr).pop("volumes")
+    assert all(set(vol) == {"name", "emptyDir"} for vol in pr_volumes)
+    main_volumes = {vol["name"]: vol for vol in _spec(main).pop("volumes")}
+    assert all(main_volumes.get(vol["name"]) == vol for vol in pr_volumes)  # the scratch disks alike
+    pr_mounts = {m["name"] for m in _spec(pr)["containers"][0].pop("volumeMounts")}
+    main_mounts = {m["name"] for m in _spec(main)["containers"][0].pop("volumeMounts")}
+    assert pr_mounts <= main_mounts and pr_mounts == {vol["name"] for vol in pr_volumes}
     assert main == pr
+    # Egress: every peer and port the pull request's pods reach, main's reach too.
+    policies = {d["metadata"]["namespace"]: d["spec"]["egress"] for d in SETUP.k8s if d["kind"] == "NetworkPolicy"}
+    assert all(r in policies["perfgate-gpu-main"] for r in policies["perfgate-gpu-pr"])
+
+
+def test_the_scale_set_test_refuses_a_shared_cache_and_a_shared_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test above fails on the mistakes it exists for: one inductor-cache volume in both sets,
+    one ARC key for both."""
+    cache = {"name": "inductor", "persistentVolumeClaim": {"claimName": "perfgate-inductor"}}
+    for mistake in ("cache", "key"):
+        values = copy.deepcopy(SETUP.values)
+        for name in ("main", "pr"):
+            spec = values[f"scale-set-{name}.yaml"]["template"]["spec"]
+            if mistake == "cache":
+                spec["volumes"].append(copy.deepcopy(cache))
+                spec["containers"][0]["volumeMounts"].append({"name": "inductor", "mountPath": "/cache"})
+            else:
+                values[f"scale-set-{name}.yaml"]["githubConfigSecret"] = "perfgate-arc-github-app"
+        monkeypatch.setattr(SETUP, "values", values)
+        with pytest.raises(AssertionError):
+            test_the_scale_sets_differ_only_where_they_must()
+        monkeypatch.undo()
 
 
 def test_the_runner_image_ends_as_the_runner_user_and_installs_the_lock_only() -> None:

@@ -34,7 +34,7 @@ ALLOWED_TAGS = {
     "strong", "em", "del", "sub", "br", "ul", "ol", "li", "hr", "a",
 }  # fmt: skip
 MENTION = re.compile(r"(?<![\w`])@[A-Za-z0-9][A-Za-z0-9-]*")  # GitHub's mention, @user or @org/team
-REFERENCE = re.compile(r"(?<![\w&])#[0-9]+")  # a cross-reference to an issue
+REFERENCE = re.compile(r"(?<![\w&])#[0-9]+|(?<![\w])[Gg][Hh]-[0-9]+")  # a cross-reference to an issue
 AUTOLINK = re.compile(r"(?i)\bwww\.|[a-z]+://")
 
 # What an attacker's code can write into summary.md (every line a known trick).
@@ -57,10 +57,24 @@ HOSTILE_SUMMARY = "\n".join(
         "| a | b |",
         "|---|---|",
         "| `x|<img src=z onerror=alert(3)>` | y |",
+        "GH-3 and gh-4 link issues; so would `GH-5` outside its span: GH-6",
+        "a\u202eevil\u202c bidi \u2066and\u2069 isolates \u200f marks",
+        "```mermaid",
+        "graph TD; A-->B",
+        "```",
+        "```math",
+        "x^2",
+        "```",
+        "inline math $x^2$ and $$y$$ and $`z`$ and a price of 5$",
+        "<details><summary>left open</summary>",
         "~~~",
         "an unclosed fence: @octocat <img src=q>",
     ]
 )
+# Info strings GitHub renders as something else than code (a diagram, a formula, a map).
+RENDERED_FENCES = {"mermaid", "math", "geojson", "topojson", "stl"}
+BIDI = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+MATH_MARK = "\u2063MATH\u2063"
 
 
 def load_pr_comment() -> ModuleType:
@@ -101,12 +115,26 @@ class _Reader(HTMLParser):
         self.comments.append(data)
 
 
+def _mark_math(markdown: str) -> str:
+    """Each `$` that no backslash escapes, marked: GitHub renders math from those (cmark-gfm does
+    not, so the mark shows where GitHub would)."""
+    return re.sub(r"(?<!\\)((?:\\\\)*)\$", lambda m: m.group(1) + MATH_MARK, markdown)
+
+
 def problems(markdown: str) -> list[str]:
     """What in the rendered comment did not come from perfgate: a tag it does not write, a link
-    other than the run's, a second marker, a mention, a cross-reference or an autolink."""
+    other than the run's, a second marker, a mention, a cross-reference, an autolink, a fence GitHub
+    renders as a diagram or formula, math, a bidirectional-text control, an open <details>."""
     reader = _Reader()
-    reader.feed(render(markdown))
-    found = [f"<{t}> rendered" for t, _ in reader.tags if t not in ALLOWED_TAGS]
+    html = render(_mark_math(markdown))
+    reader.feed(html)
+    found = [
+        f"fence rendered as {lang}" for lang in re.findall(r'<pre lang="([^"]+)"', html) if lang in RENDERED_FENCES
+    ]
+    found += [f"bidi control U+{ord(c):04X}" for c in BIDI.findall(html)]
+    if html.count("<details>") != html.count("</details>"):
+        found.append(f"{html.count('<details>')} <details> opened, {html.count('</details>')} closed")
+    found += [f"<{t}> rendered" for t, _ in reader.tags if t not in ALLOWED_TAGS]
     found += [f"link to {a.get('href')}" for t, a in reader.tags if t == "a" and a.get("href") != RUN_URL]
     found += [f"attribute {k} on <{t}>" for t, a in reader.tags for k in a if k.startswith("on") or k == "src"]
     if reader.comments != [" perfgate "]:
@@ -115,6 +143,7 @@ def problems(markdown: str) -> list[str]:
     found += [f"mention {m}" for m in MENTION.findall(text)]
     found += [f"reference {m}" for m in REFERENCE.findall(text)]
     found += [f"autolink at {m!r}" for m in AUTOLINK.findall(text)]
+    found += ["math ($ unescaped)"] * text.count(MATH_MARK)
     return found
 
 
@@ -130,7 +159,7 @@ def test_an_attackers_summary_renders_as_text() -> None:
     # Nothing was dropped: the hostile text is there to read, as text.
     for shown in ("&lt;img src=x onerror=alert(1)&gt;", "a second marker", "alert(3)", "an unclosed fence"):
         assert shown in html, shown
-    assert html.count("<details>") == 1 and "<summary>Other &lt;b&gt;" in html
+    assert html.count("<details>") == 2 and "<summary>Other &lt;b&gt;" in html
     assert html.rstrip().endswith(f'<sub><a href="{RUN_URL}">workflow run</a>: job summaries, and the JSON, '
                                   "HTML report and traces as artifacts</sub></p>")  # fmt: skip
 
@@ -199,7 +228,42 @@ def _raw_backslash_escapes(module: ModuleType) -> None:  # `\@` and `\<` taken f
     module.KEPT_ESCAPES = set(module.KEPT_ESCAPES) | set("@<")
 
 
+def _gh_refs_kept(module: ModuleType) -> None:
+    plain = module._escape_plain
+    module._escape_plain = lambda text: plain(text).replace("GH" + module.ZWSP, "GH").replace("gh" + module.ZWSP, "gh")
+
+
+def _bidi_kept(module: ModuleType) -> None:
+    module.BIDI = re.compile("(?!)")
+
+
+def _any_info_string(module: ModuleType) -> None:  # the old SAFE_INFO: any short word, mermaid too
+    module.SAFE_INFO = type("Any", (), {"__contains__": lambda self, x: bool(re.fullmatch(r"[a-z0-9_+.-]{1,20}", x))})()
+
+
+def _dollars_kept(module: ModuleType) -> None:
+    plain = module._escape_plain
+    module._escape_plain = lambda text: plain(text).replace("\\$", "$")
+
+
+def _details_left_open(module: ModuleType) -> None:
+    comment_markdown = module.comment_markdown
+
+    def unclosed(summary: str):
+        blocks = comment_markdown(summary)
+        while blocks and blocks[-1] == ["", "</details>", ""]:
+            blocks.pop()
+        return blocks
+
+    module.comment_markdown = unclosed
+
+
 ESCAPER_MISTAKES = {
+    "gh-references-kept": _gh_refs_kept,
+    "bidi-controls-kept": _bidi_kept,
+    "mermaid-and-math-fences-kept": _any_info_string,
+    "dollar-math-kept": _dollars_kept,
+    "details-left-open": _details_left_open,
     "fence-with-backtick-info": _fence_as_old_script,
     "mentions-kept": _no_mention_break,
     "links-and-images-kept": _brackets_kept,
@@ -244,7 +308,7 @@ def test_only_the_bots_own_marked_comment_is_updated(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     state = json.loads(state_file.read_text())
     assert state["comments"][:2] == others and len(state["comments"]) == 3
-    assert state["calls"][-1][1:4] == ["--method", "POST", "repos/{owner}/{repo}/issues/7/comments"]
+    assert state["calls"][-1][1:4] == ["--method", "POST", "repos/owner/repo/issues/7/comments"]
     ours = state["comments"][2]
     assert ours["user"]["login"] == BOT and "1 regression(s)" in ours["body"]
 
@@ -253,7 +317,7 @@ def test_only_the_bots_own_marked_comment_is_updated(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     state = json.loads(state_file.read_text())
     assert state["comments"][:2] == others and len(state["comments"]) == 3
-    assert state["calls"][-1][1:4] == ["--method", "PATCH", f"repos/{{owner}}/{{repo}}/issues/comments/{ours['id']}"]
+    assert state["calls"][-1][1:4] == ["--method", "PATCH", f"repos/owner/repo/issues/comments/{ours['id']}"]
     assert "no regression" in state["comments"][2]["body"]
 
     # A job that wrote nothing: the comment says so rather than keeping stale numbers.
@@ -290,37 +354,94 @@ def pr_run_title(number: int, sha: str) -> str:
     return template.replace("{0}", str(number)).replace("{1}", sha)
 
 
+def _step_outputs(path: Path) -> dict[str, str]:
+    """A GITHUB_OUTPUT file as the runner reads it (NAME<<DELIM ... DELIM, or NAME=VALUE)."""
+    outputs, lines = {}, path.read_text().splitlines()
+    i = 0
+    while i < len(lines):
+        name, sep, delim = lines[i].partition("<<")
+        if sep:
+            end = lines.index(delim, i + 1)
+            outputs[name] = "\n".join(lines[i + 1 : end])
+            i = end + 1
+        else:
+            key, _, value = lines[i].partition("=")
+            outputs[key] = value
+            i += 1
+    return outputs
+
+
+def pull(number: int, head: str, base: str = "main", repo: str = "owner/repo", state: str = "open") -> dict:
+    """GitHub's GET repos/OWNER/REPO/pulls/N, the fields pr-comment reads."""
+    return {"number": number, "state": state, "head": {"sha": head}, "base": {"ref": base, "repo": {"full_name": repo}}}
+
+
 def test_the_comment_goes_to_the_pull_request_the_run_measured(tmp_path: Path) -> None:
-    """What benchmark-pr uploads when the runner's GPU is unfit: scripts/ci-benchmark itself writes
-    pull-request.json and the health summary (tests/fake_cuda: torch sees a GPU, NVML finds no driver)."""
-    out = tmp_path / "perfgate-results" / "perfgate-pr"
-    env = script_env(tmp_path, PYTHONPATH=str(ROOT / "tests" / "fake_cuda"), PERFGATE_PR="42", PERFGATE_PR_HEAD=SHA)
+    """benchmark-gpu.yml's path when the runner's GPU is unfit: scripts/ci-benchmark (benchmark-pr)
+    writes the health summary as its step output `summary` (tests/fake_cuda: torch sees a GPU, NVML
+    finds no driver); scripts/pr-summary (report-pr) writes the artifact from that output and the
+    event's pull request and commit; scripts/pr-comment posts it once GitHub's API confirms them."""
+    out, github_output = tmp_path / "ci", tmp_path / "github-output"
+    env = script_env(tmp_path, PYTHONPATH=str(ROOT / "tests" / "fake_cuda"), GITHUB_OUTPUT=str(github_output))
     r = run([str(SCRIPTS / "ci-benchmark"), "--out", str(out), *[a if a != "cpu" else "cuda:0" for a in SMALLEST]], env)
     assert r.returncode == 5, r.stderr[-3000:]
-    assert json.loads((out / "pull-request.json").read_text()) == {"pr": 42, "head_sha": SHA}
+    summary = _step_outputs(github_output)["summary"]
+    assert summary.startswith("### perfgate: cannot run here")
 
-    state_file = install_fake_gh(tmp_path)
+    results = tmp_path / "perfgate-results"
+    env = script_env(tmp_path, SUMMARY=summary, PERFGATE_PR="42", PERFGATE_PR_HEAD=SHA)
+    r = run([str(SCRIPTS / "pr-summary"), str(results / "perfgate-pr")], env)
+    assert r.returncode == 0, r.stderr
+    assert json.loads((results / "perfgate-pr" / "pull-request.json").read_text()) == {"pr": 42, "head_sha": SHA}
+
+    state_file = install_fake_gh(tmp_path, pulls={"42": pull(42, SHA)})
     env = script_env(tmp_path, GH_REPO="owner/repo")
-    cmd = [str(SCRIPTS / "pr-comment"), "--author", BOT, "--run-url", RUN_URL, "--run-title"]
-    r = run([*cmd, pr_run_title(42, SHA), str(out.parent)], env)
+    cmd = [str(SCRIPTS / "pr-comment"), "--repo", "owner/repo", "--author", BOT, "--run-url", RUN_URL, "--run-title"]
+    r = run([*cmd, pr_run_title(42, SHA), str(results)], env)
     assert r.returncode == 0, r.stderr
     state = json.loads(state_file.read_text())
-    assert state["calls"][-1][1:4] == ["--method", "POST", "repos/{owner}/{repo}/issues/42/comments"]
+    assert state["calls"][0] == ["api", "repos/owner/repo/pulls/42"]
+    assert state["calls"][-1][1:4] == ["--method", "POST", "repos/owner/repo/issues/42/comments"]
     (body,) = [c["body"] for c in state["comments"]]
     assert "### perfgate: cannot run here: the runner's GPU failed 1 health check(s)" in body
     assert problems(body) == []
+    posted = len(state["calls"])
 
     # The artifact names another pull request or commit than the run, or none: no comment at all.
     for other in (pr_run_title(43, SHA), pr_run_title(42, "f" * 40)):
-        r = run([*cmd, other, str(out.parent)], env)
+        r = run([*cmd, other, str(results)], env)
         assert r.returncode == 4 and "as the run does; no comment" in r.stderr, r.stderr
-    (out / "pull-request.json").write_text(json.dumps({"pr": "42", "head_sha": SHA}))  # a string, not a number
-    r = run([*cmd, pr_run_title(42, SHA), str(out.parent)], env)
+    (results / "perfgate-pr" / "pull-request.json").write_text(json.dumps({"pr": "42", "head_sha": SHA}))
+    r = run([*cmd, pr_run_title(42, SHA), str(results)], env)
     assert r.returncode == 4 and "as the run does; no comment" in r.stderr, r.stderr
-    (out / "pull-request.json").unlink()
-    r = run([*cmd, pr_run_title(42, SHA), str(out.parent)], env)
-    assert r.returncode == 4 and "no pull request named beside the summary" in r.stderr
-    assert len(json.loads(state_file.read_text())["calls"]) == len(state["calls"])
+    (results / "perfgate-pr" / "pull-request.json").write_text(json.dumps({"pr": 42, "head_sha": SHA}))
+
+    # GitHub's API disagrees with the title: a pull request into another branch or repository (a
+    # run of another base branch's workflow, its title the attacker's), or one that moved on.
+    for pulled, code, says in [
+        (pull(42, SHA, base="release"), 4, "not main of owner/repo; no comment"),
+        (pull(42, SHA, repo="mallory/repo"), 4, "not main of owner/repo; no comment"),
+        (pull(42, "e" * 40), 0, "not open at " + SHA),
+        (pull(42, SHA, state="closed"), 0, "is closed"),
+    ]:
+        install_fake_gh(tmp_path, pulls={"42": pulled})
+        r = run([*cmd, pr_run_title(42, SHA), str(results)], env)
+        assert r.returncode == code and says in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert [c for c in json.loads(state_file.read_text())["calls"] if c[1:2] == ["--method"]] == []
+    install_fake_gh(tmp_path)  # no such pull request
+    r = run([*cmd, pr_run_title(42, SHA), str(results)], env)
+    assert r.returncode == 4 and "cannot read pull request #42" in r.stderr
+    assert posted == 3
+
+
+def test_a_summary_file_is_read_up_to_the_cap(tmp_path: Path) -> None:
+    """A 3 MiB summary.md (an artifact the pull request's code filled) is read up to MAX_READ_BYTES."""
+    module = load_pr_comment()
+    big = tmp_path / "summary.md"
+    big.write_bytes(b"### perfgate\n" + b"x" * (3 << 20))
+    text = module.read_capped(big, module.MAX_READ_BYTES)
+    assert len(text.encode()) == module.MAX_READ_BYTES == 1 << 20
+    assert len(module.build_body([text], RUN_URL)) <= 65536
 
 
 def test_a_long_summary_is_cut_between_blocks_and_the_footer_stays(tmp_path: Path) -> None:
@@ -329,3 +450,16 @@ def test_a_long_summary_is_cut_between_blocks_and_the_footer_stays(tmp_path: Pat
     body = comment(module, "### perfgate\n\n" + "| a | b |\n" * 3000, code)
     assert len(body) <= 65536 and "… cut to fit a comment" in body
     assert problems(body) == []  # no fence left open to swallow the footer
+
+
+def test_a_cut_inside_details_closes_it_so_the_footer_stays_visible() -> None:
+    """The comment cut (65,000 characters) inside an open <details>: the cut closes it, so the
+    footer is not folded away; without the close the check above finds the unbalanced tag."""
+    module = load_pr_comment()
+    summary = "<details><summary>Other verdicts (5000)</summary>\n" + "| a | b |\n" * 8000 + "</details>\n"
+    body = comment(module, summary)
+    assert "… cut to fit a comment" in body and problems(body) == []
+    html = render(body)
+    assert html.rindex("</details>") < html.rindex("<sub>")  # the footer after the fold, shown
+    unclosed = body.replace("\n</details>\n", "\n")
+    assert "1 <details> opened, 0 closed" in problems(unclosed)

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -175,9 +177,9 @@ MISTAKES: dict[str, tuple[str, Callable[[Setup], None]]] = {
     ),
     "pr-job-for-every-event": ("pr-jobs-need-approval", set_("benchmark-gpu.yml:benchmark-pr:if", None)),
     "pr-job-checks-out-the-merge-ref": (
-        "pr-jobs-need-approval",
+        "pr-job-runs-no-action",
         set_(
-            "benchmark-gpu.yml:benchmark-pr:steps.0.with.ref", "refs/pull/${{ github.event.pull_request.number }}/merge"
+            "benchmark-gpu.yml:benchmark-pr:steps.0.env.HEAD", "refs/pull/${{ github.event.pull_request.number }}/merge"
         ),
     ),
     # Trusted jobs.
@@ -273,9 +275,12 @@ MISTAKES: dict[str, tuple[str, Callable[[Setup], None]]] = {
         ),
     ),
     # Caches and installs.
-    "cache-of-the-venv": ("no-environment-cache", set_("tests.yml:test:steps.1.with.path", ".venv\n~/.cache/pip")),
+    "cache-of-the-venv": (
+        "no-actions-cache",
+        lambda s: _insert_step("tests.yml", "test", 1, {**CACHE_STEP, "with": {"path": ".venv", "key": "venv"}})(s),
+    ),
     "setup-python-pip-cache-on-pr-job": (
-        "no-environment-cache",
+        "no-actions-cache",
         lambda s: job(s, "benchmark-gpu.yml", "benchmark-pr")["steps"].insert(
             1,
             {
@@ -285,10 +290,8 @@ MISTAKES: dict[str, tuple[str, Callable[[Setup], None]]] = {
         ),
     ),
     "actions-cache-on-the-runner": (
-        "no-environment-cache",
-        lambda s: job(s, "benchmark-gpu.yml", "benchmark")["steps"].insert(
-            1, copy.deepcopy(step(s, "tests.yml", "test", "actions/cache"))
-        ),
+        "no-actions-cache",
+        lambda s: job(s, "benchmark-gpu.yml", "benchmark")["steps"].insert(1, copy.deepcopy(CACHE_STEP)),
     ),
     "container-by-tag": ("containers-by-digest", set_("tests.yml:test:container", "python:3.11-bookworm")),
     "install-without-lock": ("installs-from-hashed-locks", set_("tests.yml:test:env.PERFGATE_REQUIREMENTS", None)),
@@ -344,7 +347,7 @@ MISTAKES: dict[str, tuple[str, Callable[[Setup], None]]] = {
     "history-for-pull-request-runs": (
         "history-keeps-main-runs-only",
         set_(
-            "history.yml:append:if",
+            "history.yml:validate:if",
             "github.event.workflow_run.head_branch == 'main'"
             " && github.event.workflow_run.head_repository.full_name == github.repository"
             " && startsWith(github.event.workflow_run.path, '.github/workflows/benchmark-gpu.yml')",
@@ -353,7 +356,7 @@ MISTAKES: dict[str, tuple[str, Callable[[Setup], None]]] = {
     "history-from-a-fork-branch-named-main": (
         "history-keeps-main-runs-only",
         set_(
-            "history.yml:append:if",
+            "history.yml:validate:if",
             "github.event.workflow_run.event != 'pull_request_target'"
             " && github.event.workflow_run.head_branch == 'main'"
             " && startsWith(github.event.workflow_run.path, '.github/workflows/benchmark-gpu.yml')",
@@ -361,13 +364,13 @@ MISTAKES: dict[str, tuple[str, Callable[[Setup], None]]] = {
     ),
     "history-or-any-run": (
         "history-keeps-main-runs-only",
-        lambda s: job(s, "history.yml", "append").update(
-            {"if": job(s, "history.yml", "append")["if"] + " || github.event.workflow_run.event == 'push'"}
+        lambda s: job(s, "history.yml", "validate").update(
+            {"if": job(s, "history.yml", "validate")["if"] + " || github.event.workflow_run.event == 'push'"}
         ),
     ),
     "history-commits-without-validating": (
         "history-keeps-main-runs-only",
-        lambda s: run_step(s, "history.yml", "append").update(
+        lambda s: run_step(s, "history.yml", "validate").update(
             run='cp -r "$ARTIFACT" store/ && git add -A && git commit -qm run && git push origin HEAD:perfgate-history'
         ),
     ),
@@ -377,27 +380,27 @@ MISTAKES: dict[str, tuple[str, Callable[[Setup], None]]] = {
     ),
     "history-token-writes-pull-requests": (
         "job-permissions-minimal",
-        set_("history.yml:append:permissions.pull-requests", "write"),
+        set_("history.yml:validate:permissions.pull-requests", "write"),
     ),
     "history-job-on-the-gpu-runner": (
         "write-tokens-hosted-at-own-revision",
-        set_("history.yml:append:runs-on", MAIN_SET),
+        set_("history.yml:push:runs-on", MAIN_SET),
     ),
     "history-job-checks-out-the-run-head": (
         "write-tokens-hosted-at-own-revision",
-        set_("history.yml:append:steps.0.with.ref", "${{ github.event.workflow_run.head_sha }}"),
+        set_("history.yml:push:steps.0.with.ref", "${{ github.event.workflow_run.head_sha }}"),
     ),
     "history-checkout-keeps-the-token": (
         "checkout-persists-no-credentials",
-        set_("history.yml:append:steps.0.with.persist-credentials", True),
+        set_("history.yml:validate:steps.0.with.persist-credentials", True),
     ),
     "history-reads-the-pr-artifact": (
         "artifacts-downloaded-by-name",
-        set_("history.yml:append:steps.1.with.name", "perfgate-pr"),
+        set_("history.yml:validate:steps.1.with.name", "perfgate-pr"),
     ),
     "history-installs-without-lock": (
         "installs-from-hashed-locks",
-        set_("history.yml:append:steps.2.env.PERFGATE_REQUIREMENTS", None),
+        set_("history.yml:validate:steps.2.env.PERFGATE_REQUIREMENTS", None),
     ),
     "history-token-in-the-gpu-job": (
         "no-credentials-on-gpu",
@@ -511,6 +514,149 @@ MISTAKES: dict[str, tuple[str, Callable[[Setup], None]]] = {
 }
 
 
+# --- issue 37: the mistakes the review found uncaught -------------------------------------------
+CACHE_STEP = {
+    "uses": "actions/cache@27d5ce7f107fe9357f9df03efb73ab90386fccae",
+    "with": {"path": "~/.cache/pip", "key": "pip-${{ runner.os }}-${{ hashFiles('requirements/ci-cpu.txt') }}"},
+}
+UPLOAD_STEP = {
+    "name": "Upload results",
+    "if": "always()",
+    "uses": "actions/upload-artifact@b7c566a772e6b6bfb58ed0dc250532a479d7789f",
+    "with": {"name": "perfgate-pr", "path": ".perfgate/ci"},
+}
+CHECKOUT_HEAD = {
+    "uses": "actions/checkout@d23441a48e516b6c34aea4fa41551a30e30af803",
+    "with": {"ref": "${{ github.event.pull_request.head.sha }}", "persist-credentials": False},
+}
+
+
+def _insert_step(workflow: str, job_id: str, at: int, new: dict) -> Callable[[Setup], None]:
+    def apply(s: Setup) -> None:
+        steps = job(s, workflow, job_id)["steps"]
+        steps.insert(at if at >= 0 else len(steps), copy.deepcopy(new))
+
+    return apply
+
+
+def _history_writer(s: Setup) -> dict:
+    """The history job that runs scripts/history-store (validates and commits)."""
+    return next(
+        j for j in s.workflows["history.yml"]["jobs"].values() if "history-store" in yaml.safe_dump(j.get("steps"))
+    )
+
+
+def _egress_block(s: Setup, ns: str) -> dict:
+    return next(p["ipBlock"] for r in _policy(s, ns)["spec"]["egress"] for p in r.get("to") or [] if "ipBlock" in p)
+
+
+def _drop_except(cidr: Callable[[Setup], str]) -> Callable[[Setup], None]:
+    def apply(s: Setup) -> None:
+        block, drop = _egress_block(s, PR_SET), cidr(s)
+        block["except"] = [c for c in block["except"] if c != drop]
+
+    return apply
+
+
+def _apiserver(s: Setup) -> str:
+    return (_policy(s, PR_SET)["metadata"].get("annotations") or {}).get("perfgate.dev/kube-apiserver", "none")
+
+
+def _shared_inductor_cache(s: Setup) -> None:
+    for name in ("main", "pr"):
+        spec = _values(name)(s)["template"]["spec"]
+        spec["volumes"].append({"name": "inductor", "persistentVolumeClaim": {"claimName": "perfgate-inductor"}})
+        spec["containers"][0]["volumeMounts"].append({"name": "inductor", "mountPath": "/home/runner/.cache/inductor"})
+
+
+def _issue_comment_benchmark(s: Setup) -> None:
+    """`/benchmark` in a comment starts the trusted job: on issue_comment, github.ref is main."""
+    s.workflows["benchmark-gpu.yml"]["on"]["issue_comment"] = {"types": ["created"]}
+    job(s, "benchmark-gpu.yml", "benchmark")["if"] += " && contains(github.event.comment.body, '/benchmark')"
+
+
+def _ruleset(s: Setup) -> dict:
+    return s.settings.setdefault("history_ruleset", {"bypass_actors": []})
+
+
+def _history_token_beside_install(s: Setup) -> None:
+    """GH_TOKEN (a token that can push) in the environment of the step that pip-installs and parses."""
+    step_ = next(st for st in _history_writer(s)["steps"] if "history-store" in str(st.get("run", "")))
+    step_.setdefault("env", {})["GH_TOKEN"] = "${{ github.token }}"
+
+
+ISSUE_37_MISTAKES: dict[str, tuple[str, Callable[[Setup], None]]] = {
+    # The approval, bypassed by a status function or continue-on-error.
+    "pr-job-runs-always": (
+        "pr-jobs-need-approval",
+        set_("benchmark-gpu.yml:benchmark-pr:if", "always() && github.event_name == 'pull_request_target'"),
+    ),
+    "pr-job-runs-unless-cancelled": (
+        "pr-jobs-need-approval",
+        set_("benchmark-gpu.yml:benchmark-pr:if", "!cancelled() && github.event_name == 'pull_request_target'"),
+    ),
+    "pr-job-runs-on-failure": (
+        "pr-jobs-need-approval",
+        set_("benchmark-gpu.yml:benchmark-pr:if", "${{ failure() && github.event_name == 'pull_request_target' }}"),
+    ),
+    "approval-continue-on-error": ("pr-jobs-need-approval", set_("benchmark-gpu.yml:approve:continue-on-error", True)),
+    "approval-continue-on-error-expression": (
+        "pr-jobs-need-approval",
+        set_("benchmark-gpu.yml:approve:continue-on-error", "${{ github.event_name == 'pull_request_target' }}"),
+    ),
+    # The Actions cache, which a pull_request_target job can write in main's scope.
+    "pip-cache-in-history": (
+        "no-actions-cache",
+        lambda s: _history_writer(s)["steps"].insert(1, copy.deepcopy(CACHE_STEP)),
+    ),
+    "pip-cache-in-tests-on-main": ("no-actions-cache", _insert_step("tests.yml", "test", 1, CACHE_STEP)),
+    "setup-python-cache-in-tests-matrix": (
+        "no-actions-cache",
+        set_("tests-matrix.yml:test:steps.1.with.cache", "pip"),
+    ),
+    # An action running after the pull request's code, from a folder that code can change.
+    "upload-action-after-pr-code": (
+        "pr-job-runs-no-action",
+        _insert_step("benchmark-gpu.yml", "benchmark-pr", -1, UPLOAD_STEP),
+    ),
+    "checkout-action-in-pr-job": (
+        "pr-job-runs-no-action",
+        _insert_step("benchmark-gpu.yml", "benchmark-pr", 0, CHECKOUT_HEAD),
+    ),
+    # The trusted scale set started by anyone's comment.
+    "issue-comment-benchmark-on-main-set": ("trusted-jobs-main-only", _issue_comment_benchmark),
+    # The data branch and the dashboard's trigger.
+    "history-branch-without-ruleset": ("history-branch-ruleset", lambda s: s.settings.pop("history_ruleset", None)),
+    "history-ruleset-admins-bypass": (
+        "history-branch-ruleset",
+        lambda s: _ruleset(s)["bypass_actors"].append(
+            {"actor_type": "RepositoryRole", "actor": "admin", "bypass_mode": "always"}
+        ),
+    ),
+    "history-token-beside-the-install": ("history-keeps-main-runs-only", _history_token_beside_install),
+    "pages-after-any-history-workflow": (
+        "workflow-run-ignores-pull-request-runs",
+        set_("pages.yml:build:if", "github.ref == 'refs/heads/main'"),
+    ),
+    # The fleet.
+    "pr-egress-to-every-namespace": (
+        "namespaces-restricted",
+        lambda s: _policy(s, PR_SET)["spec"]["egress"].append(
+            {"to": [{"namespaceSelector": {}}], "ports": [{"protocol": "TCP", "port": 443}]}
+        ),
+    ),
+    "pr-egress-reaches-cgnat": ("namespaces-restricted", _drop_except(lambda s: "100.64.0.0/10")),
+    "pr-egress-reaches-public-apiserver": ("namespaces-restricted", _drop_except(_apiserver)),
+    "shared-inductor-cache-volume": ("pr-pod-keeps-nothing", _shared_inductor_cache),
+    "one-arc-key-for-both-sets": (
+        "scale-sets-apart",
+        lambda s: _values("pr")(s).update(githubConfigSecret=_values("main")(s)["githubConfigSecret"]),
+    ),
+}
+
+MISTAKES.update(ISSUE_37_MISTAKES)
+
+
 @pytest.mark.parametrize("mistake", MISTAKES)
 def test_a_realistic_mistake_is_caught(mistake: str) -> None:
     expected, change = MISTAKES[mistake]
@@ -539,6 +685,8 @@ def test_every_uses_line_names_its_release() -> None:
 
 def zizmor_findings(persona: str) -> list[dict[str, Any]]:
     zizmor = tool("zizmor")
+    if zizmor is None and os.environ.get("CI"):
+        pytest.fail("zizmor is not installed, and in CI ($CI set) the audit must run: pip install -e '.[dev]'")
     if zizmor is None:
         pytest.skip("zizmor is not installed: pip install -e '.[dev]'")
     r = subprocess.run(
@@ -549,6 +697,14 @@ def zizmor_findings(persona: str) -> list[dict[str, Any]]:
     )
     assert r.returncode in (0, 10, 11, 12, 13, 14), r.stderr  # 1x: findings of that severity
     return json.loads(r.stdout or "[]")
+
+
+def test_zizmor_is_a_failure_not_a_skip_in_ci(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without zizmor, CI fails the audit instead of skipping it."""
+    monkeypatch.setenv("CI", "true")
+    monkeypatch.setattr(sys.modules[__name__], "tool", lambda name: None)
+    with pytest.raises(pytest.fail.Exception, match="zizmor is not installed"):
+        zizmor_findings("auditor")
 
 
 def test_zizmor_auditor_finds_nothing() -> None:
@@ -564,6 +720,68 @@ def test_the_docs_name_every_setting_a_maintainer_clicks() -> None:
     names = [g["name"] for g in REAL.settings["runner_groups"]]
     for env_name, env in REAL.settings["environments"].items():
         names += [env_name, *env["secrets"], *env["variables"]]
-    names += [REAL.settings["github_app"]["name"], "Require approval for all external contributors"]
+    names += [REAL.settings["github_app"]["name"], REAL.settings["history_app"]["name"]]
+    names += [v["githubConfigSecret"] for v in REAL.values.values() if "githubConfigSecret" in v]
+    names += ["Require approval for all external contributors"]
     missing = [n for n in names if n not in docs]
     assert missing == []
+
+
+def test_the_threat_model_links_each_control_to_a_mistake_it_catches() -> None:
+    """docs/gpu-runner.md's threat-model table names, for each control, `rule`: `mistake`, ...: each
+    mistake is in the table above and caught by that rule (so the link is to a test that fails
+    without the control), and each test named by file::name exists."""
+    docs = (ROOT / "docs" / "gpu-runner.md").read_text()
+    table = docs[docs.index("### Threat model") : docs.index("### Checklist")]
+    rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| attacker")]
+    assert len(rows) >= 15
+    rule_ids = {r.id for r in rules.RULES}
+    linked = 0
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split(" | ")]
+        tests_cell = cells[-1]
+        for group in re.split(r";\s*", tests_cell):
+            names = re.findall(r"`([^`]+)`", group)
+            if names and names[0] in rule_ids:
+                for mistake in names[1:]:
+                    assert MISTAKES.get(mistake, ("", None))[0] == names[0], f"{mistake} is not caught by {names[0]}"
+                    linked += 1
+        for path, test in re.findall(r"`(tests/[\w/]+\.py|test_\w+\.py)::(\w+)`", tests_cell):
+            file = path if path.startswith("tests/") else f"tests/ci/{path}"
+            assert f"def {test}(" in (ROOT / file).read_text(), f"{file}::{test}"
+    assert linked >= 30
+
+
+@pytest.mark.parametrize(
+    ("condition", "status", "runs"),
+    [
+        ("github.event_name == 'pull_request_target'", "success", True),
+        ("github.event_name == 'PULL_REQUEST_TARGET'", "success", True),  # GitHub compares case-insensitively
+        ("github.event_name == 'pull_request_target'", "failure", False),  # no status function: success() &&
+        ("${{ always() && github.event_name == 'pull_request_target' }}", "failure", True),
+        ("!cancelled() && github.event_name == 'pull_request_target'", "failure", True),
+        ("!cancelled() && github.event_name == 'pull_request_target'", "cancelled", False),
+        ("failure()", "failure", True),
+        ("success() || github.event_name == 'push'", "failure", False),
+        ("github.event_name == 'push' || startsWith(github.ref, 'refs/heads/')", "success", True),
+        ("!(github.event_name == 'pull_request_target')", "success", False),
+        ("contains(github.event.comment.body, '/benchmark')", "success", False),  # null: ''
+        (None, "failure", False),
+        (True, "success", True),
+    ],
+)
+def test_the_rules_read_a_condition_as_github_does(condition: Any, status: str, runs: bool) -> None:
+    statuses = {
+        "success": {},
+        "failure": {"success": False, "failure": True},
+        "cancelled": {"success": False, "cancelled": True},
+    }
+    context = {"github.event_name": "pull_request_target", "github.ref": "refs/heads/main"}
+    assert rules.evaluate(condition, context, statuses[status]) is runs
+
+
+def test_a_condition_the_rules_cannot_read_is_an_error_not_a_pass() -> None:
+    with pytest.raises(rules.ExpressionError):
+        rules.evaluate("fromJSON(github.event.x)", {})
+    with pytest.raises(rules.ExpressionError):
+        rules.evaluate("secrets['X'] == 'y'", {})

@@ -67,6 +67,10 @@ def test_workflows_only_call_scripts() -> None:
                 runs.append((f"{wf.name}:{n}", m.group(1)))
     assert runs, "no run: step found"
     runs = [(where, cmd) for where, cmd in runs if not re.fullmatch(r'echo "[^"$`\\]*"', cmd)]
+    # scripts/fetch-commit as the runner image installs it (benchmark-pr has no checkout to call it from).
+    dockerfile = (ROOT / "deploy" / "runner-image" / "Dockerfile").read_text()
+    assert "scripts/fetch-commit /usr/local/bin/perfgate-fetch-commit" in dockerfile
+    runs = [(w, cmd.replace("perfgate-fetch-commit", "./scripts/fetch-commit", 1)) for w, cmd in runs]
     bad = [(where, cmd) for where, cmd in runs if not re.fullmatch(r"\./scripts/[\w-]+(\s.*)?", cmd)]
     assert not bad, f"run: steps that are not one ./scripts/ call: {bad}"
     for _, cmd in runs:
@@ -294,3 +298,53 @@ def test_record_on_one_machine_open_the_pull_request_from_another(tmp_path: Path
     subprocess.run(["git", "checkout", "-q", "perfgate/gpu"], cwd=fresh, env=env, check=True)
     r = run([*cmd[:-2], "--branch", "perfgate/again"], env, cwd=fresh)
     assert r.returncode == 4 and "exists already; baselines are added, never replaced" in r.stderr
+
+
+# --- scripts/fetch-commit (benchmark-pr's checkout, from the runner image) --------------------------
+
+
+def test_fetch_commit_checks_out_the_approved_head_and_refuses_a_moved_one(tmp_path: Path) -> None:
+    """A repository with main and a pull request's head at refs/pull/7/head (as GitHub serves it):
+    the approved commit is checked out with origin/main beside it; a pull request that moved on
+    since the approval, bad arguments or a non-empty folder: exit 4, one line, nothing checked out."""
+
+    def git(cwd: Path, *args: str) -> str:
+        cmd = ["git", "-C", str(cwd), "-c", "user.name=t", "-c", "user.email=t@t", *args]
+        return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip()
+
+    src = tmp_path / "src"
+    subprocess.run(["git", "init", "-q", "-b", "main", str(src)], check=True)
+    (src / "a").write_text("main\n")
+    git(src, "add", "-A")
+    git(src, "commit", "-qm", "main")
+    git(src, "checkout", "-q", "-b", "feature")
+    (src / "a").write_text("pull request\n")
+    git(src, "commit", "-qam", "pr")
+    head = git(src, "rev-parse", "HEAD")
+    origin = tmp_path / "origin.git"
+    subprocess.run(["git", "clone", "-q", "--bare", str(src), str(origin)], check=True)
+    git(origin, "update-ref", "refs/pull/7/head", head)
+    url = origin.as_uri()
+    env = script_env(tmp_path)
+
+    work = tmp_path / "work"
+    work.mkdir()
+    r = run([str(SCRIPTS / "fetch-commit"), url, "7", head], env, cwd=work)
+    assert r.returncode == 0, r.stderr
+    assert git(work, "rev-parse", "HEAD") == head and (work / "a").read_text() == "pull request\n"
+    assert git(work, "merge-base", "HEAD", "origin/main") == git(src, "rev-parse", "main")
+
+    (src / "a").write_text("pushed after the approval\n")
+    git(src, "commit", "-qam", "later")
+    git(origin, "fetch", "-q", str(src), "+feature:refs/pull/7/head")
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    for args, cwd, says in [
+        ([url, "7", head], moved, "not at " + head),
+        ([url, "seven", head], moved, "give REPOSITORY_URL PR_NUMBER SHA"),
+        (["--upload-pack=touch /tmp/x", "7", head], moved, "give REPOSITORY_URL PR_NUMBER SHA"),
+        ([url, "7", head], work, "is not empty"),
+    ]:
+        r = run([str(SCRIPTS / "fetch-commit"), *args], env, cwd=cwd)
+        assert r.returncode == 4 and says in r.stderr and len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)
+    assert not (moved / "a").exists()

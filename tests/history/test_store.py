@@ -207,3 +207,28 @@ def test_thinning_keeps_recent_runs_and_every_nightly(tmp_path):
     left = sorted(p.name for p in store.rglob("*.json"))
     assert sum(n.endswith("-all.json") for n in left) == 5 and sum(n.endswith("-pr.json") for n in left) == 4
     assert main(["store", "thin", str(store), "--days", "0"]) == 4
+
+
+def test_every_file_read_from_an_artifact_or_the_data_branch_is_size_capped(tmp_path, monkeypatch):
+    """results.json, verdicts.json and a stored run, plain or .json.gz (its decompressed size: a
+    gzip bomb of a few KB must not fill the memory), are read up to perfgate.results.MAX_READ_BYTES."""
+
+    from perfgate import results
+    from perfgate.gate.verdict_file import load_verdicts
+
+    assert results.MAX_READ_BYTES == 64 * 2**20
+    monkeypatch.setattr(results, "MAX_READ_BYTES", 10_000)
+    padded = json.dumps({"benchmarks": [], "pad": "x" * 20_000})
+    bomb = tmp_path / "0001_0123456789ab-pr.json.gz"
+    bomb.write_bytes(gzip.compress(padded.encode()))
+    assert bomb.stat().st_size < 1_000  # small on disk, 20 KB once decompressed
+    plain = tmp_path / "results.json"
+    plain.write_text(padded)
+    for path in (bomb, plain):
+        with pytest.raises(results.ResultFileError, match="more than 10000 bytes"):
+            results.read_benchmark_json(path)
+    with pytest.raises(results.ResultFileError, match="more than 10000 bytes"):
+        load_verdicts(plain)
+    small = tmp_path / "small.json.gz"
+    small.write_bytes(gzip.compress(b'{"benchmarks": []}'))
+    assert results.read_benchmark_json(small) == {"benchmarks": []}

@@ -175,3 +175,33 @@ def test_a_year_long_series_is_searched_in_stretches_and_the_step_placed_at_its_
     assert segment_starts(flat) == []
     flat[1200:] *= 1.15
     assert segment_starts(flat, fixed=[700]) == [700, 1200]
+
+
+def test_the_dashboard_links_only_https_urls(tmp_path):
+    """A run's `source` on the data branch is data: a `javascript:` or `data:` URL written there
+    (by a writer the ruleset should have stopped) renders as no link; a commit-url template that is
+    not https links no commit."""
+    data = history_store.validate(RUNS[0], None, commit=_commit(RUNS[0]), tier="pr")
+    store = tmp_path / "store"
+    history_store.add_run(store, data, source="https://github.com/OWNER/REPO/actions/runs/1")
+    stored = next(store.rglob("0001_*.json"))
+    for hostile in ("javascript:alert(document.domain)", "JavaScript:alert(1)", "data:text/html,<b>x</b>",
+                    "https://evil.example/\" onmouseover=\"alert(1)", " https://x"):  # fmt: skip
+        run = json.loads(stored.read_text())
+        run["perfgate_history"]["source"] = hostile
+        stored.write_text(json.dumps(run))
+        out = tmp_path / "site"
+        argv = ["report", "--site", str(out), "--store", str(store), "--baselines", str(tmp_path / "none")]
+        argv += ["--commit-url", "javascript:alert('{commit}')", "--pyproject", str(tmp_path / "none.toml")]
+        assert main(argv) == 0
+        hrefs = [h for page in _pages(out).values() for h in re.findall(r'href="([^"]*)"', page)]
+        assert hrefs and all(h.startswith(("https://", "../", "#")) or not re.match(r"\w+:", h) for h in hrefs), hrefs
+        assert not any("alert" in h or h.lower().startswith(("javascript:", "data:")) for h in hrefs), hrefs
+    assert site.https_url("https://github.com/OWNER/REPO/actions/runs/1") is not None
+
+
+def test_a_source_that_is_not_https_is_refused_before_it_is_stored(tmp_path):
+    data = history_store.validate(RUNS[0], None, commit=_commit(RUNS[0]), tier="pr")
+    with pytest.raises(history_store.StoreError, match="--source 'javascript:alert\\(1\\)'"):
+        history_store.add_run(tmp_path / "store", data, source="javascript:alert(1)")
+    assert not (tmp_path / "store").exists()
