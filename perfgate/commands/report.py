@@ -31,7 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--baselines",
         default="baselines",
         metavar="DIR",
-        help="baseline folder for the history trends (default baselines)",
+        help="baseline folder for the history trends and the dashboard's baselines (default baselines)",
     )
     p.add_argument(
         "--storage",

@@ -89,9 +89,12 @@ def test_the_real_step_is_marked_with_its_commit_and_bisect_command(real_site):
     assert model.count("<circle") == 8 and model.count('<a href="../r/') == 8  # every run a linked point
     index = (real_site / "index.html").read_text()
     assert f"perfgate bisect {good[:12]} {bad[:12]} --case physicsnemo-block-tiny-baseline --device cpu" in index
-    # The newest run's verdicts come first, its regression above its unchanged figure.
-    latest = index[index.index('id="latest"') : index.index('id="cases"')]
-    assert latest.index("regression") < latest.index("unchanged")
+    # What needs attention comes first: the case whose newest run regressed heads the cases, and the
+    # newest run's regression is shown above its unchanged figure (folded).
+    cases = index[index.index('id="cases"') : index.index('id="bisect"')]
+    assert re.search(r'<td class="l"><span class="badge ([\w-]+)">', cases).group(1) == "regression"
+    latest = index[index.index('id="latest"') :]
+    assert latest.index("regression") < latest.index("<details><summary>1 unchanged")
     assert f'href="{COMMIT_URL.format(commit=_commit(RUNS[-1]))}"' in latest
     (run_page,) = (real_site / "r" / FP_ID).glob(f"0001-{_commit(RUNS[0])[:12]}-pr.html")
     assert COMMIT_URL.format(commit=_commit(RUNS[0])) in run_page.read_text()
