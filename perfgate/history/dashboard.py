@@ -21,6 +21,7 @@ from perfgate.counts.suite import load_portable, portable_path
 from perfgate.gate import store as gate_store
 from perfgate.gate.policy import Policy
 from perfgate.history.runs import Run, Series, metric_value
+from perfgate.record import CaseRecord
 from perfgate.results import Benchmark
 
 INSTRUCTIONS = "instructions_per_step"
@@ -32,6 +33,7 @@ BESIDE_CPU = (MEDIAN,)
 BESIDE_GPU = ("device_ms", "kernels_per_step")  # device_ms: no record field yet; shown once one writes it
 NEWEST_LEVEL_RUNS = 5  # the newest level: the median of this many newest reliable runs
 FAILING = ("regression", "error", "budget")
+_COUNT_FIELDS = ("instructions_per_step", "instructions")  # what a portable count baseline's case gives here
 
 # What needs attention, most first; the words are the ones the pages and the Markdown print.
 ATTENTION = (
@@ -116,21 +118,37 @@ class Baselines:
                 self._counts[key] = None
         return self._counts[key]
 
+    def _counts_baseline(self, fp: str, newest: Benchmark, tol: float) -> Baseline:
+        """As the gate takes it (perfgate.counts.suite.with_portable): the machine's own baseline
+        where it counted under the same key, else the portable count baseline of that key."""
+        key = str((newest.record.instructions or {}).get("key") or "")
+        machine = self._machine(fp)
+        try:
+            found = machine.entry(newest.fullname) if machine else None
+        except gate_store.BaselineError:
+            found = None
+        if found is not None:
+            path, bench = found
+            rec = bench.record
+            if rec.instructions_per_step and (rec.instructions or {}).get("key") == key:
+                return Baseline(rec.instructions_per_step, f"{fp}/{path.name}", tol, _noise(bench, INSTRUCTIONS))
+        data = self._count_file(key) if key else None
+        entry = (data or {}).get("cases", {}).get(newest.case_id)
+        if isinstance(entry, Mapping):
+            rec = CaseRecord(**{k: v for k, v in entry.items() if k in _COUNT_FIELDS})
+            if rec.instructions_per_step and rec.instructions_per_step > 0:
+                spread = (rec.instructions or {}).get("spread_pct")
+                noise = spread / 100 if isinstance(spread, (int, float)) and spread > 0 else None
+                return Baseline(float(rec.instructions_per_step), f"counts/{key}.json", tol, noise)
+        return Baseline(None, f"no count baseline under the key {key or '?'}", tol)
+
     def for_case(self, fp: str, newest: Benchmark, metric: str) -> Baseline:
         rec = newest.record
         gate_metric = GATE_METRIC.get(metric, "latency")
         settings = self.policy.settings(rec.model or "", rec.variant or "", gate_metric, str(rec.device or ""))
         tol = settings.instructions_tolerance if metric == INSTRUCTIONS else settings.latency_tolerance
         if metric == INSTRUCTIONS:
-            key = str((rec.instructions or {}).get("key") or "")
-            data = self._count_file(key) if key else None
-            case = (data or {}).get("cases", {}).get(newest.case_id) if data else None
-            value = case.get(INSTRUCTIONS) if isinstance(case, Mapping) else None
-            if isinstance(value, (int, float)) and value > 0:
-                spread = (case.get("instructions") or {}).get("spread_pct")
-                noise = spread / 100 if isinstance(spread, (int, float)) and spread > 0 else None
-                return Baseline(float(value), f"counts/{key}.json", tol, noise)
-            return Baseline(None, f"no count baseline under the key {key or '?'}", tol)
+            return self._counts_baseline(fp, newest, tol)
         machine = self._machine(fp)
         try:
             found = machine.entry(newest.fullname) if machine else None

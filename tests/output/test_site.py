@@ -178,3 +178,84 @@ def test_a_year_long_series_is_searched_in_stretches_and_the_step_placed_at_its_
     assert segment_starts(flat) == []
     flat[1200:] *= 1.15
     assert segment_starts(flat, fixed=[700]) == [700, 1200]
+
+
+@pytest.fixture(scope="module")
+def year_site(tmp_path_factory) -> Path:
+    """The dashboard of a few days of the synthetic history (tests/history/year.py): the GPU
+    runner's tier each push and its full matrix nightly, the CPU tier's counted runs each push,
+    judged against each machine's recorded run and the committed count baseline."""
+    tmp = tmp_path_factory.mktemp("year-site")
+    store, baselines = history_year.dashboard_history(tmp, days=4, pushes_per_day=6)
+    out = tmp / "site"
+    argv = ["report", "--site", str(out), "--store", str(store), "--baselines", str(baselines)]
+    assert main([*argv, "--pyproject", str(Path(__file__).resolve().parents[2] / "pyproject.toml")]) == 0
+    return out
+
+
+def _index_rows(index: str) -> dict[str, list[tuple[str, str, str, str, str]]]:
+    """Per machine, the cases table's rows: (status, case, figure, change vs baseline, beside)."""
+    out = {}
+    for fp, table in re.findall(r"<h3>([^<]+)</h3>\s*<table class=\"cases\">(.*?)</table>", index, re.S):
+        out[fp] = re.findall(
+            r'<span class="badge [\w-]+">([^<]+)</span></td><td class="l case"><a [^>]*>([^<]+)</a></td>'
+            r'<td class="l">([^<]+)</td><td>[^<]*</td><td[^>]*>([^<]*)<span.*?<td class="l sub">([^<]*)</td>',
+            table,
+        )
+    return out
+
+
+@needs_ruptures
+def test_the_index_heads_each_case_by_its_gating_figure_and_puts_attention_first(year_site):
+    from perfgate.history.dashboard import ATTENTION
+
+    rows = _index_rows((year_site / "index.html").read_text().replace("&amp;", "&"))
+    cpu = next(v for k, v in rows.items() if k.startswith("cpu-"))
+    gpu = next(v for k, v in rows.items() if not k.startswith("cpu-"))
+    for table in (cpu, gpu):  # sorted by what needs attention
+        ranks = [ATTENTION.index(r[0]) for r in table]
+        assert ranks == sorted(ranks), table
+    # The counted CPU case whose instructions stepped up 2% (tolerance 0.5% in pyproject.toml) comes
+    # first, headed by its instructions, milliseconds beside; the counted cases beside it are unchanged.
+    status, case, figure, change, beside = cpu[0]
+    assert (status, case, figure) == ("beyond tolerance", "owl-image-decoder [tiny] baseline", "instructions per step")
+    assert change.strip() == "+2.0%" and beside.endswith("median ms")
+    counted = [r for r in cpu if r[2] == "instructions per step"]
+    assert len(counted) == 11 and all(r[0] == "within tolerance" for r in counted[1:])
+    # GPU cases by their median ms; the two bf16 self-forcing variants that stepped +15% lead.
+    assert {r[2] for r in gpu} == {"median ms"}
+    assert gpu[0][0] == "beyond tolerance" and "self-forcing-dit" in gpu[0][1]
+
+
+@needs_ruptures
+def test_a_model_page_draws_its_variants_together_around_the_baseline_and_tolerance(year_site):
+    page = (year_site / "m" / "self-forcing-dit.html").read_text()
+    charts = re.findall(r'<svg class="chart".*?</svg>', page, re.S)
+    # One chart per group (machine, size, options, figure), every variant of the group on it.
+    headings = re.findall(r"<h3>([^<]+) <span class=\"sub\">on ([^ ]+) · ([^,]+),", page)
+    assert len(charts) == len(headings) >= 3
+    gpu = next(c for c, h in zip(charts, headings) if h[0] == "self-forcing-dit [1.3b]" and h[1].startswith("cuda"))
+    assert gpu.count("<polyline") == 5  # baseline, autocast-bf16, bf16, cudagraphs, int8-dynamic
+    for chart in charts:
+        assert '<line class="zero"' in chart and ">baseline</text>" in chart and "%</text>" in chart
+        assert re.search(r'<rect class="band"[^>]*><title>tolerance ±\d', chart)
+    assert '<line class="noise"' in gpu  # the baselines' measured noise
+    # The optimisation history: each variant's speedup over eager in the newest full run.
+    opt = page[page.index('id="optimisation"') : page.index('id="charts"')]
+    assert "speedup over eager" in opt and opt.count("<caption>") >= 2
+    assert re.search(r"<td class=\"l\">bf16</td><td>[\d.]+</td><td class=\"l\"><span class=\"bar\"", opt)
+
+
+@pytest.mark.skipif(chromium() is None, reason="no Chromium: ./scripts/install-chromium")
+@needs_ruptures
+def test_every_page_fits_a_1366_px_window(year_site, tmp_path):
+    """No page scrolls sideways in a 1366-px-wide window (the commonest laptop width): the index,
+    every model page and a run page, measured in headless Chromium."""
+    names = ["index.html", *sorted(str(p.relative_to(year_site)) for p in (year_site / "m").glob("*.html"))]
+    names.append(str(sorted((year_site / "r").rglob("*-all.html"))[-1].relative_to(year_site)))
+    widths = {}
+    for name in names:
+        shown = render_page(chromium(), (year_site / name).read_text(), tmp_path / name.replace("/", "_"), 1366, 900)
+        widths[name] = (shown.probe["scroll_width_px"], shown.probe["client_width_px"])
+        assert shown.probe["charts_drawn"] >= 1 or name.startswith("r/")
+    assert all(scroll <= client for scroll, client in widths.values()), widths
