@@ -346,7 +346,8 @@ def build_site(
     tpl = env.get_template("site.html.j2")
     css = env.loader.get_source(env, "site.css")[0]
     when = (generated_at or datetime.now().astimezone()).strftime("%Y-%m-%d %H:%M %Z")
-    common = {"css": css, "title": title, "generated": when, "runs_total": len(runs), "CHANGE": wording.CHANGE}
+    common = {"css": css, "title": title, "generated": when, "runs_total": len(runs)}
+    common.update(CHANGE=wording.CHANGE, CHANGE_TOLERANCE=wording.CHANGE_TOLERANCE)
     newest: dict[str, Run] = {}
     for r in runs:
         newest[r.fingerprint_id or "unknown"] = r
@@ -465,6 +466,7 @@ def _row(t: CaseTrend) -> dict[str, Any]:
         "newest": wording.figure_value(f.newest_level, t.metric),
         "beside": ", ".join(beside),
         "change": wording.pct(f.newest_change_pct) if f.newest_change_pct is not None else "",
+        "change_cell": wording.change_cell(f.newest_change_pct, f.baseline.tolerance),
         "tolerance": wording.tolerance(f.baseline.tolerance),
         "noise": f"±{f.baseline.noise * 100:.2g}%" if f.baseline.noise else "",
         "baseline": wording.figure_value(f.baseline.value, t.metric) if f.baseline.value else "",

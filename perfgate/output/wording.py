@@ -29,6 +29,7 @@ GATE_METRICS = {
     "accuracy": "relative L2 error",
 }
 CHANGE = "change vs baseline"  # the column both outputs head a change with
+CHANGE_TOLERANCE = "change vs baseline (tolerance)"  # ... and with the gate's tolerance beside it
 
 
 def figure_name(metric: str) -> str:
@@ -66,6 +67,11 @@ def pct(change: float | None) -> str:
 def tolerance(tol: float | None) -> str:
     """The gate's relative tolerance as both outputs print it: 'tolerance ±5%'."""
     return "-" if tol is None else f"tolerance ±{tol * 100:g}%"
+
+
+def change_cell(change: float | None, tol: float | None = None) -> str:
+    """A change from the baseline with the gate's tolerance beside it: '+2.0% (±0.5%)'."""
+    return pct(change) + (f" (±{tol * 100:g}%)" if tol is not None else "")
 
 
 def speedup(value: Any) -> str:

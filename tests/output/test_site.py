@@ -194,12 +194,12 @@ def year_site(tmp_path_factory) -> Path:
 
 
 def _index_rows(index: str) -> dict[str, list[tuple[str, str, str, str, str]]]:
-    """Per machine, the cases table's rows: (status, case, figure, change vs baseline, beside)."""
+    """Per machine, the cases table's rows: (status, case, figure, change vs baseline (tolerance), beside)."""
     out = {}
     for fp, table in re.findall(r"<h3>([^<]+)</h3>\s*<table class=\"cases\">(.*?)</table>", index, re.S):
         out[fp] = re.findall(
             r'<span class="badge [\w-]+">([^<]+)</span></td><td class="l case"><a [^>]*>([^<]+)</a></td>'
-            r'<td class="l">([^<]+)</td><td>[^<]*</td><td[^>]*>([^<]*)<span.*?<td class="l sub">([^<]*)</td>',
+            r'<td class="l">([^<]+)</td><td>[^<]*</td><td[^>]*>([^<]*)</td><td class="l sub">([^<]*)</td>',
             table,
         )
     return out
@@ -219,7 +219,7 @@ def test_the_index_heads_each_case_by_its_gating_figure_and_puts_attention_first
     # first, headed by its instructions, milliseconds beside; the counted cases beside it are unchanged.
     status, case, figure, change, beside = cpu[0]
     assert (status, case, figure) == ("beyond tolerance", "owl-image-decoder [tiny] baseline", "instructions per step")
-    assert change.strip() == "+2.0%" and beside.endswith("median ms")
+    assert change == "+2.0% (±0.5%)" and beside.endswith("median ms")
     counted = [r for r in cpu if r[2] == "instructions per step"]
     assert len(counted) == 11 and all(r[0] == "within tolerance" for r in counted[1:])
     # GPU cases by their median ms; the two bf16 self-forcing variants that stepped +15% lead.
@@ -259,3 +259,36 @@ def test_every_page_fits_a_1366_px_window(year_site, tmp_path):
         widths[name] = (shown.probe["scroll_width_px"], shown.probe["client_width_px"])
         assert shown.probe["charts_drawn"] >= 1 or name.startswith("r/")
     assert all(scroll <= client for scroll, client in widths.values()), widths
+
+
+@needs_ruptures
+def test_the_pull_request_summary_words_a_change_as_the_dashboard_does(year_site):
+    """The gate's own verdict on the newest counted run (perfgate.gate.instructions against the
+    committed count baseline), in the Markdown a pull request gets: the same figure name, values,
+    change and tolerance as the dashboard's row for the case."""
+    from perfgate.gate.instructions import judge_instructions
+    from perfgate.gate.policy import load
+    from perfgate.history.runs import load_run
+    from perfgate.output import markdown
+    from perfgate.record import CaseRecord
+
+    policy = load(Path(__file__).resolve().parents[2] / "pyproject.toml")
+    store = year_site.parent / "store"
+    newest = load_run(sorted(p for p in store.rglob("*.json") if p.parent.name.startswith("cpu-"))[-1])
+    bench = next(b for b in newest.benchmarks if b.case_id == "owl-image-decoder-tiny-baseline")
+    counts = json.loads(history_year.COUNTS_BASELINE.read_text())["cases"][bench.case_id]
+    base = CaseRecord(instructions_per_step=counts["instructions_per_step"], instructions=counts["instructions"])
+    rec = bench.record
+    settings = policy.settings(rec.model, rec.variant, "instructions", rec.device)
+    verdict = judge_instructions(bench.fullname, rec, base, settings)
+    md = markdown.job_summary([newest], [verdict], policy=policy)
+    index = (year_site / "index.html").read_text()
+    row = re.search(
+        r'<a href="[^"]*">owl-image-decoder \[tiny\] baseline</a></td><td class="l">([^<]+)</td><td>([^<]+)</td>'
+        r'<td title="baseline ([^ ]+ M) [^"]*">([^<]+)</td>',
+        index,
+    )
+    figure, value, baseline, change = row.groups()
+    assert (figure, change) == ("instructions per step", "+2.0% (±0.5%)")
+    assert f"| owl-image-decoder [tiny] baseline | {figure} | {baseline} | {value} | {change} |" in md
+    assert "| case | figure | baseline | current | change vs baseline (tolerance) | why |" in md
