@@ -371,16 +371,20 @@ def build_site(
             }
         )
     ordered = sorted(all_trends, key=lambda t: dashboard.attention_order(t.figures))
+    calm = dashboard.ATTENTION.index("no baseline")  # from here on: nothing to act on
+    attention = [_row(t) for t in ordered if dashboard.ATTENTION.index(t.figures.attention) < calm]
     machines: dict[str, list[dict[str, Any]]] = {}
     for t in ordered:
-        machines.setdefault(t.series.fingerprint_id, []).append(_row(t))
+        if dashboard.ATTENTION.index(t.figures.attention) >= calm:
+            machines.setdefault(t.series.fingerprint_id, []).append(_row(t))
     counts = {a: sum(1 for t in all_trends if t.figures.attention == a) for a in dashboard.ATTENTION}
     out = {
         "index.html": tpl.render(
             kind="index",
             prefix="",
             latest=latest,
-            machines=sorted(machines.items(), key=lambda kv: dashboard.ATTENTION.index(kv[1][0]["attention"])),
+            attention=attention,
+            machines=sorted(machines.items()),
             counts={a: n for a, n in counts.items() if n},
             bisect=[b for t in ordered for b in t.bisect],
             **common,
@@ -402,7 +406,10 @@ def build_site(
                     "title": f"{model} [{opts}]",
                     "fingerprint_id": fp,
                     "figure": wording.figure_name(metric),
-                    "chart": model_chart(members, pages, "../"),
+                    # A group of single runs (a recorded baseline alone) has no history to draw yet.
+                    "chart": model_chart(members, pages, "../")
+                    if any(len(t.series.points) > 1 for t in members)
+                    else "",
                     "cases": [{**_row(t), "colour": PALETTE[k % len(PALETTE)]} for k, t in enumerate(members)],
                 }
             )

@@ -224,7 +224,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--days", type=int, default=365)
     p.add_argument("--pushes", type=int, default=10)
     p.add_argument("--site-only", action="store_true", help="measure the site of an existing OUT/store")
+    p.add_argument("--screenshots", type=Path, help="the dashboard of OUT/store (GPU and counted CPU runs): PNGs here")
     a = p.parse_args(argv)
+    if a.screenshots:
+        print(json.dumps(screenshots(a.out, a.screenshots, days=a.days, pushes=a.pushes), indent=1))
+        return 0
     if a.site_only:
         report = measure_site(a.out / "store", a.out / "site")
         print(json.dumps(report, indent=1))
@@ -334,6 +338,36 @@ def measure_site(store: Path, out: Path) -> dict[str, Any]:
             runs = [time_to_first_chart(exe, models[-1], out) for _ in range(3)]
             result["model_first_chart_parsed_ms"] = sorted(r["first_chart_parsed_ms"] for r in runs)
             result["model_charts"] = runs[0]["charts"]
+    return result
+
+
+def screenshots(out: Path, shots: Path, *, days: int, pushes: int) -> dict[str, Any]:
+    """The dashboard of `dashboard_history` in headless Chromium at 1366 px wide: the top of the
+    index and of a model page as small PNGs (128 colours) in `shots`, each page's scroll width."""
+    from PIL import Image
+
+    from tests.browser import chromium, render_page
+
+    if not (out / "store").is_dir():
+        dashboard_history(out, days=days, pushes_per_day=pushes)
+    site = out / "site"
+    r = subprocess.run(
+        [sys.executable, "-m", "perfgate", "report", "--site", str(site), "--store", str(out / "store"), "--baselines",
+         str(out / "baselines"), "--pyproject", str(ROOT / "pyproject.toml"), "--title", "perfgate history",
+         "--commit-url", "https://github.com/OWNER/REPO/commit/{commit}"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    shots.mkdir(parents=True, exist_ok=True)
+    result = {}
+    for name, png, height in (
+        ("index.html", "dashboard-index.png", 1000),
+        ("m/owl-image-decoder.html", "dashboard-model.png", 1400),
+    ):
+        shown = render_page(chromium(), (site / name).read_text(), out / "shots" / png, width=1366, height=height)
+        with Image.open(shown.screenshot) as im:
+            im.convert("RGB").quantize(128).save(shots / png, optimize=True)
+        result[name] = {k: shown.probe[k] for k in ("scroll_width_px", "client_width_px", "page_height_px")}
     return result
 
 
