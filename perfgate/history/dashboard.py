@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfgate.counts.suite import load_portable, portable_path
+from perfgate.counts.suite import CountsConfigError, load_portable, portable_path
 from perfgate.gate import store as gate_store
 from perfgate.gate.policy import Policy
 from perfgate.history.runs import Run, Series, metric_value
@@ -30,7 +30,7 @@ NORMALISED = "normalised_median"
 GATE_METRIC = {INSTRUCTIONS: "instructions", MEDIAN: "latency", NORMALISED: "latency"}
 # Shown beside the heading figure where the newest run recorded them.
 BESIDE_CPU = (MEDIAN,)
-BESIDE_GPU = ("device_ms", "kernels_per_step")  # device_ms: no record field yet; shown once one writes it
+BESIDE_GPU = ("kernels_per_step",)  # a device time too, once a record field holds one (none does yet)
 NEWEST_LEVEL_RUNS = 5  # the newest level: the median of this many newest reliable runs
 FAILING = ("regression", "error", "budget")
 _COUNT_FIELDS = ("instructions_per_step", "instructions")  # what a portable count baseline's case gives here
@@ -98,23 +98,23 @@ class Baselines:
     """The recorded baselines under one root, read once each: per machine the gate's numbered files
     (newest holding the case), per count key the portable count baseline."""
 
-    def __init__(self, root: str | Path, policy: Policy) -> None:
-        self.root = Path(root)
+    def __init__(self, root: str | Path | None, policy: Policy) -> None:
+        self.root = Path(root) if root is not None else None  # None: no baselines, only the tolerances
         self.policy = policy
         self._machines: dict[str, gate_store.Baselines | None] = {}
         self._counts: dict[str, dict[str, Any] | None] = {}
 
     def _machine(self, fp: str) -> gate_store.Baselines | None:
         if fp not in self._machines:
-            folder = gate_store.baseline_dir(self.root, fp)
-            self._machines[fp] = gate_store.Baselines(folder) if folder.is_dir() else None
+            folder = gate_store.baseline_dir(self.root, fp) if self.root else None
+            self._machines[fp] = gate_store.Baselines(folder) if folder and folder.is_dir() else None
         return self._machines[fp]
 
     def _count_file(self, key: str) -> dict[str, Any] | None:
         if key not in self._counts:
             try:
-                self._counts[key] = load_portable(portable_path(self.root, key))
-            except Exception:  # noqa: BLE001 - a broken count file: shown as no baseline, never a failed site
+                self._counts[key] = load_portable(portable_path(self.root, key)) if self.root else None
+            except CountsConfigError:  # a broken count file: shown as no baseline, never a failed site
                 self._counts[key] = None
         return self._counts[key]
 
@@ -197,7 +197,7 @@ def figures(
     newest_change = (level / base - 1) * 100 if base and level is not None else None
     beside = {}
     for m in BESIDE_CPU if is_cpu(newest) else BESIDE_GPU:
-        v = metric_value(newest, m) if m != "device_ms" else newest.record.extra.get("device_ms")
+        v = metric_value(newest, m)
         if isinstance(v, (int, float)) and m != metric:
             beside[m] = float(v)
     if metric != MEDIAN and not is_cpu(newest) and (v := metric_value(newest, MEDIAN)) is not None:

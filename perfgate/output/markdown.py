@@ -164,7 +164,7 @@ def job_summary(
         out += [*_more(len(others), max_rows), "", "</details>", ""]
     fastest = fastest_per_model(runs)
     if fastest:
-        out += [f"| model | fastest variant | median ms | {wording.FIGURES['speedup']} |", "|---|---|--:|--:|"]
+        out += [f"| model | fastest variant | median ms | {wording.SPEEDUP} |", "|---|---|--:|--:|"]
         out += [f"| {_md(m)} | {_md(var)} | {fmt_num(med)} | {wording.speedup(sp)} |" for m, var, med, sp in fastest]
         out.append("")
     if links:

@@ -261,7 +261,7 @@ def trends(
     by_metric = {
         m: {(s.fingerprint_id, s.fullname): s for s in build_series(runs, m)} for m in sorted(set(metric_of.values()))
     }
-    baselines = baselines or dashboard.Baselines(Path("/nonexistent"), Policy())
+    baselines = baselines or dashboard.Baselines(None, Policy())
     out = []
     for key, metric in sorted(metric_of.items()):
         s = by_metric[metric].get(key)

@@ -8,14 +8,14 @@ from typing import Any
 
 from perfgate.output.text import fmt_num
 
+SPEEDUP = "speedup over eager"
 # A figure's name as both outputs print it: what it is, with its unit.
 FIGURES = {
     "instructions_per_step": "instructions per step",
     "median_ms": "median ms",
     "normalised_median": "step / reference",
     "kernels_per_step": "kernel launches per step",
-    "device_ms": "device ms",
-    "speedup": "speedup over eager",
+    "speedup": SPEEDUP,
     "peak_mem_mib": "peak memory MiB",
 }
 # The gate's metric (a verdict's `metric`) as the figure it compares.
@@ -24,7 +24,7 @@ GATE_METRICS = {
     "latency": "median ms",
     "kernels": "kernel launches per step",
     "memory": "peak memory MiB",
-    "speedup": "speedup over eager",
+    "speedup": SPEEDUP,
     "energy": "energy J per step",
     "accuracy": "relative L2 error",
 }
