@@ -35,7 +35,7 @@ from markupsafe import Markup
 
 from perfgate.gate.policy import Policy
 from perfgate.history import dashboard
-from perfgate.history.dashboard import INSTRUCTIONS, MEDIAN, NORMALISED, CaseFigures
+from perfgate.history.dashboard import INSTRUCTIONS, NORMALISED, CaseFigures
 from perfgate.history.runs import Run, Series, build_series, parse_time
 from perfgate.output import wording
 from perfgate.output.change_points import bisect_ranges, case_id
@@ -508,6 +508,3 @@ def _entry(b: Benchmark, verdicts: Mapping[str, Any]) -> dict[str, Any]:
         "verdict": (v or {}).get("verdict"),
         "change": (v or {}).get("change_pct"),
     }
-
-
-__all__ = ["MAX_MARKS", "MEDIAN", "build_site", "model_chart", "run_page", "sparkline", "trend_chart", "trends"]
