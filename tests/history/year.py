@@ -2,7 +2,8 @@
 perfgate wrote) copied once per commit with its times scaled by a drift, lognormal noise and chosen
 steps, then stored through the real path (perfgate.history_store.validate and add_run), as the
 hosted job stores a GPU run. Used by the store and site tests (a few weeks) and by
-`python -m tests.history.year` (a year: the sizes and the dashboard's weight in docs/history-store.md).
+`python -m tests.history.year` (a year: the sizes and the dashboard's weight in docs/history-store.md;
+`--screenshots DIR`: the dashboard of GPU and counted CPU runs, docs/img's PNGs).
 """
 
 from __future__ import annotations
