@@ -40,6 +40,8 @@ PROBE_JS = """(function () {
     first_chart_px: svgs.length ? top(svgs[0]) : null,
     first_chart_outside_summary_px: outside.length ? top(outside[0]) : null,
     page_height_px: document.documentElement.scrollHeight,
+    scroll_width_px: document.documentElement.scrollWidth,
+    client_width_px: document.documentElement.clientWidth,
     charts_drawn: svgs.length,
     overlapping_tick_labels: overlaps
   }));

@@ -10,13 +10,16 @@ from pathlib import Path
 def write_site(args: argparse.Namespace, storage: list[str]) -> int:
     from perfgate import files
     from perfgate.commands import CommandError
+    from perfgate.gate.policy import PolicyError, load
     from perfgate.history.changepoints import AcceptedChangeError, load_accepted
+    from perfgate.history.dashboard import Baselines
     from perfgate.history.runs import gather
     from perfgate.output.site import build_site
 
     try:
         accepted = load_accepted(args.pyproject)
-    except AcceptedChangeError as exc:
+        policy = load(args.pyproject)  # the gate's tolerances, drawn around each baseline
+    except (AcceptedChangeError, PolicyError) as exc:
         raise CommandError(str(exc)) from None
     g = gather(baselines_root=args.baselines, fingerprint_id=None, storage_dirs=storage, paths=args.runs)
     for line in g.unreadable:
@@ -26,7 +29,9 @@ def write_site(args: argparse.Namespace, storage: list[str]) -> int:
             f"no saved run in {args.baselines} or {', '.join(storage)}; pass --store DIR (a checkout of "
             "perfgate-history) or RUN.json files"
         )
-    pages = build_site(g.runs, accepted, commit_url=args.commit_url, title=args.title)
+    pages = build_site(
+        g.runs, accepted, commit_url=args.commit_url, title=args.title, baselines=Baselines(args.baselines, policy)
+    )
     out = Path(args.site)
     total = 0
     for rel, text in sorted(pages.items()):

@@ -31,7 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--baselines",
         default="baselines",
         metavar="DIR",
-        help="baseline folder for the history trends (default baselines)",
+        help="baseline folder for the history trends and the dashboard's baselines (default baselines)",
     )
     p.add_argument(
         "--storage",
@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(str(exc)) from None
     # The Markdown first: a pull request gets its summary even if drawing the HTML fails.
     if args.markdown:
-        _write_markdown(args.markdown, markdown.job_summary(runs, verdicts, links))
+        _write_markdown(args.markdown, markdown.job_summary(runs, verdicts, links, policy=_policy(args.pyproject)))
     history, unreadable, accepted = (None, [], ())
     if not args.no_history:
         from perfgate.history.changepoints import AcceptedChangeError, load_accepted
@@ -182,3 +182,14 @@ def _saved_runs(args: argparse.Namespace, storage: list[str]) -> list[str]:
         file=sys.stderr,
     )
     return [r.path for r in chosen]
+
+
+def _policy(pyproject: str) -> object:
+    """The gate's policy for the tolerances the Markdown prints beside each change; None (no
+    tolerance printed) where the pyproject cannot be read: the summary must still be written."""
+    from perfgate.gate.policy import PolicyError, load
+
+    try:
+        return load(pyproject)
+    except PolicyError:
+        return None

@@ -216,7 +216,12 @@ def discover(
     With `fingerprint_id=None` every fingerprint folder is included.
     """
     root = Path(baselines_root)
-    own = _json_files(root / fingerprint_id) if fingerprint_id else _json_files(root)
+    # counts/ holds the portable count baselines (perfgate.counts), no runs.
+    own = (
+        _json_files(root / fingerprint_id)
+        if fingerprint_id
+        else [f for f in _json_files(root) if f.relative_to(root).parts[0] != "counts"]
+    )
     for p in map(Path, paths):
         own += _json_files(p) if p.is_dir() else [p]
     own = _unique(own)

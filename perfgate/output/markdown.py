@@ -9,8 +9,11 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from perfgate import gate
+from perfgate.gate.metrics import GATED
+from perfgate.gate.policy import Policy
 from perfgate.gate.verdict_file import VerdictSet, as_verdict_set
 from perfgate.history.runs import Run
+from perfgate.output import wording
 from perfgate.output.report_data import case_name, fastest_per_model, labels_by_fullname, verdict_counts
 from perfgate.output.text import fmt_num
 
@@ -56,7 +59,31 @@ def _code(text: Any) -> str:
 
 
 def _change(v: gate.Verdict) -> str:
-    return "-" if v.change_pct is None else f"{v.change_pct:+.1f}%"
+    return "-" if v.change_pct is None else wording.pct(v.change_pct)
+
+
+# The gate's relative tolerances, per metric (accuracy's is a factor, kernel launches have none).
+_SETTING = {m.name: m.setting for m in GATED if m.setting.endswith("_tolerance") and m.name != "kernels"}
+
+
+def _change_cell(v: gate.Verdict, runs: Sequence[Run], policy: Policy | None) -> str:
+    """The change as the dashboard writes it: '+2.0% (±0.5%)', the tolerance the gate's for the case."""
+    if v.change_pct is None:
+        return "-"
+    setting = _SETTING.get(v.metric)
+    rec = next((b.record for r in runs for b in r.benchmarks if b.fullname == v.case), None)
+    if policy is None or setting is None or rec is None:
+        return wording.pct(v.change_pct)
+    settings = policy.settings(rec.model or "", rec.variant or "", v.metric, str(rec.device or ""))
+    return wording.change_cell(v.change_pct, getattr(settings, setting))
+
+
+def _value(value: float | None, v: gate.Verdict) -> str:
+    return wording.figure_value(value, v.metric) if v.metric in ("instructions", "kernels") else fmt_num(value)
+
+
+def _figure(v: gate.Verdict) -> str:
+    return wording.verdict_metric_name(v.metric, v.compared)
 
 
 def _as_runs(runs: Sequence[Run | Mapping[str, Any]]) -> list[Run]:
@@ -86,19 +113,25 @@ def job_summary(
     links: Mapping[str, str] | None = None,
     *,
     max_rows: int = 15,
+    policy: Policy | None = None,
 ) -> str:
     """`runs`: result files (Run or their JSON); `verdicts`: a VerdictSet, the verdicts file's JSON
-    or a list of Verdicts (None: no verdicts file); `links`: artifact name -> URL, in order."""
+    or a list of Verdicts (None: no verdicts file); `links`: artifact name -> URL, in order;
+    `policy`: the gate's, for the tolerance beside each change. Figures, changes and tolerances are
+    worded as the dashboard words them (perfgate.output.wording)."""
     runs, vs = _as_runs(runs), as_verdict_set(verdicts)
     labels = labels_by_fullname(runs)
     all_v = gate.sort_verdicts(vs.verdicts) if vs else []
     failing = gate.failing(all_v, fail_on_improvement=vs.fail_on_improvement) if vs else []
     out = [_heading(vs, failing), ""]
     if failing:
-        out += ["| case | metric | baseline | current | change | why |", "|---|---|--:|--:|--:|---|"]
         out += [
-            f"| {_md(case_name(v.case, labels))} | {_md(v.metric)} | {fmt_num(v.baseline)} | {fmt_num(v.current)} | "
-            f"{_change(v)} | {_md(v.message or v.verdict)} |"
+            f"| case | figure | baseline | current | {wording.CHANGE_TOLERANCE} | why |",
+            "|---|---|--:|--:|--:|---|",
+        ]
+        out += [
+            f"| {_md(case_name(v.case, labels))} | {_md(_figure(v))} | {_value(v.baseline, v)} | "
+            f"{_value(v.current, v)} | {_change_cell(v, runs, policy)} | {_md(v.message or v.verdict)} |"
             for v in failing[:max_rows]
         ]
         out += [*_more(len(failing), max_rows), ""]
@@ -120,22 +153,19 @@ def job_summary(
         out += [
             f"<details><summary>Other verdicts ({len(others)})</summary>",
             "",
-            "| case | metric | current | change | verdict |",
+            f"| case | figure | current | {wording.CHANGE_TOLERANCE} | verdict |",
             "|---|---|--:|--:|---|",
         ]
         out += [
-            f"| {_md(case_name(v.case, labels))} | {_md(v.metric)} | {fmt_num(v.current)} | {_change(v)} | "
-            f"{_md(v.verdict)} |"
+            f"| {_md(case_name(v.case, labels))} | {_md(_figure(v))} | {_value(v.current, v)} | "
+            f"{_change_cell(v, runs, policy)} | {_md(v.verdict)} |"
             for v in others[:max_rows]
         ]
         out += [*_more(len(others), max_rows), "", "</details>", ""]
     fastest = fastest_per_model(runs)
     if fastest:
-        out += ["| model | fastest variant | median ms | speedup |", "|---|---|--:|--:|"]
-        out += [
-            f"| {_md(m)} | {_md(var)} | {fmt_num(med)} | {'-' if sp is None else f'{sp:.2f}×'} |"
-            for m, var, med, sp in fastest
-        ]
+        out += [f"| model | fastest variant | median ms | {wording.SPEEDUP} |", "|---|---|--:|--:|"]
+        out += [f"| {_md(m)} | {_md(var)} | {fmt_num(med)} | {wording.speedup(sp)} |" for m, var, med, sp in fastest]
         out.append("")
     if links:
         out.append("Artifacts: " + " · ".join(f"[{_md(name)}]({url})" for name, url in links.items()))
@@ -155,9 +185,9 @@ def ab_summary(result: Any, verdicts: Sequence[gate.Verdict], *, max_rows: int =
     ]
     shown = [*failing, *(v for v in verdicts if v not in failing and v.metric == "latency")]
     if shown:
-        out += ["| case | metric | change | verdict | why |", "|---|---|--:|---|---|"]
+        out += ["| case | figure | change | verdict | why |", "|---|---|--:|---|---|"]
         out += [
-            f"| {_md(case_name(v.case, {}))} | {_md(v.metric)} | {_change(v)} | {_md(v.verdict)} | {_md(v.message)} |"
+            f"| {_md(case_name(v.case, {}))} | {_md(_figure(v))} | {_change(v)} | {_md(v.verdict)} | {_md(v.message)} |"
             for v in shown[:max_rows]
         ]
         out += [*_more(len(shown), max_rows), ""]

@@ -179,9 +179,8 @@ def count_phrase(verdicts: Sequence[gate.Verdict]) -> str:
     """'1 regression, 3 unreliable, 2 inconclusive' in the gate's order."""
     c = Counter(v.verdict for v in verdicts)
     order = [k for k in gate.VERDICT_ORDER if k in c] + sorted(k for k in c if k not in gate.VERDICT_ORDER)
-    return ", ".join(
-        _plural(c[k], k) if k in (gate.REGRESSION, gate.IMPROVEMENT, gate.ERROR, gate.KNOWN_DEFECT) else f"{c[k]} {k}" for k in order
-    )
+    counted = (gate.REGRESSION, gate.IMPROVEMENT, gate.ERROR, gate.KNOWN_DEFECT)  # nouns; the rest are adjectives
+    return ", ".join(_plural(c[k], k) if k in counted else f"{c[k]} {k}" for k in order)
 
 
 def quiet_lines(verdicts: Sequence[gate.Verdict], hint: str) -> list[str]:

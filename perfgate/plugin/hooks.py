@@ -173,7 +173,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if step_summary:
         commit = config.hook.pytest_benchmark_generate_commit_info(config=config)
         with open(step_summary, "a", encoding="utf8") as fh:
-            fh.write(markdown.job_summary([report_data.session_run(s, commit)], verdicts) + "\n")
+            run = report_data.session_run(s, commit)
+            fh.write(markdown.job_summary([run], verdicts, policy=s.config.policy) + "\n")
 
 
 @pytest.hookimpl(trylast=True)  # after pytest-benchmark's table, whichever loaded first: the verdicts end the run

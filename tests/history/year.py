@@ -2,7 +2,8 @@
 perfgate wrote) copied once per commit with its times scaled by a drift, lognormal noise and chosen
 steps, then stored through the real path (perfgate.history_store.validate and add_run), as the
 hosted job stores a GPU run. Used by the store and site tests (a few weeks) and by
-`python -m tests.history.year` (a year: the sizes and the dashboard's weight in docs/history-store.md).
+`python -m tests.history.year` (a year: the sizes and the dashboard's weight in docs/history-store.md;
+`--screenshots DIR`: the dashboard of GPU and counted CPU runs, docs/img's PNGs).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from perfgate.history import store as history_store
 ROOT = Path(__file__).resolve().parents[2]
 H100_RUN = Path("/work/shared/evidence/2026-11-23-h100/c1.json")  # 48 cases; used when present
 CPU_BASELINE = ROOT / "baselines" / "cpu-amd-epyc-f26m2-t2-6c90885578" / "0001_baseline.json"  # committed
+COUNTS_BASELINE = sorted((ROOT / "baselines" / "counts").glob("*.json"))[0]  # committed: the portable count baseline
 _STAT_TIMES = ("min", "max", "mean", "median", "stddev", "iqr", "q1", "q3", "ld15iqr", "hd15iqr", "total")
 
 
@@ -62,6 +64,33 @@ def scaled(bench: Mapping[str, Any], factor: float) -> dict[str, Any]:
     return b
 
 
+def counted(bench: dict[str, Any], factor: float) -> dict[str, Any]:
+    """An entry's instruction counts moved by a step's `factor` only: counts have no timing noise
+    (unchanged code counts the same in every pinned process)."""
+    info = bench["extra_info"]
+    if isinstance(info.get("instructions_per_step"), (int, float)):
+        info["instructions_per_step"] *= factor
+        if isinstance(info.get("instructions"), dict) and isinstance(info["instructions"].get("total"), int):
+            info["instructions"] = {**info["instructions"], "total": round(info["instructions"]["total"] * factor)}
+    return bench
+
+
+def cpu_counts_template(counts: Path = COUNTS_BASELINE, timed: Path = CPU_BASELINE) -> dict[str, Any]:
+    """A CPU run of the counted tier as perfgate writes it with its count pass: the committed CPU
+    baseline's entries of the cases the committed count baseline holds, each with that file's
+    instruction, op and kernel counts (the fields the count pass writes into the record)."""
+    run = json.loads(timed.read_text())
+    cases = json.loads(counts.read_text())["cases"]
+    kept = []
+    for b in run["benchmarks"]:
+        case = b["name"][b["name"].index("[") + 1 : -1] if b["name"].endswith("]") else b["name"]
+        if case in cases:
+            b["extra_info"].update({k: v for k, v in cases[case].items() if k != "instructions_functions"})
+            kept.append(b)
+    run["benchmarks"] = kept
+    return run
+
+
 def commit_of(i: int) -> str:
     return hashlib.sha1(f"synthetic commit {i}".encode()).hexdigest()
 
@@ -89,11 +118,11 @@ def make_run(
     for b in template["benchmarks"]:
         if cases is not None and b["name"] not in cases:
             continue
-        factor = math.exp(rng.normal(0, noise))
+        stepped = 1.0
         for s in steps:
             if index >= s.at and (b["name"] == s.case_glob or fnmatchcase(b["name"], s.case_glob)):
-                factor *= s.factor
-        benches.append(scaled(b, factor))
+                stepped *= s.factor
+        benches.append(counted(scaled(b, stepped * math.exp(rng.normal(0, noise))), stepped))
     run["benchmarks"] = benches
     return run
 
@@ -154,6 +183,33 @@ def store_runs(
     return written
 
 
+def dashboard_history(
+    out: Path, *, days: int, pushes_per_day: int, seed: int = 0, start: datetime = datetime(2026, 12, 1, tzinfo=UTC)
+) -> tuple[Path, Path]:
+    """What the dashboard reads on main, as (store, baselines root): the GPU runner's runs (the
+    pull-request tier each push, the full matrix nightly) and the CPU tier's counted runs each
+    push, in one store; the baselines they are judged against: each machine's recorded run and the
+    committed portable count baseline. Steps: self-forcing bf16 +15% on the GPU halfway, vjepa2
+    baseline -10% on the GPU after a third, owl-image-decoder +2% instructions on the CPU at
+    three quarters (the counting gate's tolerance is 1%)."""
+    gpu, cpu = load_template(), cpu_counts_template()
+    store, baselines = out / "store", out / "baselines"
+    pushes = days * pushes_per_day
+    gpu_steps = [Step("*self-forcing*bf16]", pushes // 2, 1.15), Step("*vjepa2*baseline]", pushes // 3, 0.9)]
+    store_runs(store, gpu, days=days, pushes_per_day=pushes_per_day, pr_cases=pr_tier_names(gpu),
+               steps=gpu_steps, seed=seed, start=start)  # fmt: skip
+    cpu_steps = [Step("*owl-image-decoder*", pushes * 3 // 4, 1.02)]
+    store_runs(store, cpu, days=days, pushes_per_day=pushes_per_day, pr_cases=[b["name"] for b in cpu["benchmarks"]],
+               steps=cpu_steps, nightly=False, seed=seed + 1, start=start)  # fmt: skip
+    for run_file in (H100_RUN if H100_RUN.is_file() else CPU_BASELINE, CPU_BASELINE):
+        fp = json.loads(run_file.read_text())["perfgate"]["fingerprint_id"]
+        (baselines / fp).mkdir(parents=True, exist_ok=True)
+        (baselines / fp / "0001_baseline.json").write_bytes(run_file.read_bytes())
+    (baselines / "counts").mkdir(parents=True, exist_ok=True)
+    (baselines / "counts" / COUNTS_BASELINE.name).write_bytes(COUNTS_BASELINE.read_bytes())
+    return store, baselines
+
+
 def load_template(path: Path = H100_RUN) -> dict[str, Any]:
     return json.loads((path if path.is_file() else CPU_BASELINE).read_text())
 
@@ -169,7 +225,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--days", type=int, default=365)
     p.add_argument("--pushes", type=int, default=10)
     p.add_argument("--site-only", action="store_true", help="measure the site of an existing OUT/store")
+    p.add_argument("--screenshots", type=Path, help="the dashboard of OUT/store (GPU and counted CPU runs): PNGs here")
     a = p.parse_args(argv)
+    if a.screenshots:
+        print(json.dumps(screenshots(a.out, a.screenshots, days=a.days, pushes=a.pushes), indent=1))
+        return 0
     if a.site_only:
         report = measure_site(a.out / "store", a.out / "site")
         print(json.dumps(report, indent=1))
@@ -279,6 +339,36 @@ def measure_site(store: Path, out: Path) -> dict[str, Any]:
             runs = [time_to_first_chart(exe, models[-1], out) for _ in range(3)]
             result["model_first_chart_parsed_ms"] = sorted(r["first_chart_parsed_ms"] for r in runs)
             result["model_charts"] = runs[0]["charts"]
+    return result
+
+
+def screenshots(out: Path, shots: Path, *, days: int, pushes: int) -> dict[str, Any]:
+    """The dashboard of `dashboard_history` in headless Chromium at 1366 px wide: the top of the
+    index and of a model page as small PNGs (128 colours) in `shots`, each page's scroll width."""
+    from PIL import Image
+
+    from tests.browser import chromium, render_page
+
+    if not (out / "store").is_dir():
+        dashboard_history(out, days=days, pushes_per_day=pushes)
+    site = out / "site"
+    r = subprocess.run(
+        [sys.executable, "-m", "perfgate", "report", "--site", str(site), "--store", str(out / "store"), "--baselines",
+         str(out / "baselines"), "--pyproject", str(ROOT / "pyproject.toml"), "--title", "perfgate history",
+         "--commit-url", "https://github.com/OWNER/REPO/commit/{commit}"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    shots.mkdir(parents=True, exist_ok=True)
+    result = {}
+    for name, png, height in (
+        ("index.html", "dashboard-index.png", 1000),
+        ("m/owl-image-decoder.html", "dashboard-model.png", 1400),
+    ):
+        shown = render_page(chromium(), (site / name).read_text(), out / "shots" / png, width=1366, height=height)
+        with Image.open(shown.screenshot) as im:
+            im.convert("RGB").quantize(128).save(shots / png, optimize=True)
+        result[name] = {k: shown.probe[k] for k in ("scroll_width_px", "client_width_px", "page_height_px")}
     return result
 
 

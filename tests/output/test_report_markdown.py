@@ -32,7 +32,7 @@ def test_markdown_regressions_first_short_with_links(tonight, verdicts):
     lines = md.splitlines()
     assert lines[0] == "### perfgate: :x: 2 regression(s)"
     table = [line for line in lines if line.startswith("| physicsnemo")]
-    assert table[0].startswith("| physicsnemo-block [tiny] bf16 | latency | 5.000 | 6.500 | +30.0% |")
+    assert table[0].startswith("| physicsnemo-block [tiny] bf16 | median ms | 5.000 | 6.500 | +30.0% |")
     assert table[1].startswith("| physicsnemo-train [tiny] baseline | budget:median_ms |")
     assert (
         "1 unchanged" in md
@@ -41,7 +41,7 @@ def test_markdown_regressions_first_short_with_links(tonight, verdicts):
         and "`ccccccc (dirty)`" in md
     )
     assert "faster \\| much" not in md.split("<details>")[0]  # the improvement is folded away, below the failures
-    assert "| physicsnemo-block [tiny] int8-dynamic | latency | 12.00 | -14.3% | improvement |" in md
+    assert "| physicsnemo-block [tiny] int8-dynamic | median ms | 12.00 | -14.3% | improvement |" in md
     assert lines[-1] == "Artifacts: [HTML report](https://ci.example/report.html) · [run JSON](tonight.json)"
     assert len(lines) < 40
 
@@ -77,7 +77,7 @@ def test_markdown_gate_off_and_ratchet(real):
     )  # --perfgate-ratchet fails on it
     assert (
         ratchet.startswith("### perfgate: :x: 1 regression(s)")
-        and "| physicsnemo-block [tiny] baseline | latency |" in ratchet
+        and "| physicsnemo-block [tiny] baseline | median ms |" in ratchet
     )
 
 

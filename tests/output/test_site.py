@@ -89,9 +89,12 @@ def test_the_real_step_is_marked_with_its_commit_and_bisect_command(real_site):
     assert model.count("<circle") == 8 and model.count('<a href="../r/') == 8  # every run a linked point
     index = (real_site / "index.html").read_text()
     assert f"perfgate bisect {good[:12]} {bad[:12]} --case physicsnemo-block-tiny-baseline --device cpu" in index
-    # The newest run's verdicts come first, its regression above its unchanged figure.
-    latest = index[index.index('id="latest"') : index.index('id="cases"')]
-    assert latest.index("regression") < latest.index("unchanged")
+    # What needs attention comes first: the case whose newest run regressed heads the cases, and the
+    # newest run's regression is shown above its unchanged figure (folded).
+    cases = index[index.index('id="attention"') : index.index('id="cases"')]
+    assert re.search(r'<td class="l"><span class="badge ([\w-]+)">', cases).group(1) == "regression"
+    latest = index[index.index('id="latest"') :]
+    assert latest.index("regression") < latest.index("<details><summary>1 unchanged")
     assert f'href="{COMMIT_URL.format(commit=_commit(RUNS[-1]))}"' in latest
     (run_page,) = (real_site / "r" / FP_ID).glob(f"0001-{_commit(RUNS[0])[:12]}-pr.html")
     assert COMMIT_URL.format(commit=_commit(RUNS[0])) in run_page.read_text()
@@ -205,3 +208,125 @@ def test_a_source_that_is_not_https_is_refused_before_it_is_stored(tmp_path):
     with pytest.raises(history_store.StoreError, match="--source 'javascript:alert\\(1\\)'"):
         history_store.add_run(tmp_path / "store", data, source="javascript:alert(1)")
     assert not (tmp_path / "store").exists()
+
+
+@pytest.fixture(scope="module")
+def year_site(tmp_path_factory) -> Path:
+    """The dashboard of a few days of the synthetic history (tests/history/year.py): the GPU
+    runner's tier each push and its full matrix nightly, the CPU tier's counted runs each push,
+    judged against each machine's recorded run and the committed count baseline."""
+    tmp = tmp_path_factory.mktemp("year-site")
+    store, baselines = history_year.dashboard_history(tmp, days=4, pushes_per_day=6)
+    out = tmp / "site"
+    argv = ["report", "--site", str(out), "--store", str(store), "--baselines", str(baselines)]
+    assert main([*argv, "--pyproject", str(Path(__file__).resolve().parents[2] / "pyproject.toml")]) == 0
+    return out
+
+
+_ROW = re.compile(
+    r'<tr><td class="l"><span class="badge [\w-]+">([^<]+)</span></td><td class="l case"><a [^>]*>([^<]+)</a>'
+    r'(?:<br><span class="sub">on ([^<]+)</span>)?</td><td class="l">([^<]+)</td><td>[^<]*</td><td[^>]*>([^<]*)</td>'
+    r'(?:<td class="l sub">([^<]*)</td>)?'
+)
+
+
+def _index_rows(index: str) -> tuple[list[tuple[str, ...]], dict[str, list[tuple[str, ...]]]]:
+    """The index's cases as (status, case, machine, figure, change vs baseline (tolerance), beside):
+    the needs-attention table's, and per machine the others'."""
+    att = index[index.index('id="attention"') : index.index('id="cases"')]
+    rows = [m.groups() for m in _ROW.finditer(att)]
+    machines = {}
+    for fp, table in re.findall(r"<summary><b>([^<]+)</b>.*?(<table class=\"cases\">.*?</table>)", index, re.S):
+        machines[fp] = [(r[0], r[1], fp, *r[3:]) for r in (m.groups() for m in _ROW.finditer(table))]
+    return rows, machines
+
+
+@needs_ruptures
+def test_the_index_heads_each_case_by_its_gating_figure_and_puts_attention_first(year_site):
+    from perfgate.history.dashboard import ATTENTION
+
+    attention, machines = _index_rows((year_site / "index.html").read_text().replace("&amp;", "&"))
+    ranks = [ATTENTION.index(r[0]) for r in attention]
+    assert ranks == sorted(ranks) and ranks[-1] < ATTENTION.index("no baseline"), attention
+    # The GPU's self-forcing bf16 variants stepped +15% (tolerance 5%): they lead, by their median ms.
+    assert attention[0][0] == "beyond tolerance" and "self-forcing-dit" in attention[0][1]
+    assert attention[0][2].startswith("cuda-") and attention[0][3] == "median ms"
+    # The counted CPU case whose instructions stepped up 2% (tolerance 0.5% in pyproject.toml): headed
+    # by its instructions, milliseconds beside; the other counted cases are unchanged, further down.
+    (cpu,) = [r for r in attention if r[2].startswith("cpu-")]
+    assert cpu[:2] == ("beyond tolerance", "owl-image-decoder [tiny] baseline")
+    assert cpu[3:5] == ("instructions per step", "+2.0% (±0.5%)") and cpu[5].endswith("median ms")
+    (cpu_fp,) = [fp for fp in machines if fp.startswith("cpu-")]
+    counted = [r for r in machines[cpu_fp] if r[3] == "instructions per step"]
+    assert len(counted) == 10 and {r[0] for r in counted} == {"within tolerance"}
+    assert {r[3] for fp, rows in machines.items() if fp != cpu_fp for r in rows} == {"median ms"}
+    for rows in machines.values():
+        assert all(ATTENTION.index(r[0]) >= ATTENTION.index("no baseline") for r in rows)
+
+
+@needs_ruptures
+def test_a_model_page_draws_its_variants_together_around_the_baseline_and_tolerance(year_site):
+    page = (year_site / "m" / "self-forcing-dit.html").read_text()
+    charts = re.findall(r'<svg class="chart".*?</svg>', page, re.S)
+    # One chart per group (machine, size, options, figure), every variant of the group on it.
+    headings = re.findall(r"<h3>([^<]+) <span class=\"sub\">on ([^ ]+) · ([^,]+),", page)
+    assert len(charts) + page.count("no history to draw yet") == len(headings) and len(charts) >= 3
+    gpu = next(c for c, h in zip(charts, headings) if h[0] == "self-forcing-dit [1.3b]" and h[1].startswith("cuda"))
+    assert gpu.count("<polyline") == 5  # baseline, autocast-bf16, bf16, cudagraphs, int8-dynamic
+    for chart in charts:
+        assert '<line class="zero"' in chart and ">baseline</text>" in chart and "%</text>" in chart
+        assert re.search(r'<rect class="band"[^>]*><title>tolerance ±\d', chart)
+    assert '<line class="noise"' in gpu  # the baselines' measured noise
+    # The optimisation history: each variant's speedup over eager in the newest full run.
+    opt = page[page.index('id="optimisation"') : page.index('id="charts"')]
+    assert "speedup over eager" in opt and opt.count("<caption>") >= 2
+    assert re.search(r"<td class=\"l\">bf16</td><td>[\d.]+</td><td class=\"l\"><span class=\"bar\"", opt)
+
+
+@pytest.mark.skipif(chromium() is None, reason="no Chromium: ./scripts/install-chromium")
+@needs_ruptures
+def test_every_page_fits_a_1366_px_window(year_site, tmp_path):
+    """No page scrolls sideways in a 1366-px-wide window (the commonest laptop width): the index,
+    every model page and a run page, measured in headless Chromium."""
+    names = ["index.html", *sorted(str(p.relative_to(year_site)) for p in (year_site / "m").glob("*.html"))]
+    names.append(str(sorted((year_site / "r").rglob("*-all.html"))[-1].relative_to(year_site)))
+    widths = {}
+    for name in names:
+        shown = render_page(chromium(), (year_site / name).read_text(), tmp_path / name.replace("/", "_"), 1366, 900)
+        widths[name] = (shown.probe["scroll_width_px"], shown.probe["client_width_px"])
+        assert shown.probe["charts_drawn"] >= 1 or name.startswith("r/")
+    assert all(scroll <= client for scroll, client in widths.values()), widths
+
+
+@needs_ruptures
+def test_the_pull_request_summary_words_a_change_as_the_dashboard_does(year_site):
+    """The gate's own verdict on the newest counted run (perfgate.gate.instructions against the
+    committed count baseline), in the Markdown a pull request gets: the same figure name, values,
+    change and tolerance as the dashboard's row for the case."""
+    from perfgate.gate.instructions import judge_instructions
+    from perfgate.gate.policy import load
+    from perfgate.history.runs import load_run
+    from perfgate.output import markdown
+    from perfgate.record import CaseRecord
+
+    policy = load(Path(__file__).resolve().parents[2] / "pyproject.toml")
+    store = year_site.parent / "store"
+    newest = load_run(sorted(p for p in store.rglob("*.json") if p.parent.name.startswith("cpu-"))[-1])
+    bench = next(b for b in newest.benchmarks if b.case_id == "owl-image-decoder-tiny-baseline")
+    counts = json.loads(history_year.COUNTS_BASELINE.read_text())["cases"][bench.case_id]
+    base = CaseRecord(instructions_per_step=counts["instructions_per_step"], instructions=counts["instructions"])
+    rec = bench.record
+    settings = policy.settings(rec.model, rec.variant, "instructions", rec.device)
+    verdict = judge_instructions(bench.fullname, rec, base, settings)
+    md = markdown.job_summary([newest], [verdict], policy=policy)
+    index = (year_site / "index.html").read_text()
+    row = re.search(
+        r'<a href="[^"]*">owl-image-decoder \[tiny\] baseline</a><br><span class="sub">on [^<]+</span></td>'
+        r'<td class="l">([^<]+)</td><td>([^<]+)</td>'
+        r'<td title="baseline ([^ ]+ M) [^"]*">([^<]+)</td>',
+        index,
+    )
+    figure, value, baseline, change = row.groups()
+    assert (figure, change) == ("instructions per step", "+2.0% (±0.5%)")
+    assert f"| owl-image-decoder [tiny] baseline | {figure} | {baseline} | {value} | {change} |" in md
+    assert "| case | figure | baseline | current | change vs baseline (tolerance) | why |" in md
