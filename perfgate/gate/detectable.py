@@ -10,7 +10,9 @@ code moved that much between passes; a change is told apart from it only when it
 is about 3.4: one false alarm in well over 50 unchanged comparisons). The gate never reports a
 regression smaller than its case's detectable change, and says so in the verdict.
 
-Passes that disagree by more than `DISAGREE` in latency caught a slow phase of the machine (the
+Passes that disagree by more than the case's latency tolerance (`DISAGREE`, 5%, by default; the
+CPU's policy allows 50%: a shared 2-core VM moved tiny cases' step/reference ratios 41% and 104%
+between three passes of `scripts/record-baselines --passes 3`) caught a slow phase of the machine (the
 H100 records of 2026-11-26 and -27 read launch-bound cases 9-12% slow): such a case is
 re-measured, and if its passes still disagree it is recorded flagged (`unreliable`), so the gate
 does not judge latency against it.
