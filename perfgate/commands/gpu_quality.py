@@ -69,10 +69,10 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CommandError(str(exc)) from None
     load_models()
-    data = gq.run(plan, _builder(device), progress=lambda m: print(f"gpu-quality: {m}", flush=True))
+    result = gq.run(plan, _builder(device), progress=lambda m: print(f"gpu-quality: {m}", flush=True))
     args.out.mkdir(parents=True, exist_ok=True)
-    files.write_json(args.out / "quality.json", data)
-    text = detection_markdown(data)
+    files.write_json(args.out / "quality.json", result.to_json())
+    text = detection_markdown(result)
     files.write_text(args.out / "quality.md", text)
     print("\n" + text + f"\ngpu-quality: written to {args.out}")
     return 0

@@ -216,7 +216,7 @@ def run(
     build: Builder,
     settings: GateSettings = GateSettings(),
     progress: Callable[[str], None] = lambda _: None,
-) -> dict[str, Any]:
+) -> QualityRun:
     """Every case of the plan recorded, compared and judged; the rows and the tally."""
     import torch
 
@@ -312,14 +312,26 @@ def run(
         del step, gpu_steps, host_steps, conditions, schedule
         if cuda:
             torch.cuda.empty_cache()
-    return {
-        "device": plan.device,
-        "plan": asdict(plan),
-        "setups": [asdict(s) for s in setups],
-        "rows": [asdict(r) for r in rows],
-        "tally": tally(rows),
-        "wall_s": time.perf_counter() - t_start,
-    }
+    return QualityRun(plan=plan, setups=setups, rows=rows, tally=tally(rows), wall_s=time.perf_counter() - t_start)
+
+
+@dataclass(frozen=True, kw_only=True)
+class QualityRun:
+    plan: Plan
+    setups: list[CaseSetup]
+    rows: list[Comparison]
+    tally: list[TallyRow]
+    wall_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "device": self.plan.device,
+            "plan": asdict(self.plan),
+            "setups": [asdict(s) for s in self.setups],
+            "rows": [asdict(r) for r in self.rows],
+            "tally": [asdict(t) for t in self.tally],
+            "wall_s": self.wall_s,
+        }
 
 
 def _during(step: Callable[[], Any], every: int) -> Callable[[], Any]:
@@ -340,7 +352,7 @@ class TallyRow:
     wall_s_per_comparison: float
 
 
-def tally(rows: Sequence[Comparison]) -> list[dict[str, Any]]:
+def tally(rows: Sequence[Comparison]) -> list[TallyRow]:
     """Per gate, kind and size: regressions / comparisons judged (a false alarm where unchanged)."""
     out = []
     keys = sorted({(r.kind, r.size_pct) for r in rows}, key=lambda x: (x[0] != "unchanged", x[0], x[1]))
@@ -349,16 +361,14 @@ def tally(rows: Sequence[Comparison]) -> list[dict[str, Any]]:
             sel = [r for r in rows if r.kind == kind and r.size_pct == k]
             judged = [r for r in sel if r.verdicts.get(gate) is not None]
             out.append(
-                asdict(
-                    TallyRow(
-                        gate=gate,
-                        kind=kind,
-                        size_pct=k,
-                        caught=sum(r.verdicts[gate] == REGRESSION for r in judged),
-                        total=len(judged),
-                        not_judged=len(sel) - len(judged),
-                        wall_s_per_comparison=sum(r.wall_s for r in sel) / len(sel) if sel else 0.0,
-                    )
+                TallyRow(
+                    gate=gate,
+                    kind=kind,
+                    size_pct=k,
+                    caught=sum(r.verdicts[gate] == REGRESSION for r in judged),
+                    total=len(judged),
+                    not_judged=len(sel) - len(judged),
+                    wall_s_per_comparison=sum(r.wall_s for r in sel) / len(sel) if sel else 0.0,
                 )
             )
     return out
