@@ -113,3 +113,26 @@ def test_passes_that_still_disagree_are_recorded_flagged(tmp_path: Path) -> None
     session.run = lambda case, progress=None: _result(12.5)
     kept = session.with_pass_noise(CASE, "b::t[c]", _result(13.0), None)
     assert kept.record.unreliable and "disagree" in kept.record.unreliable
+
+
+def test_doctor_lists_the_recorded_cases_that_cannot_detect_five_percent(tmp_path: Path, capsys) -> None:
+    import argparse
+
+    from perfgate.commands import doctor
+    from perfgate.measure.fingerprint import fingerprint, fingerprint_id
+
+    def entry(case: str, detects_pct: float) -> dict:
+        rec = _rec(
+            4.0, pass_noise={"latency": {"passes": 3, "spread_pct": detects_pct / 2, "detects_pct": detects_pct}}
+        )
+        stats = {"median": 0.004, "mean": 0.004, "min": 0.004, "max": 0.004, "stddev": 0.0, "rounds": 12}
+        return {"name": case, "fullname": f"b.py::{case}", "stats": stats, "extra_info": rec.to_extra_info()}
+
+    folder = tmp_path / fingerprint_id(fingerprint("cpu"))
+    folder.mkdir()
+    data = {"benchmarks": [entry("quiet", 0.8), entry("noisy", 9.0)], "perfgate": {"schema": 1}}
+    (folder / "0001_x.json").write_text(json.dumps(data))
+    assert doctor.run(argparse.Namespace(device="cpu", json=False, baselines=str(tmp_path))) == 0
+    out = capsys.readouterr().out
+    assert "1 of 2 cannot detect 5% on this runner" in out and "noisy  latency: detects >= 9.0% here" in out
+    assert "quiet  " not in out
