@@ -203,7 +203,12 @@ class Session:
             decision = gate.decide(fullname, runs, baseline, self.config.policy)
             if not decision.remeasure or not self.judges("latency"):
                 result.record = decision.record
-                kept = [v for v in decision.verdicts if self.judges(v.metric)]
+                # Why a case was not judged (no baseline, unreliable) stays visible whatever is judged.
+                kept = [
+                    v
+                    for v in decision.verdicts
+                    if self.judges(v.metric) or v.verdict in (gate.NO_BASELINE, gate.UNRELIABLE)
+                ]
                 verdicts = [replace(v, baseline_file=str(found[1])) for v in kept] if found else kept
                 break
             if progress:
