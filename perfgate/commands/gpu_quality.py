@@ -69,11 +69,16 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CommandError(str(exc)) from None
     load_models()
-    result = gq.run(plan, _builder(device), progress=lambda m: print(f"gpu-quality: {m}", flush=True))
     args.out.mkdir(parents=True, exist_ok=True)
-    files.write_json(args.out / "quality.json", result.to_json())
-    text = detection_markdown(result)
-    files.write_text(args.out / "quality.md", text)
+
+    def write(run: gq.QualityRun) -> str:  # after each case, so a run cut short keeps its cases
+        files.write_json(args.out / "quality.json", run.to_json())
+        text = detection_markdown(run)
+        files.write_text(args.out / "quality.md", text)
+        return text
+
+    result = gq.run(plan, _builder(device), progress=lambda m: print(f"gpu-quality: {m}", flush=True), checkpoint=write)
+    text = write(result)
     print("\n" + text + f"\ngpu-quality: written to {args.out}")
     return 0
 

@@ -216,8 +216,10 @@ def run(
     build: Builder,
     settings: GateSettings = GateSettings(),
     progress: Callable[[str], None] = lambda _: None,
+    checkpoint: Callable[[QualityRun], None] | None = None,
 ) -> QualityRun:
-    """Every case of the plan recorded, compared and judged; the rows and the tally."""
+    """Every case of the plan recorded, compared and judged; the rows and the tally. `checkpoint`
+    gets the run so far after each case (a run cut short by its time limit keeps what it did)."""
     import torch
 
     from perfgate.quality.inject import slow_op
@@ -267,6 +269,7 @@ def run(
                 share = linear_share(wall, sorted(med)[len(med) // 2])
         finally:
             undo()
+        del doubled_case  # a graph case's doubled copy: one model fewer on the device
         gpu_steps: dict[float, Callable[[], Any]] = {}
         host_steps: dict[float, Callable[[], Any]] = {}
         for k in plan.sizes_pct:
@@ -308,6 +311,10 @@ def run(
                     if dev and cur.device_ms_per_step is not None
                     else None,
                 )
+            )
+        if checkpoint is not None:
+            checkpoint(
+                QualityRun(plan=plan, setups=setups, rows=rows, tally=tally(rows), wall_s=time.perf_counter() - t_start)
             )
         del step, gpu_steps, host_steps, conditions, schedule
         if cuda:
