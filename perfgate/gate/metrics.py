@@ -129,8 +129,10 @@ def within_noise(v: Verdict, base: CaseRecord, metric: str, tolerance: float) ->
     an improvement smaller than it becomes inconclusive, and a verdict whose tolerance is below it
     says what the case can tell."""
     d = detects(base, metric)
-    if d is None or d <= tolerance or v.change_pct is None:
+    if d is None or v.change_pct is None:
         return v
+    if d <= tolerance:
+        return replace(v, message=f"{v.message}; detects >= {d:.1%} here")
     note = f"this case detects >= {d:.1%} here (its baseline's passes), above the {tolerance:.0%} tolerance"
     if v.verdict in (REGRESSION, IMPROVEMENT) and abs(v.change_pct) < d * 100:
         return replace(v, verdict=INCONCLUSIVE, message=f"{v.message}; {note}: not told apart from noise")

@@ -59,6 +59,9 @@ def test_a_verdict_never_claims_more_precision_than_its_case_has() -> None:
     base = CaseRecord(median_ms=10.0, samples_ms=[10.0 + 0.01 * i for i in range(20)])
     cur = CaseRecord(median_ms=10.7, samples_ms=[10.7 + 0.01 * i for i in range(20)])
     assert judge_latency("c", cur, base, s).verdict == REGRESSION  # +7%, no recorded noise
+    quiet = CaseRecord(**{**base.__dict__, "pass_noise": {"latency": {"passes": 3, "spread_pct": 1, "detects_pct": 2}}})
+    v = judge_latency("c", cur, quiet, s)
+    assert v.verdict == REGRESSION and v.message.endswith("; detects >= 2.0% here")  # each verdict says it
     noisy = CaseRecord(
         **{**base.__dict__, "pass_noise": {"latency": {"passes": 3, "spread_pct": 5, "detects_pct": 10}}}
     )
