@@ -68,3 +68,25 @@ def test_the_quality_run_rehearsed_on_the_cpu_writes_its_detection_table(tmp_pat
     table = (out / "summary.md").read_text()
     assert "| device time, stored | - | - |" in table and "| wall time, same-job A/B |" in table
     assert (out / "quality" / "quality.md").read_text() in table  # the detection table in the summary
+
+
+def test_a_graph_case_gets_its_gpu_side_slowdown_built_in_and_every_comparison_is_judged() -> None:
+    # A CUDA graph replays no F.linear: the slowdown must be in place while the case is built (captured).
+    # Rehearsed with a plain CPU step standing in for the replay; the capture itself needs CUDA.
+    import torch
+
+    original = torch.nn.functional.linear
+    builds: list[bool] = []  # per build: was F.linear patched meanwhile
+    lin, x = torch.nn.Linear(32, 32), torch.randn(8, 32)
+
+    def build(spec):
+        builds.append(torch.nn.functional.linear is not original)
+        return "m-tiny-cudagraphs", (lambda: torch.nn.functional.linear(x, lin.weight, lin.bias)), True
+
+    plan = gq.Plan(device="cpu", cases=(("m", "tiny", "cudagraphs"),), repeats=1, rounds=3, passes=2, profile_steps=1)
+    plan = gq.Plan(**{**plan.__dict__, "warmup_s": 0.0})
+    result = gq.run(plan, build)
+    assert builds == [False, True, True, True, True]  # the case, its every-call-doubled copy, one per size
+    assert torch.nn.functional.linear is original  # nothing left patched
+    assert len(result.rows) == 7 and all(r.verdicts["wall-ab"] is not None for r in result.rows)
+    assert result.setups[0].linear_every.keys() == {"1", "2", "5"}
