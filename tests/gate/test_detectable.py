@@ -38,13 +38,16 @@ def test_noise_per_metric_between_passes_and_the_line_the_report_prints() -> Non
 
 def test_cpu_passes_use_the_step_reference_ratio() -> None:
     # The CPU gate judges step/reference ratios: the raw ms moved 20% with the machine, the ratio 1%.
+    # Instructions under callgrind: the same count in every pinned process, so nothing hides below.
+    counted = {"instructions_per_step": 1_000_000.0}
     passes = [
-        _rec(10.0, normalised_median=2.00),
-        _rec(12.0, normalised_median=2.02),
-        _rec(11.0, normalised_median=2.01),
+        _rec(10.0, normalised_median=2.00, **counted),
+        _rec(12.0, normalised_median=2.02, **counted),
+        _rec(11.0, normalised_median=2.01, **counted),
     ]
     noise = detectable.noise_of(passes)
     assert noise["latency"].spread == pytest.approx(0.02 / 2.01)
+    assert noise["instructions"].detects == 0.0
     assert detectable.disagreement(noise) is None
 
 
