@@ -131,6 +131,17 @@ class CaseRecord:
     aten_ops_per_step: dict[str, float] | None = _f()
     kernels_per_step: float | None = _f(None, history=("CUDA kernel launches per step", "lower"))
     kernel_names_per_step: dict[str, float] | None = _f()
+    # The GPU's busy time per step from the same profiler window (kernels, copies and memsets,
+    # overlaps merged: perfgate.measure.device_time), each activity name's time, and the host's
+    # share beside it (the timed median minus the device time; "launch-bound" when the GPU idles
+    # most of the step).
+    device_ms_per_step: float | None = _f(None, history=("GPU busy time per step", "lower"))
+    kernel_ms_per_step: dict[str, float] | None = _f()
+    host_ms_per_step: float | None = _f()
+    bound: str | None = _f()  # "launch-bound" or "device-bound"
+    # The noise the record was taken with (perfgate.gate.detectable): per metric the relative
+    # spread between its passes, the passes, and the smallest change the gate can tell from it.
+    pass_noise: dict[str, Any] | None = _f()
     # Telemetry summary (sampler's own schema) and reliability.
     telemetry: dict[str, Any] | None = _f()
     contention_cores: float | None = _f()

@@ -18,6 +18,28 @@ HELP = "show which optimisation variants run here and what is missing for the ot
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda if available, else cpu)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument(
+        "--baselines",
+        default="baselines",
+        help="baseline folder: each recorded case's detectable change is listed (default baselines)",
+    )
+
+
+def detectable_rows(baselines_root: str, fp_id: str) -> list:
+    """Each case of this fingerprint's newest baselines with its detectable change
+    (perfgate.gate.detectable); a broken baseline file is a CommandError."""
+    from perfgate.gate import detectable
+    from perfgate.gate import store as baseline_store
+
+    folder = baseline_store.baseline_dir(baselines_root, fp_id)
+    records = {}
+    try:
+        for path in reversed(baseline_store.numbered_files(folder)):
+            for name, b in baseline_store.by_name(baseline_store.load(path)).items():
+                records.setdefault(name.split("::")[-1], b.record)
+    except baseline_store.BaselineError as exc:
+        raise CommandError(str(exc)) from None
+    return detectable.case_table(records)
 
 
 def report(device: str) -> dict:
@@ -39,6 +61,8 @@ def run(args: argparse.Namespace) -> int:
     if (err := device_error(device)) is not None:
         raise CommandError(f"--device {err}")
     data = report(str(resolve(device)))
+    rows = detectable_rows(args.baselines, data["fingerprint_id"])
+    data["detectable"] = {r.case: {"detects": r.detects, "misses_5pct": r.misses_target} for r in rows}
     if args.json:
         print(json.dumps(data, indent=2, default=str))
         return 0
@@ -49,8 +73,15 @@ def run(args: argparse.Namespace) -> int:
         f"gpu {fp['gpu_name']} (cc {fp['compute_capability']})  cpu {fp['cpu_model']} {' '.join(fp['cpu_flags'])}  "
         f"threads {fp['threads']}"
     )
-    rows = [
+    variant_rows = [
         [n, "yes" if v["available"] else "no", v["reason"] or v["description"]] for n, v in data["variants"].items()
     ]
-    print("\n".join(text_table(("variant", "runs here", "why not / what it is"), rows)))
+    print("\n".join(text_table(("variant", "runs here", "why not / what it is"), variant_rows)))
+    if rows:
+        missing = [r for r in rows if r.misses_target]
+        print(
+            f"\ndetectable change per recorded case ({args.baselines}, this fingerprint): {len(missing)} of "
+            f"{len(rows)} cannot detect 5% on this runner (latency), or recorded no noise (record with --passes 3)"
+        )
+        print("\n".join(text_table(("case", "detects"), [[r.case, r.line] for r in missing])))
     return 0

@@ -266,6 +266,14 @@ def annotate(counts: SessionCounts | None, case: Any, record: CaseRecord, step: 
         if oc.kernels_per_step is not None:
             record.kernels_per_step = oc.kernels_per_step
             record.kernel_names_per_step = oc.kernel_names_per_step
+        if oc.device_ms_per_step is not None:
+            from perfgate.measure.device_time import host_share
+
+            record.device_ms_per_step = oc.device_ms_per_step
+            record.kernel_ms_per_step = oc.kernel_ms_per_step
+            if record.median_ms:
+                share = host_share(record.median_ms, oc.device_ms_per_step)
+                record.host_ms_per_step, record.bound = share.host_ms_per_step, share.bound
 
 
 def portable_record(counts: SessionCounts | None, case_id: str) -> CaseRecord | None:

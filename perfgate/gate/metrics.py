@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from perfgate.gate.detectable import detects
 from perfgate.gate.instructions import judge_instructions, judge_kernels
 from perfgate.gate.settings import GateSettings
 from perfgate.gate.verdicts import IMPROVEMENT, INCONCLUSIVE, REGRESSION, UNCHANGED, Verdict
@@ -119,6 +120,26 @@ def judge_latency_samples(
 
 
 def judge_latency(case: str, cur: CaseRecord, base: CaseRecord, s: GateSettings) -> Verdict:
+    """`_judge_latency`, never claiming more precision than the baseline's recorded noise allows."""
+    return within_noise(_judge_latency(case, cur, base, s), base, "latency", s.latency_tolerance)
+
+
+def within_noise(v: Verdict, base: CaseRecord, metric: str, tolerance: float) -> Verdict:
+    """A verdict held to its case's detectable change (perfgate.gate.detectable): a regression or
+    an improvement smaller than it becomes inconclusive, and a verdict whose tolerance is below it
+    says what the case can tell."""
+    d = detects(base, metric)
+    if d is None or v.change_pct is None:
+        return v
+    if d <= tolerance:
+        return replace(v, message=f"{v.message}; detects >= {d:.1%} here")
+    note = f"this case detects >= {d:.1%} here (its baseline's passes), above the {tolerance:.0%} tolerance"
+    if v.verdict in (REGRESSION, IMPROVEMENT) and abs(v.change_pct) < d * 100:
+        return replace(v, verdict=INCONCLUSIVE, message=f"{v.message}; {note}: not told apart from noise")
+    return replace(v, message=f"{v.message}; {note}")
+
+
+def _judge_latency(case: str, cur: CaseRecord, base: CaseRecord, s: GateSettings) -> Verdict:
     """Normalised when the policy asks and both sides carry reference samples, else raw (saying why
     when normalisation was asked for). A baseline measured unreliably is not judged against."""
     if base.unreliable:
@@ -174,6 +195,36 @@ def _guard_reference(normalised: Verdict, cur: CaseRecord, base: CaseRecord, s: 
             message=f"{normalised.message}: {normalised.verdict} relative to the machine, but {note} is a regression",
         )
     return replace(normalised, message=f"{normalised.message}; {note}")
+
+
+def judge_device_time(case: str, cur: CaseRecord, base: CaseRecord, s: GateSettings) -> Verdict | None:
+    """The GPU's busy time per step (kernels, copies, memsets; perfgate.measure.device_time) by
+    tolerance: host phases do not move it. A regression names the kernels whose time grew."""
+    from perfgate.measure.device_time import grown
+
+    current, baseline = cur.device_ms_per_step, base.device_ms_per_step
+    if current is None or baseline is None or baseline <= 0:
+        return None
+    kw = dict(
+        case=case,
+        metric="device_time",
+        baseline=baseline,
+        current=current,
+        change_pct=_pct(current, baseline),
+        compared="GPU busy ms per step",
+    )
+    change = current / baseline - 1
+    tol = s.device_time_tolerance
+    what = f"GPU busy {current:.4g} ms/step vs {baseline:.4g} ms ({change:+.1%})"
+    if change > tol:
+        names = grown(base.kernel_ms_per_step or {}, cur.kernel_ms_per_step or {})
+        grew = f"; {'; '.join(names)}" if names else ""
+        v = Verdict(**kw, verdict=REGRESSION, message=f"{what} > {tol:.1%}{grew}")
+    elif change < 1 / (1 + tol) - 1:
+        v = Verdict(**kw, verdict=IMPROVEMENT, message=f"{what}: less by more than {tol:.1%}")
+    else:
+        v = Verdict(**kw, verdict=UNCHANGED, message=f"{what}: within {tol:.1%}")
+    return within_noise(v, base, "device_time", tol)
 
 
 def judge_memory(case: str, cur: CaseRecord, base: CaseRecord, s: GateSettings) -> Verdict | None:
@@ -320,6 +371,15 @@ GATED: tuple[GatedMetric, ...] = (
         unit="instructions",
         timing=False,  # counted under callgrind: a busy machine does not move it
         judge=judge_instructions,
+    ),
+    GatedMetric(
+        name="device_time",
+        reads="device_ms_per_step",
+        setting="device_time_tolerance",
+        better="lower",
+        unit="ms",
+        timing=False,  # the kernels' own durations: host phases and other processes do not move them
+        judge=judge_device_time,
     ),
     GatedMetric(
         name="kernels",

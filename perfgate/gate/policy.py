@@ -102,6 +102,7 @@ _RANGES: dict[str, tuple[float, float, bool, str]] = {  # (low, high, low inclus
     "remeasure": (0, 10, True, "a whole number of re-measurements, 0 to 10"),
     "contention_max": (0.0, 1024.0, True, "cores"),
     "ab_min_effect": (0.0, 1.0, True, "a relative change, e.g. 0.02 for 2%"),
+    "device_time_tolerance": (0.0, 10.0, True, "a relative growth, e.g. 0.015 for 1.5%"),
     "instructions_tolerance": (0.0, 1.0, True, "a relative change, e.g. 0.01 for 1%"),
     "instructions_nondeterministic": (0.0, 1.0, True, "a relative difference, e.g. 0.001 for 0.1%"),
 }

@@ -12,6 +12,11 @@ Stages, each a subprocess with its own log and JUnit XML under the output folder
 5. the same selection again, unchanged, gated against that record: what a pull request sees;
 6. a summary of what passed (`summary.md`, `summary.json`), printed at the end.
 
+`--quality` runs the GPU gate's quality run instead of stages 2-5 (`perfgate gpu-quality`:
+compute- and launch-bound cases, unchanged comparisons and sized GPU- and host-side slowdowns,
+each judged by wall time stored and A/B, device time and kernel counts; sized for 8 minutes of
+one H100, not yet timed on one), its detection table in `quality/quality.md` and in the summary.
+
 Without CUDA it says so and exits 5 (perfgate's "cannot run here"), unless `--device cpu` asks for
 a rehearsal of the flow on the CPU (how this module is tested). Exit 0 when every stage passed,
 else 1. It installs nothing: scripts/gpu-check uses the project's set-up (`PERFGATE_SKIP_INSTALL=1`
@@ -227,6 +232,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--budget-s", type=float, default=2.0, help="timed seconds per case (default 2)")
     p.add_argument("--skip-tests", action="store_true", help="leave out the harness's tests (stage 3)")
     p.add_argument(
+        "--quality",
+        action="store_true",
+        help="run the GPU gate's quality run (perfgate gpu-quality) instead of doctor, tests, record and rerun",
+    )
+    p.add_argument("--repeats", type=int, default=None, help="--quality: comparisons per condition (default 4)")
+    p.add_argument("--rounds", type=int, default=None, help="--quality: timed rounds per side (default 30)")
+    p.add_argument("--cases", default=None, help="--quality: MODEL:SIZE:VARIANT,... (default: gpu-quality's)")
+    p.add_argument(
         "--out", default=str(ROOT / ".perfgate" / "gpu-check"), help="output folder (default .perfgate/gpu-check)"
     )
     p.add_argument("pytest_args", nargs="*", help="more arguments for both benchmark runs (after --)")
@@ -257,12 +270,12 @@ def main(argv: list[str] | None = None) -> int:
 
         shutil.rmtree(baselines)  # the record must be this run's own
     py = sys.executable
-    stages = [
-        run_stage(
-            "health", [py, "-m", "perfgate", "health", "--device", device, "--json", str(out / "health.json")], out
-        ),
-        run_stage("doctor", [py, "-m", "perfgate", "doctor", "--device", device], out),
-    ]
+    health = run_stage(
+        "health", [py, "-m", "perfgate", "health", "--device", device, "--json", str(out / "health.json")], out
+    )
+    if args.quality:
+        return quality_main(args, py, device, out, health)
+    stages = [health, run_stage("doctor", [py, "-m", "perfgate", "doctor", "--device", device], out)]
     if not args.skip_tests:
         try:
             import xdist  # noqa: F401
@@ -333,6 +346,28 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     text, data = summary(stages, out, device)
+    from perfgate import files
+
+    files.write_text(out / "summary.md", text)
+    files.write_json(out / "summary.json", data)
+    print("\n" + text + f"\ngpu-check: everything is in {out}")
+    return EXIT_OK if data["passed"] else EXIT_FAILED
+
+
+def quality_main(args: argparse.Namespace, py: str, device: str, out: Path, health: StageResult) -> int:
+    """`--quality`: the health check, then `perfgate gpu-quality` into out/quality; the summary
+    holds both stages and the detection table."""
+    command = [py, "-m", "perfgate", "gpu-quality", "--device", device, "--out", str(out / "quality")]
+    for flag, value in (("--repeats", args.repeats), ("--rounds", args.rounds), ("--cases", args.cases)):
+        if value is not None:
+            command += [flag, str(value)]
+    command += args.pytest_args  # after --: more gpu-quality options (--passes, --profile-steps, --sizes)
+    stages = [health, run_stage("quality", command, out)]
+    text, data = summary(stages, out, device)
+    table = out / "quality" / "quality.md"
+    if table.is_file():
+        text += "\n" + table.read_text(encoding="utf8")
+    data["quality"] = str(table.relative_to(out)) if table.is_file() else None
     from perfgate import files
 
     files.write_text(out / "summary.md", text)

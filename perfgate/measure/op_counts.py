@@ -5,7 +5,8 @@ composite ones are decomposed (`aten::linear` reaches it as `aten::t` + `aten::a
 not see inside a compiled graph's extern calls the same way, while the profiler records every
 dispatched op at every level (aten::linear and the aten::addmm inside it) in eager and compiled
 code alike, and its CUDA activity in the same trace gives the kernel launches: one mechanism for
-both counts on every device. Both counts are read from the chrome trace the profiler exports (the
+both counts on every device (and, from the kernels' durations, the device time per step:
+perfgate.measure.device_time). Both counts are read from the chrome trace the profiler exports (the
 file `perfgate profile` and `--perfgate-trace` keep), so a stored trace is counted the same way.
 """
 
@@ -21,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perfgate.measure.device_time import device_time_from_events
+
 STEPS = 10
 KERNEL_CATS = ("kernel",)  # CUPTI's kernel activity (memcpy / memset have categories of their own)
 COPY_CATS = ("gpu_memcpy", "gpu_memset")
@@ -33,12 +36,16 @@ class OpCounts:
     kernels_per_step: float | None  # None: no device activity was traced (a CPU run)
     kernel_names_per_step: dict[str, float] = field(default_factory=dict)
     copies_per_step: float | None = None
+    # The GPU's busy time per step (perfgate.measure.device_time), None on a CPU run.
+    device_ms_per_step: float | None = None
+    kernel_ms_per_step: dict[str, float] = field(default_factory=dict)
 
 
 def counts_from_events(events: Iterable[Mapping[str, Any]], steps: int, *, device_traced: bool) -> OpCounts:
     """Counts per step from a chrome trace's events (torch.profiler's `export_chrome_trace`)."""
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
+    events = list(events)
     ops: Counter[str] = Counter()
     kernels: Counter[str] = Counter()
     copies = 0
@@ -52,12 +59,15 @@ def counts_from_events(events: Iterable[Mapping[str, Any]], steps: int, *, devic
             kernels[name] += 1
         elif cat in COPY_CATS:
             copies += 1
+    dt = device_time_from_events(events, steps) if device_traced else None
     return OpCounts(
         steps=steps,
         aten_ops_per_step={k: v / steps for k, v in sorted(ops.items())},
         kernels_per_step=sum(kernels.values()) / steps if device_traced else None,
         kernel_names_per_step={k: v / steps for k, v in kernels.most_common()} if device_traced else {},
         copies_per_step=copies / steps if device_traced else None,
+        device_ms_per_step=dt.device_ms_per_step if dt else None,
+        kernel_ms_per_step=dt.kernel_ms_per_step if dt else {},
     )
 
 

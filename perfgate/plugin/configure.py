@@ -163,7 +163,24 @@ def run_config(config: pytest.Config, table: dict[str, Any]) -> RunConfig:
         verdict_file=Path(o("perfgate_verdicts") or root / ".perfgate" / "verdicts.json"),
         counts_config=counts_config,
         counts_registries=_registries(config, table),
+        earlier_passes=tuple(Path(p) for p in (o("perfgate_earlier_passes") or "").split(",") if p),
+        gate_metrics=_gate_metrics(o("perfgate_gate_metrics")),
     )
+
+
+def _gate_metrics(value: str | None) -> tuple[str, ...] | None:
+    """--perfgate-gate-metrics: a comma-separated list of gated metrics, each one the gate knows."""
+    if not value:
+        return None
+    from perfgate.gate.metrics import METRIC_NAMES
+
+    chosen = tuple(m.strip() for m in value.split(",") if m.strip())
+    unknown = [m for m in chosen if m not in METRIC_NAMES]
+    if unknown:
+        raise pytest.UsageError(
+            f"perfgate: --perfgate-gate-metrics {unknown[0]!r} is no gated metric; known: {', '.join(METRIC_NAMES)}"
+        )
+    return chosen
 
 
 def with_plugins_changes(config: pytest.Config, built: RunConfig) -> RunConfig:

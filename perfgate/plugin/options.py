@@ -34,6 +34,17 @@ def add_options(parser: pytest.Parser) -> None:
     g.addoption("--perfgate-baselines", default=None, help="baseline folder (default: <rootdir>/baselines)")
     g.addoption("--perfgate-no-gate", action="store_true", help="measure only; do not compare with the baseline")
     g.addoption(
+        "--perfgate-gate-metrics",
+        default=None,
+        help="comma-separated gated metrics to judge (default: all), e.g. kernels,device_time,memory,accuracy",
+    )
+    g.addoption(
+        "--perfgate-earlier-passes",
+        default=None,
+        help="comma-separated result files of earlier recording passes: each record keeps the noise between "
+        "them and this pass (scripts/record-baselines --passes)",
+    )
+    g.addoption(
         "--perfgate-ratchet",
         action="store_true",
         help="fail on an unexpected improvement, so the baseline is re-recorded",

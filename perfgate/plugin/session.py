@@ -55,6 +55,12 @@ class RunConfig:
     # the registries and model files the valgrind worker loads.
     counts_config: counts_suite.CountsConfig | None = None
     counts_registries: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
+    # Recording in passes (scripts/record-baselines --passes N): the earlier passes' result files;
+    # each case's record carries the noise between them and this pass (perfgate.gate.detectable).
+    earlier_passes: tuple[Path, ...] = ()
+    # The gated metrics judged (--perfgate-gate-metrics); None: all. The GPU pull-request gate judges
+    # kernel counts, device time, memory and accuracy here and leaves wall time to same-job A/B.
+    gate_metrics: tuple[str, ...] | None = None
 
 
 _CONFIG_FIELDS = frozenset(f.name for f in fields(RunConfig))
@@ -95,6 +101,7 @@ class Session:
         self.fingerprint_id = fingerprint_id(self.fingerprint)
         self.env = Env.detect(self.config.device)
         self._baselines: baseline_store.Baselines | None = None  # read on first use
+        self._earlier: dict[str, list[CaseRecord]] | None = None  # the earlier passes' records, read on first use
 
     # The outputs (perfgate.output) read these two of the configuration from the session.
     @property
@@ -195,13 +202,15 @@ class Session:
         runs, verdicts = [result.record], []
         while self.config.gate_enabled:
             decision = gate.decide(fullname, runs, baseline, self.config.policy)
-            if not decision.remeasure:
+            if not decision.remeasure or not self.judges("latency"):
                 result.record = decision.record
-                verdicts = (
-                    [replace(v, baseline_file=str(found[1])) for v in decision.verdicts]
-                    if found
-                    else list(decision.verdicts)
-                )
+                # Why a case was not judged (no baseline, unreliable) stays visible whatever is judged.
+                kept = [
+                    v
+                    for v in decision.verdicts
+                    if self.judges(v.metric) or v.verdict in (gate.NO_BASELINE, gate.UNRELIABLE)
+                ]
+                verdicts = [replace(v, baseline_file=str(found[1])) for v in kept] if found else kept
                 break
             if progress:
                 progress(f"suspected latency regression; re-measuring ({len(runs)} run(s) so far)")
@@ -210,16 +219,22 @@ class Session:
             result = self.run(case, progress)
             result.record.remeasured = len(runs)
             runs.append(result.record)
+        if self.config.earlier_passes:
+            result = self.with_pass_noise(case, fullname, result, progress)
         if self.config.gate_enabled and found is None:  # no host baseline: the counts may still have a portable one
             s = self.config.policy.settings(case.model, case.variant, "instructions", case.device)
             verdicts += counts_suite.portable_verdicts(self.counts, case.id, fullname, result.record, s)
-        verdicts += gate.absolute_checks(
-            fullname,
-            result.record,
-            self.config.policy,
-            self.hardware,
-            fail_on_graph_break=self.config.fail_on_graph_break,
-        )
+        verdicts += [
+            v
+            for v in gate.absolute_checks(
+                fullname,
+                result.record,
+                self.config.policy,
+                self.hardware,
+                fail_on_graph_break=self.config.fail_on_graph_break,
+            )
+            if self.judges(v.metric)
+        ]
         if self.config.policy.known_defects:  # an upstream defect's failure is named, not failed on
             defects = self.config.policy.known_defects
             verdicts = gate.explain_known_defects(case.id, result.record, verdicts, defects, this_host())
@@ -231,6 +246,54 @@ class Session:
         self.results[fullname] = result
         self.verdicts.extend(verdicts)
         return result, verdicts
+
+    def judges(self, metric: str) -> bool:
+        """Whether this run judges `metric` (--perfgate-gate-metrics; a budget is a latency figure,
+        graph breaks the compile's own check: both judged when latency is)."""
+        chosen = self.config.gate_metrics
+        if chosen is None:
+            return True
+        base = "latency" if metric.startswith("budget:") or metric == "graph_breaks" else metric
+        return base in chosen
+
+    def earlier_records(self) -> dict[str, list[CaseRecord]]:
+        """fullname -> the records of the earlier recording passes (their result files, read once)."""
+        if self._earlier is None:
+            from perfgate.results import benchmarks, read_benchmark_json
+
+            self._earlier = {}
+            for path in self.config.earlier_passes:
+                for b in benchmarks(read_benchmark_json(path)):
+                    self._earlier.setdefault(b.fullname, []).append(b.record)
+        return self._earlier
+
+    def with_pass_noise(
+        self, case: Case, fullname: str, result: CaseResult, progress: Callable[[str], None] | None
+    ) -> CaseResult:
+        """The record with the noise between the earlier passes and this one (perfgate.gate.detectable).
+        Passes further apart than the case's latency tolerance (a slow phase) re-measure the case
+        once; still disagreeing, it is recorded flagged unreliable, so no later run judges latency
+        against it."""
+        from perfgate.gate import detectable
+
+        earlier = self.earlier_records().get(fullname, [])
+        if not earlier:
+            return result
+        limit = self.config.policy.settings(case.model, case.variant, "latency", case.device).latency_tolerance
+        noise = detectable.noise_of([*earlier, result.record])
+        if detectable.disagreement(noise, limit) is not None:
+            if progress:
+                progress("the recording passes disagree (a slow phase?); re-measuring")
+            result.step = None
+            result.measurement.output = None
+            again = self.run(case, progress)
+            again.record.remeasured = 1
+            result, noise = again, detectable.noise_of([*earlier, again.record])
+            why = detectable.disagreement(noise, limit)
+            if why is not None:
+                result.record.unreliable = why
+        result.record.pass_noise = detectable.noise_block(noise)
+        return result
 
     def attach_evidence(
         self,

@@ -178,7 +178,8 @@ def test_ci_benchmark_rejects_an_unknown_mode_in_one_line(tmp_path: Path) -> Non
     r = run([str(SCRIPTS / "ci-benchmark"), *SMALLEST], script_env(tmp_path, PERFGATE_MODE="abba"))
     assert r.returncode == 4
     assert r.stderr.strip() == (
-        "ci-benchmark: PERFGATE_MODE=abba is not a mode; use stored (the stored baseline) or ab (same-job A/B)"
+        "ci-benchmark: PERFGATE_MODE=abba is not a mode; use stored (the stored baseline), ab (same-job A/B) or pr "
+        "(A/B for wall time, stored for kernels and device time)"
     )
 
 

@@ -90,7 +90,7 @@ def test_compare_case_end_to_end_and_ordering():
 
 
 def test_every_gated_metric_is_one_row_the_policy_knows():
-    names = ("latency", "memory", "energy", "accuracy", "speedup", "instructions", "kernels")
+    names = ("latency", "memory", "energy", "accuracy", "speedup", "instructions", "device_time", "kernels")
     assert METRIC_NAMES == tuple(m.name for m in metrics.GATED) == names
     for m in metrics.GATED:
         assert hasattr(S, m.setting) and m.better in ("lower", "higher")

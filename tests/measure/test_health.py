@@ -229,10 +229,11 @@ def test_ci_benchmark_stops_before_measuring_on_an_unfit_gpu(tmp_path):
     assert step_summary.read_text() == summary
     assert json.loads((out / "health.json").read_text())["ok"] is False
 
-    # PERFGATE_HEALTH=warn goes on (here only to collect: torch's CUDA is fake); a bad value is bad input.
+    # PERFGATE_HEALTH=warn goes on (here only to collect: torch's CUDA is fake; the stored gate named,
+    # as the pr default on a GPU would run `perfgate ab` first); a bad value is bad input.
     r = run(
         [str(SCRIPTS / "ci-benchmark"), "--out", str(out), *cuda, "--collect-only"],
-        {**env, "PERFGATE_HEALTH": "warn"},
+        {**env, "PERFGATE_HEALTH": "warn", "PERFGATE_MODE": "stored"},
     )
     assert "going on anyway (--warn)" in r.stderr and (out / "pytest.log").exists(), r.stderr[-3000:]
     r = run([str(SCRIPTS / "ci-benchmark"), *cuda], {**env, "PERFGATE_HEALTH": "maybe"})

@@ -108,3 +108,31 @@ def test_a_p90_budget_raises_the_rounds_so_the_budget_is_judged(tmp_path, monkey
     # The measurement honours it: a precise step stops at 64 rounds, enough for a p90.
     m = measure(lambda: sum(range(100)), "cpu", stop=budgeted.stop)
     assert len(m.samples_ms) >= 64 and summarize(m.samples_ms)["p90_ms"] is not None
+
+
+def test_the_gpu_pull_request_gate_judges_only_the_chosen_metrics_and_never_re_measures(tmp_path, monkeypatch):
+    # PERFGATE_MODE=pr: wall time is A/B's; the stored run judges kernels, device time, memory, accuracy.
+    calls: list[int] = []
+
+    def run_case(case, opts, progress=None):
+        calls.append(1)
+        r = _timed(case, [15.0] * 40)  # +50%: a latency regression the stored gate would re-measure
+        r.record.kernels_per_step, r.record.device_ms_per_step, r.record.peak_mem_mib = 12.0, 4.0, 1.0
+        return r
+
+    monkeypatch.setattr(sess, "run_case", run_case)
+    chosen = ("kernels", "device_time", "memory", "accuracy")
+    s = sess.Session(config=sess.RunConfig(device="cpu", baselines_root=tmp_path, gate_metrics=chosen))
+    case = Case(model="m", size="tiny", variant="bf16", device="cpu")
+    base = _timed(case, [10.0] * 40)
+    base.record.kernels_per_step, base.record.device_ms_per_step, base.record.peak_mem_mib = 11.0, 4.0, 1.0
+    monkeypatch.setattr(s, "baseline_record", lambda name: (base.record, Path("baselines/x/0001_b.json")))
+    _, verdicts = s.measure_and_judge(case, "case")
+    assert {v.metric: v.verdict for v in verdicts} == {
+        "kernels": "regression",
+        "device_time": "unchanged",
+        "memory": "unchanged",
+    }
+    assert len(calls) == 1
+    monkeypatch.setattr(s, "baseline_record", lambda name: None)
+    assert [v.verdict for v in s.measure_and_judge(case, "case")[1]] == ["no baseline"]  # says why nothing was judged

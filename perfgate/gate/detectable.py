@@ -1,0 +1,134 @@
+"""Each case's detectable change: the noise a baseline was recorded with, per metric, and the
+smallest change the gate can tell from it.
+
+A baseline is recorded in at least 3 passes (processes, interleaved: pass 1 of every case, then
+pass 2 ...: `scripts/record-baselines --passes N`). Per metric, the passes' spread is
+(max - min) / median of the per-pass value: the median latency (on a CPU the step/reference
+ratio, what the CPU gate judges), the GPU busy time per step, the instructions per step. Unchanged
+code moved that much between passes; a change is told apart from it only when it is larger than
+`FACTOR` times that spread (with 3 passes the range is about 1.7 standard deviations, so twice it
+is about 3.4: one false alarm in well over 50 unchanged comparisons). The gate never reports a
+regression smaller than its case's detectable change, and says so in the verdict.
+
+Passes that disagree by more than the case's latency tolerance (`DISAGREE`, 5%, by default; the
+CPU's policy allows 50%: a shared 2-core VM moved tiny cases' step/reference ratios 41% and 104%
+between three passes of `scripts/record-baselines --passes 3`) caught a slow phase of the machine (the
+H100 records of 2026-11-26 and -27 read launch-bound cases 9-12% slow): such a case is
+re-measured, and if its passes still disagree it is recorded flagged (`unreliable`), so the gate
+does not judge latency against it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from perfgate.record import CaseRecord
+
+FACTOR = 2.0  # detectable change = FACTOR x the spread between unchanged passes
+DISAGREE = 0.05  # latency passes further apart than this (relative): a slow phase, re-measure
+MIN_PASSES = 3
+TARGET = 0.05  # `perfgate doctor` lists the cases that cannot detect this
+
+
+@dataclass(frozen=True, kw_only=True)
+class MetricNoise:
+    metric: str  # the gated metric's name: latency, device_time, instructions
+    passes: int
+    spread: float  # (max - min) / median of the per-pass values
+    detects: float  # the smallest relative change the gate tells: FACTOR x spread
+
+    def to_json(self) -> dict[str, Any]:
+        return {"passes": self.passes, "spread_pct": self.spread * 100, "detects_pct": self.detects * 100}
+
+
+def per_pass_value(record: CaseRecord, metric: str) -> float | None:
+    """What one pass contributes to a metric's noise (None: that pass has no such figure)."""
+    if metric == "latency":
+        return record.normalised_median if record.normalised_median is not None else record.median_ms
+    if metric == "device_time":
+        return record.device_ms_per_step
+    if metric == "instructions":
+        return record.instructions_per_step
+    raise ValueError(f"no noise is recorded for metric {metric!r}: latency, device_time or instructions")
+
+
+NOISE_METRICS = ("latency", "device_time", "instructions")
+
+
+def spread(values: Sequence[float]) -> float:
+    """(max - min) / median; 0 for one value."""
+    med = statistics.median(values)
+    return (max(values) - min(values)) / med if med > 0 else float("inf")
+
+
+def noise_of(passes: Sequence[CaseRecord]) -> dict[str, MetricNoise]:
+    """Per metric, the noise between the passes that have it (at least 2 values)."""
+    out = {}
+    for metric in NOISE_METRICS:
+        values = [v for v in (per_pass_value(r, metric) for r in passes) if v is not None]
+        if len(values) >= 2:
+            s = spread(values)
+            out[metric] = MetricNoise(metric=metric, passes=len(values), spread=s, detects=FACTOR * s)
+    return out
+
+
+def disagreement(noise: Mapping[str, MetricNoise], limit: float = DISAGREE) -> str | None:
+    """Why the passes disagree (a slow phase caught by one of them), or None."""
+    lat = noise.get("latency")
+    if lat is not None and lat.spread > limit:
+        return (
+            f"its {lat.passes} recording passes disagree: latency {lat.spread:.1%} apart (> {limit:.0%}), "
+            "a slow phase of the machine; re-record it"
+        )
+    return None
+
+
+def noise_block(noise: Mapping[str, MetricNoise]) -> dict[str, Any]:
+    """The record's `pass_noise` field."""
+    return {m: n.to_json() for m, n in noise.items()}
+
+
+def detects(record: CaseRecord | None, metric: str) -> float | None:
+    """The smallest relative change a baseline record lets the gate tell for `metric`, or None when
+    it was recorded in one pass (no noise known)."""
+    if record is None or not record.pass_noise:
+        return None
+    block = record.pass_noise.get(metric)
+    if not isinstance(block, Mapping) or block.get("passes", 0) < 2:
+        return None
+    return float(block.get("detects_pct", 0.0)) / 100
+
+
+def detects_line(record: CaseRecord) -> str:
+    """`latency: detects >= 3.1% here; device time: >= 0.4%` (or why nothing is known)."""
+    parts = []
+    for metric in NOISE_METRICS:
+        d = detects(record, metric)
+        if d is not None:
+            label = metric.replace("_", " ")
+            parts.append(f"{label}: detects >= {d * 100:.1f}% here" if not parts else f"{label}: >= {d * 100:.1f}%")
+    return "; ".join(parts) if parts else "no recorded noise (recorded in one pass): detectable change unknown"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CaseDetectable:
+    case: str
+    detects: dict[str, float]  # metric -> smallest relative change
+    line: str
+    misses_target: bool  # no gated metric of the case can tell the target change
+
+
+def case_table(records: Mapping[str, CaseRecord], target: float = TARGET) -> list[CaseDetectable]:
+    """Per baseline case, its detectable change per metric and whether it cannot tell `target`
+    with latency (its wall-time gate). Cases without recorded noise are listed as unknown."""
+    out = []
+    for case, rec in sorted(records.items()):
+        found = {m: d for m in NOISE_METRICS if (d := detects(rec, m)) is not None}
+        lat = found.get("latency")
+        out.append(
+            CaseDetectable(case=case, detects=found, line=detects_line(rec), misses_target=lat is None or lat > target)
+        )
+    return out

@@ -1,0 +1,67 @@
+"""The GPU quality run's detection table (perfgate.quality.gpu_quality) as Markdown."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from perfgate.quality.gpu_quality import QualityRun
+
+GATE_LABELS = {
+    "wall-stored": "wall time, stored record",
+    "wall-ab": "wall time, same-job A/B",
+    "device-time": "device time, stored",
+    "kernels": "kernel counts, stored",
+}
+
+
+def _condition(kind: str, size_pct: float) -> str:
+    return "unchanged" if kind == "unchanged" else f"{kind}-side +{size_pct:g}%"
+
+
+def _spread(noise: dict, metric: str) -> str:
+    block = noise.get(metric)
+    return f"{block.get('spread_pct', 0.0):.2f}" if isinstance(block, dict) else "-"
+
+
+def detection_markdown(run: QualityRun) -> str:
+    """Caught/total per gate and condition (false alarms/comparisons where unchanged), the wall time
+    per comparison, and each case's set-up (bound, wall and device ms, the slowdowns' sizes)."""
+    lines = [
+        f"# GPU gate quality on {run.plan.device}: {len(run.rows)} comparisons in {run.wall_s:.0f} s",
+        "",
+        "Each cell: slowdowns caught / comparisons judged (unchanged: false alarms / comparisons); "
+        "'-': the gate has nothing to judge on this device.",
+        "",
+    ]
+    conditions: list[tuple[str, float]] = []
+    for t in run.tally:
+        if (t.kind, t.size_pct) not in conditions:
+            conditions.append((t.kind, t.size_pct))
+    cells = {(t.gate, t.kind, t.size_pct): t for t in run.tally}
+    lines.append("| gate | " + " | ".join(_condition(*c) for c in conditions) + " |")
+    lines.append("|---|" + "---|" * len(conditions))
+    for gate, label in GATE_LABELS.items():
+        row = [cells[(gate, *c)] for c in conditions]
+        lines.append(f"| {label} | " + " | ".join(f"{t.caught}/{t.total}" if t.total else "-" for t in row) + " |")
+    per = [cells[("wall-stored", *c)].wall_s_per_comparison for c in conditions]
+    lines.append("| wall s per comparison | " + " | ".join(f"{w:.2f}" for w in per) + " |")
+    lines += [
+        "",
+        "| case | bound | wall ms | device ms | pass spread % (latency / device) | every Nth F.linear twice "
+        "(per size) | busy-wait ms (per size) | set-up s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for s in run.setups:
+        if s.error:
+            lines.append(f"| {s.case} | could not run: {s.error[:160]} | | | | | | |")
+            continue
+        dev_ms = f"{s.device_ms:.3f}" if s.device_ms is not None else "-"
+        every = "/".join(str(v) for v in s.linear_every.values())
+        wait = "/".join(f"{v:.3f}" for v in s.busy_wait_ms.values())
+        spread = f"{_spread(s.pass_noise, 'latency')} / {_spread(s.pass_noise, 'device_time')}"
+        lines.append(
+            f"| {s.case} | {s.bound or '-'} | {s.wall_ms:.3f} | {dev_ms} | {spread} | {every} | {wait} "
+            f"| {s.build_s:.1f} |"
+        )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,381 @@
+"""The GPU gate's quality, measured in one run (`scripts/gpu-check --quality`, `perfgate gpu-quality`).
+
+For each case (compute-bound and launch-bound: PhysicsNeMo block fp32 and bf16, the world model's
+eager and CUDA-graph cases on a GPU), in one process:
+
+1. **Record** the case as a stored baseline would be: `passes` profiler windows and timed windows
+   (wall-time samples, the GPU busy time per step, the kernel launches per step), their noise
+   between passes (perfgate.gate.detectable) kept in the baseline record.
+2. **Compare**, `repeats` times each, the unchanged step and the step slowed:
+   - GPU-side: every Nth `F.linear` done twice, N sized from the step's linear share so that the
+     step's GPU work grows by 1%, 2%, 5% (perfgate.quality.inject.every_nth); for a CUDA-graph case
+     the doubling is captured into a graph of its own (the replay calls no F.linear);
+   - host-side: a busy-wait at the start of the step worth 1%, 2%, 5% of its wall time (the GPU
+     idles meanwhile: what a slower Python path or dispatch does).
+   Each comparison is judged four ways, by the gate's own judges: wall time against the stored
+   record (`judge_latency`), wall time by same-job A/B (the base and the current step interleaved
+   round by round in one window, judged with the A/B minimum effect as tolerance), device time
+   against the record (`judge_device_time`, with the record's pass noise) and kernel counts
+   against the record (`judge_kernels`).
+3. **Tally**, per gate and condition: caught/total for slowdowns, false alarms/comparisons for the
+   unchanged ones, and the wall time each comparison took.
+
+On a CPU (`--device cpu`: the rehearsal the tests run) there is no device time and no kernel
+count: those columns say so, and the GPU-side slowdown is sized from wall time instead.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from perfgate.gate.detectable import noise_block, noise_of
+from perfgate.gate.instructions import judge_kernels
+from perfgate.gate.metrics import judge_device_time, judge_latency, judge_latency_samples
+from perfgate.gate.settings import GateSettings
+from perfgate.gate.verdicts import REGRESSION
+from perfgate.record import CaseRecord
+
+GATES = ("wall-stored", "wall-ab", "device-time", "kernels")
+SIZES_PCT = (1.0, 2.0, 5.0)
+GPU_CASES = (
+    ("physicsnemo-block", None, "baseline"),
+    ("physicsnemo-block", None, "bf16"),
+    ("owl-world-model", None, "baseline"),
+    ("owl-world-model", None, "cudagraphs"),
+)
+CPU_CASES = (("physicsnemo-block", "tiny", "baseline"), ("physicsnemo-block", "tiny", "bf16"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    device: str
+    cases: tuple[tuple[str, str | None, str], ...]  # (model, size or None for the device's default, variant)
+    sizes_pct: tuple[float, ...] = SIZES_PCT
+    repeats: int = 4  # comparisons per condition
+    rounds: int = 30  # timed rounds per side of a comparison
+    passes: int = 3  # of the stored record (its noise)
+    profile_steps: int = 10  # steps per profiler window
+    warmup_s: float = 1.0  # calls of the step before its record
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("repeats", "rounds", "profile_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.passes < 2:
+            raise ValueError(f"passes must be at least 2 (the record's noise is between them), got {self.passes}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Comparison:
+    case: str
+    kind: str  # "unchanged", "gpu" or "host"
+    size_pct: float  # the slowdown's target, 0 for unchanged
+    repeat: int
+    verdicts: dict[str, str | None]  # gate -> verdict (None: that gate has nothing to judge here)
+    messages: dict[str, str]
+    wall_s: float  # the comparison's own wall time: timed windows, profiler window, judging
+    wall_change_pct: float  # the current step's median against the record's
+    device_change_pct: float | None
+
+
+@dataclass(kw_only=True)
+class CaseSetup:
+    case: str
+    bound: str | None  # "launch-bound" / "device-bound" (device time over wall), None on a CPU
+    wall_ms: float
+    device_ms: float | None
+    linear_every: dict[str, int] = field(default_factory=dict)  # size -> N of the GPU-side slowdown
+    busy_wait_ms: dict[str, float] = field(default_factory=dict)  # size -> the host-side busy-wait
+    pass_noise: dict[str, Any] = field(default_factory=dict)
+    build_s: float = 0.0
+    error: str | None = None
+
+
+# --- timing and profiling -------------------------------------------------------------------------
+
+
+def interleaved_ms(
+    steps: Sequence[Callable[[], Any]], device: Any, rounds: int, rng: random.Random
+) -> list[list[float]]:
+    """Per step, `rounds` wall-time samples (ms), the steps interleaved in a random order each round."""
+    from perfgate.measure.core import make_timer
+
+    timer = make_timer(device)
+    out: list[list[float]] = [[] for _ in steps]
+    for s in steps:
+        s()  # an untimed call first
+    order = list(range(len(steps)))
+    for _ in range(rounds):
+        rng.shuffle(order)
+        for i in order:
+            out[i].append(timer.time_ms(steps[i])[0])
+    return out
+
+
+def warm_up(step: Callable[[], Any], device: Any, seconds: float = 1.0, calls: int = 3) -> None:
+    """Calls until `seconds` passed and at least `calls` were made (lazy initialisation, clocks)."""
+    from perfgate.measure.core import make_timer
+
+    timer = make_timer(device)
+    end, n = time.perf_counter() + seconds, 0
+    while n < calls or time.perf_counter() < end:
+        timer.time_ms(step)
+        n += 1
+
+
+def profiled(step: Callable[[], Any], device: str, steps: int) -> tuple[float | None, float | None, dict, dict]:
+    """(device ms per step, kernel launches per step, kernel ms per name, kernel launches per name)
+    of one profiler window (perfgate.measure.op_counts); None on a CPU."""
+    from perfgate.measure.op_counts import count_step
+
+    oc = count_step(step, device, steps, warmup=0)
+    return oc.device_ms_per_step, oc.kernels_per_step, oc.kernel_ms_per_step, oc.kernel_names_per_step
+
+
+def record_of(samples: list[float], prof: tuple[float | None, float | None, dict, dict]) -> CaseRecord:
+    import statistics
+
+    return CaseRecord(
+        samples_ms=list(samples),
+        median_ms=statistics.median(samples),
+        device_ms_per_step=prof[0],
+        kernels_per_step=prof[1],
+        kernel_ms_per_step=prof[2] or None,
+        kernel_names_per_step=prof[3] or None,
+    )
+
+
+# --- slowdowns ------------------------------------------------------------------------------------
+
+
+def busy_wait_step(step: Callable[[], Any], wait_ms: float) -> Callable[[], Any]:
+    """`step` after a host busy-wait of `wait_ms` (the GPU idles meanwhile: a host-side slowdown)."""
+    wait_s = wait_ms / 1000
+
+    def slowed() -> Any:
+        end = time.perf_counter() + wait_s
+        while time.perf_counter() < end:
+            pass
+        return step()
+
+    return slowed
+
+
+def every_nth_for(share: float, target: float) -> int:
+    """Every how many F.linear calls to do one twice so the step grows by `target` (perfgate.quality.inject)."""
+    from perfgate.quality.inject import every_nth
+
+    return every_nth(share, target)
+
+
+def linear_share(plain: float, doubled: float) -> float:
+    """The share of the step that F.linear is, from the step's time with every F.linear done twice."""
+    return max(doubled / plain - 1.0, 1e-6) if plain > 0 else 1e-6
+
+
+# --- the run --------------------------------------------------------------------------------------
+
+
+Builder = Callable[[tuple[str, str | None, str]], tuple[str, Callable[[], Any], bool]]
+"""(model, size, variant) -> (case id, its step, whether the step replays a captured CUDA graph).
+Whatever is patched while it builds (an F.linear done twice) is captured into a graph it builds."""
+
+
+def judge_all(
+    case: str,
+    base: CaseRecord,
+    cur: CaseRecord,
+    ab_base: list[float],
+    s: GateSettings,
+) -> tuple[dict[str, str | None], dict[str, str]]:
+    """The four gates' verdicts on one comparison."""
+    out: dict[str, str | None] = {}
+    msgs: dict[str, str] = {}
+    v = judge_latency(case, cur, base, s)
+    out["wall-stored"], msgs["wall-stored"] = v.verdict, v.message
+    ab_settings = GateSettings(latency_tolerance=s.ab_min_effect, alpha=s.alpha)
+    v = judge_latency_samples(case, cur.samples_ms, ab_base, ab_settings)
+    out["wall-ab"], msgs["wall-ab"] = v.verdict, v.message
+    dv = judge_device_time(case, cur, base, s)
+    out["device-time"] = dv.verdict if dv else None
+    msgs["device-time"] = dv.message if dv else "no device time here (a CPU run)"
+    kv = judge_kernels(case, cur, base, s)
+    out["kernels"] = kv.verdict if kv else None
+    msgs["kernels"] = kv.message if kv else "no kernel count here (a CPU run)"
+    return out, msgs
+
+
+def run(
+    plan: Plan,
+    build: Builder,
+    settings: GateSettings = GateSettings(),
+    progress: Callable[[str], None] = lambda _: None,
+    checkpoint: Callable[[QualityRun], None] | None = None,
+) -> QualityRun:
+    """Every case of the plan recorded, compared and judged; the rows and the tally. `checkpoint`
+    gets the run so far after each case (a run cut short by its time limit keeps what it did)."""
+    import torch
+
+    from perfgate.quality.inject import slow_op
+
+    rng = random.Random(plan.seed)
+    cuda = plan.device.startswith("cuda")
+    setups: list[CaseSetup] = []
+    rows: list[Comparison] = []
+    t_start = time.perf_counter()
+    for spec in plan.cases:
+        t0 = time.perf_counter()
+        try:
+            case, step, graphed = build(spec)
+        except Exception as exc:  # noqa: BLE001 - a case that cannot run here is reported, not fatal
+            setups.append(CaseSetup(case="-".join(x for x in spec if x), bound=None, wall_ms=0, device_ms=None,
+                                    error=f"{type(exc).__name__}: {exc}"))  # fmt: skip
+            continue
+        progress(f"{case}: warming up, then recording ({plan.passes} passes)")
+        warm_up(step, plan.device, plan.warmup_s)
+        passes = []
+        for _ in range(plan.passes):
+            samples = interleaved_ms([step], plan.device, plan.rounds, rng)[0]
+            passes.append(record_of(samples, profiled(step, plan.device, plan.profile_steps)))
+        base = passes[-1]
+        noise = noise_block(noise_of(passes))
+        base.pass_noise = noise
+        from perfgate.measure.device_time import host_share
+
+        wall = base.median_ms or 0.0
+        dev = base.device_ms_per_step
+        setup = CaseSetup(
+            case=case,
+            bound=host_share(wall, dev).bound if dev is not None and wall > 0 else None,
+            wall_ms=wall,
+            device_ms=dev,
+            pass_noise=noise,
+        )
+        # GPU-side sizing: the step with every F.linear done twice, against the plain step.
+        undo, _ = slow_op("linear", 1)
+        try:
+            doubled_case = build(spec)[1] if graphed else step
+            if cuda:
+                doubled = profiled(doubled_case, plan.device, plan.profile_steps)[0] or 0.0
+                share = linear_share(dev or 0.0, doubled)
+            else:
+                med = interleaved_ms([doubled_case], plan.device, max(5, plan.rounds // 3), rng)[0]
+                share = linear_share(wall, sorted(med)[len(med) // 2])
+        finally:
+            undo()
+        del doubled_case  # a graph case's doubled copy: one model fewer on the device
+        gpu_steps: dict[float, Callable[[], Any]] = {}
+        host_steps: dict[float, Callable[[], Any]] = {}
+        for k in plan.sizes_pct:
+            n = every_nth_for(share, k / 100)
+            setup.linear_every[f"{k:g}"] = n
+            if graphed:  # the doubling must be captured: a graph of its own, built under the patch
+                undo, _ = slow_op("linear", n)
+                try:
+                    gpu_steps[k] = build(spec)[1]
+                finally:
+                    undo()
+            else:
+                gpu_steps[k] = _during(step, n)
+            setup.busy_wait_ms[f"{k:g}"] = wall * k / 100
+            host_steps[k] = busy_wait_step(step, wall * k / 100)
+        setup.build_s = time.perf_counter() - t0
+        setups.append(setup)
+        conditions: list[tuple[str, float, Callable[[], Any]]] = [("unchanged", 0.0, step)]
+        conditions += [("gpu", k, gpu_steps[k]) for k in plan.sizes_pct]
+        conditions += [("host", k, host_steps[k]) for k in plan.sizes_pct]
+        schedule = [(c, r) for r in range(plan.repeats) for c in conditions]
+        for (kind, k, current), r in schedule:
+            progress(f"{case}: {kind} {k:g}% #{r + 1}")
+            t1 = time.perf_counter()
+            ab_base, cur_samples = interleaved_ms([step, current], plan.device, plan.rounds, rng)
+            cur = record_of(cur_samples, profiled(current, plan.device, plan.profile_steps))
+            verdicts, msgs = judge_all(case, base, cur, ab_base, settings)
+            rows.append(
+                Comparison(
+                    case=case,
+                    kind=kind,
+                    size_pct=k,
+                    repeat=r,
+                    verdicts=verdicts,
+                    messages=msgs,
+                    wall_s=time.perf_counter() - t1,
+                    wall_change_pct=((cur.median_ms or 0) / wall - 1) * 100 if wall else math.nan,
+                    device_change_pct=(cur.device_ms_per_step / dev - 1) * 100
+                    if dev and cur.device_ms_per_step is not None
+                    else None,
+                )
+            )
+        if checkpoint is not None:
+            checkpoint(
+                QualityRun(plan=plan, setups=setups, rows=rows, tally=tally(rows), wall_s=time.perf_counter() - t_start)
+            )
+        del step, gpu_steps, host_steps, conditions, schedule
+        if cuda:
+            torch.cuda.empty_cache()
+    return QualityRun(plan=plan, setups=setups, rows=rows, tally=tally(rows), wall_s=time.perf_counter() - t_start)
+
+
+@dataclass(frozen=True, kw_only=True)
+class QualityRun:
+    plan: Plan
+    setups: list[CaseSetup]
+    rows: list[Comparison]
+    tally: list[TallyRow]
+    wall_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "device": self.plan.device,
+            "plan": asdict(self.plan),
+            "setups": [asdict(s) for s in self.setups],
+            "rows": [asdict(r) for r in self.rows],
+            "tally": [asdict(t) for t in self.tally],
+            "wall_s": self.wall_s,
+        }
+
+
+def _during(step: Callable[[], Any], every: int) -> Callable[[], Any]:
+    """`step` with every `every`-th F.linear done twice while it runs (one counter across steps)."""
+    from perfgate.quality.inject import sized_step
+
+    return sized_step({"kind": "op", "op": "linear", "every": every}, step, None)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TallyRow:
+    gate: str
+    kind: str
+    size_pct: float
+    caught: int  # regressions (of a slowdown) or false alarms (of unchanged code)
+    total: int  # comparisons the gate judged
+    not_judged: int  # comparisons where the gate had nothing to judge (no device time on a CPU)
+    wall_s_per_comparison: float
+
+
+def tally(rows: Sequence[Comparison]) -> list[TallyRow]:
+    """Per gate, kind and size: regressions / comparisons judged (a false alarm where unchanged)."""
+    out = []
+    keys = sorted({(r.kind, r.size_pct) for r in rows}, key=lambda x: (x[0] != "unchanged", x[0], x[1]))
+    for gate in GATES:
+        for kind, k in keys:
+            sel = [r for r in rows if r.kind == kind and r.size_pct == k]
+            judged = [r for r in sel if r.verdicts.get(gate) is not None]
+            out.append(
+                TallyRow(
+                    gate=gate,
+                    kind=kind,
+                    size_pct=k,
+                    caught=sum(r.verdicts[gate] == REGRESSION for r in judged),
+                    total=len(judged),
+                    not_judged=len(sel) - len(judged),
+                    wall_s_per_comparison=sum(r.wall_s for r in sel) / len(sel) if sel else 0.0,
+                )
+            )
+    return out

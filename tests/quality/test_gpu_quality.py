@@ -1,0 +1,92 @@
+"""`scripts/gpu-check --quality`: the GPU gate's quality run, rehearsed on the CPU so that it works
+the first time it meets a GPU. Never run on a GPU yet: on the CPU there is no device time and no
+kernel count (those gates judge nothing here, and the table says so), and the GPU-side slowdown is
+sized from wall time; the CUDA-graph case's captured slowdown needs CUDA and is not rehearsed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from perfgate.quality import gpu_quality as gq
+from tests.helpers import HANG_GUARD_S
+from tests.measure.test_gpu_check import ROOT, _env
+
+
+def test_the_plan_refuses_a_record_without_noise() -> None:
+    with pytest.raises(ValueError, match="passes must be at least 2"):
+        gq.Plan(device="cpu", cases=gq.CPU_CASES, passes=1)
+    assert gq.every_nth_for(0.20, 0.02) == 10  # F.linear a fifth of the step: every 10th call twice adds 2%
+
+
+@pytest.mark.slow
+def test_the_quality_run_rehearsed_on_the_cpu_writes_its_detection_table(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    r = subprocess.run(
+        [
+            str(ROOT / "scripts" / "gpu-check"),
+            "--quality",
+            "--device",
+            "cpu",
+            "--out",
+            str(out),
+            "--cases",
+            "physicsnemo-block:tiny:baseline",
+            "--repeats",
+            "1",
+            "--rounds",
+            "3",
+            "--",
+            "--passes",
+            "2",
+            "--profile-steps",
+            "1",
+        ],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD_S,
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert [s["name"] for s in summary["stages"]] == ["health", "quality"] and summary["passed"]
+    data = json.loads((out / "quality" / "quality.json").read_text())
+    (setup,) = data["setups"]
+    assert setup["case"] == "physicsnemo-block-tiny-baseline" and setup["error"] is None
+    assert set(setup["linear_every"]) == set(setup["busy_wait_ms"]) == {"1", "2", "5"}
+    assert setup["pass_noise"]["latency"]["passes"] == 2
+    kinds = sorted((row["kind"], row["size_pct"]) for row in data["rows"])
+    assert kinds == [("gpu", 1), ("gpu", 2), ("gpu", 5), ("host", 1), ("host", 2), ("host", 5), ("unchanged", 0)]
+    tally = {(t["gate"], t["kind"], t["size_pct"]): t for t in data["tally"]}
+    assert len(tally) == 4 * 7
+    for kind, size in kinds:  # wall time is judged both ways; the CPU has no device time or kernels
+        assert tally[("wall-stored", kind, size)]["total"] == tally[("wall-ab", kind, size)]["total"] == 1
+        assert tally[("device-time", kind, size)]["total"] == tally[("kernels", kind, size)]["total"] == 0
+    table = (out / "summary.md").read_text()
+    assert "| device time, stored | - | - |" in table and "| wall time, same-job A/B |" in table
+    assert (out / "quality" / "quality.md").read_text() in table  # the detection table in the summary
+
+
+def test_a_graph_case_gets_its_gpu_side_slowdown_built_in_and_every_comparison_is_judged() -> None:
+    # A CUDA graph replays no F.linear: the slowdown must be in place while the case is built (captured).
+    # Rehearsed with a plain CPU step standing in for the replay; the capture itself needs CUDA.
+    import torch
+
+    original = torch.nn.functional.linear
+    builds: list[bool] = []  # per build: was F.linear patched meanwhile
+    lin, x = torch.nn.Linear(32, 32), torch.randn(8, 32)
+
+    def build(spec):
+        builds.append(torch.nn.functional.linear is not original)
+        return "m-tiny-cudagraphs", (lambda: torch.nn.functional.linear(x, lin.weight, lin.bias)), True
+
+    plan = gq.Plan(device="cpu", cases=(("m", "tiny", "cudagraphs"),), repeats=1, rounds=3, passes=2, profile_steps=1)
+    plan = gq.Plan(**{**plan.__dict__, "warmup_s": 0.0})
+    result = gq.run(plan, build)
+    assert builds == [False, True, True, True, True]  # the case, its every-call-doubled copy, one per size
+    assert torch.nn.functional.linear is original  # nothing left patched
+    assert len(result.rows) == 7 and all(r.verdicts["wall-ab"] is not None for r in result.rows)
+    assert result.setups[0].linear_every.keys() == {"1", "2", "5"}
