@@ -205,14 +205,14 @@ def count_cases(
     on_case: Callable[[str, float | None], None] | None = None,
     run: RunContext | None = None,
 ) -> CountPass:
-    """Count `cases` (perfgate.cases.runner.Case objects on the CPU) in one valgrind process; `inject`:
-    a perfgate.quality.inject slowdown (`shared:5`, `local:2`) applied by the direct worker, by default
-    the PERFGATE_INJECT of this process. `per_case`: a
-    sized slowdown per case id (perfgate.quality.inject.apply); `calibrate`: also count the windows
-    that size them (perfgate.counts.worker._calibrate); `on_case(case_id, wall_s)`: called as each
-    case's count is written (a pass takes minutes: its progress). `run`: the run counted for (default:
-    this process, the direct worker); with pytest arguments the run's own plugins apply the
-    slowdowns it has, so `inject` is not taken from the environment then."""
+    """Count `cases` (perfgate.cases.runner.Case objects on the CPU) in one valgrind process. `run`:
+    the run counted for (default: this process, counted by the direct worker; with pytest arguments,
+    through the run's own pytest session, whose plugins apply whatever slowdown it has). `inject`: a
+    perfgate.quality.inject slowdown (`shared:5`, `local:2`) the direct worker applies, by default
+    this process's PERFGATE_INJECT. `per_case`: a sized slowdown per case id
+    (perfgate.quality.inject.apply); `calibrate`: also count the windows that size them
+    (perfgate.counts.worker._calibrate); `on_case(case_id, wall_s)`: called as each case's count is
+    written (a pass takes minutes: its progress)."""
     if steps < 1 or warmup < 0:
         raise ValueError(f"steps must be >= 1 and warmup >= 0, got {steps} and {warmup}")
     result = CountPass(valgrind=valgrind_version())
