@@ -69,7 +69,8 @@ class CountWorker:
         if report.when == "setup" and report.failed:
             case_id = report.nodeid.rsplit("[", 1)[-1].rstrip("]")
             if case_id in self.order:
-                reason = str(report.longrepr).strip().splitlines()[-1] if report.longrepr else ""
+                crash = getattr(report.longrepr, "reprcrash", None)  # the exception's own line
+                reason = crash.message if crash else str(report.longrepr).strip().splitlines()[-1]
                 worker.write_line(self.out, {"case": case_id, "error": f"its fixtures failed in setup: {reason}"})
 
     @pytest.hookimpl(tryfirst=True)
