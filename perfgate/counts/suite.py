@@ -29,6 +29,7 @@ import datetime as dt
 import json
 import os
 import platform
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -181,9 +182,11 @@ def run_pass(
     model_files: Sequence[str],
     out_dir: Path,
     say: Any = print,
+    run: instr.RunContext | None = None,
 ) -> SessionCounts:
     """Count `cases`, then recount the suspects. `baseline_of(case_id)` gives a baseline count
-    per step (or None); `tolerance_of(case)` the instructions tolerance."""
+    per step (or None); `tolerance_of(case)` the instructions tolerance; `run`: the run counted for
+    (its folder, sys.path, pytest arguments: the count process sees what the timed one does)."""
     groups = partition(cases, config.processes)
     say(
         f"perfgate: counting instructions of {len(cases)} case(s) under callgrind "
@@ -198,6 +201,7 @@ def run_pass(
             say(f"perfgate:   counted {case_id} ({len(done)} of {len(cases)}{took})")
 
     kw = dict(root=root, registries=registries, model_files=model_files, steps=config.steps, warmup=config.warmup)
+    kw["run"] = run
     first = instr.count_parallel(groups, out_dir=out_dir / "pass1", on_case=counted, **kw)
     fields = {cid: _fields(first, cid) for cid in first.counts}
     skipped = dict(first.errors)
@@ -417,6 +421,11 @@ def session_pass(config: Any, session: Any, items: Sequence[Any]) -> None:
         model_files=model_files,
         out_dir=Path(config.rootpath) / ".perfgate" / "callgrind",
         say=say,
+        run=instr.RunContext(
+            cwd=str(config.invocation_params.dir),
+            sys_path=tuple(sys.path),
+            pytest_args=tuple(config.invocation_params.args),
+        ),
     )
     if smoke:
         for c in cases:

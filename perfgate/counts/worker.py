@@ -2,8 +2,10 @@
 takes 15-35 s under valgrind).
 
 Started by `perfgate.measure.instructions.count_cases` as `valgrind --tool=callgrind
---instr-atstart=no --collect-atstart=no python -m perfgate.counts.worker`, its job as JSON on stdin
-(not argv: argv sits on the stack, and the stack's layout moves the counts). Per case: build it
+--instr-atstart=no --collect-atstart=no python -c <import perfgate, main()>`, its job as JSON on stdin
+(not argv: argv sits on the stack, and the stack's layout moves the counts). From a pytest run the
+same counting runs inside a pytest session on the run's items (perfgate.plugin.count_worker, which
+calls `count_case`); outside one (perfgate.counts.quality) `main` here counts the job's cases. Per case: build it
 with the suite's own pipeline, run `warmup` steps uninstrumented, switch instrumentation on
 (`callgrind_control -i on <pid>`: torch exposes no START_INSTRUMENTATION request), collect exactly
 `steps` steps between two `torch._C._valgrind_toggle()` client requests, dump, switch
@@ -99,87 +101,128 @@ def _calibrate(step: Any, module: Any, steps: int, dump: int) -> tuple[dict[str,
     return windows, calls, dump
 
 
-def run(job: dict[str, Any]) -> None:
+def prepare(job: dict[str, Any]) -> None:
+    """The process set up for counting, whichever worker: one thread (how work splits moves the
+    count), the job's injected slowdown (the direct worker's gate-quality runs)."""
     import torch
 
-    from perfgate.cases.runner import Case, RunOptions, build_case, isolate
-    from perfgate.cases.workload import load_registries
-
     torch.set_num_threads(1)
-    if job.get("inject"):  # perfgate.quality.inject's slowdowns (gate-quality), set here: the env is pinned
+    if job.get("inject"):  # perfgate.quality.inject's slowdowns (gate-quality), set here from the job
         from perfgate.quality import inject
 
         os.environ[inject.ENV] = job["inject"]
         inject.pytest_configure(None)
-    load_registries(job.get("registries", []), job.get("model_files", []), job.get("root", "."))
+
+
+def header(out: Any) -> None:
+    """The manifest's first line: what the counts depend on."""
+    import torch
+
+    out.write(json.dumps({"virtual_cpu": virtual_cpu(), "torch": torch.__version__}) + "\n")
+    out.flush()
+
+
+def count_case(case: Any, job: dict[str, Any], out: Any, dump: int) -> int:
+    """Build `case` with the suite's pipeline, warm it up, count its window (and what the job asks
+    besides); one manifest line. Returns the process's last dump number."""
+    import torch
+
+    from perfgate.cases.runner import RunOptions, build_case, isolate
+
     steps, warmup = int(job["steps"]), int(job["warmup"])
     per_case, calibrate = job.get("per_case") or {}, bool(job.get("calibrate"))
     opts = RunOptions(count_flops=False, warm_compile=False, telemetry_interval_s=None, energy_window_s=0.0)
+    line: dict[str, Any] = {"case": case.id}
+    collecting = instrumented = False
+    undo = None
+    t0 = time.perf_counter()
+    try:
+        isolate(torch.device(case.device))
+        built = build_case(case, opts)
+        step, module = built.step, built.converted.module
+        spec = per_case.get(case.id)
+        if spec:  # a sized slowdown for this case only (perfgate.counts.quality)
+            from perfgate.quality import inject
+
+            step, undo, seen = inject.apply(spec, step, module)
+        phases = line["phases_s"] = {"build": round(time.perf_counter() - t0, 2)}
+        for _ in range(warmup):
+            step()
+        phases["warmup"] = round(time.perf_counter() - t0 - phases["build"], 2)
+        if spec:
+            before = (seen.calls, seen.doubled)
+        # The cyclic GC runs when allocations since its last run pass a threshold: when it
+        # falls inside the window depends on the cases before (0.35% on the tiny block).
+        gc.collect()
+        gc.disable()
+        _ctl("on")
+        instrumented = True
+        torch._C._valgrind_toggle()
+        collecting = True
+        for _ in range(steps):
+            step()
+        torch._C._valgrind_toggle_and_dump_stats()
+        collecting = False
+        dump += 1
+        line.update(dump=dump, steps=steps, warmup=warmup)
+        phases["window"] = round(time.perf_counter() - t0 - phases["build"] - phases["warmup"], 2)
+        if spec:  # calls (or steps) in the window, and how many were done twice
+            line["injected"] = {"calls": seen.calls - before[0], "doubled": seen.doubled - before[1]}
+        if calibrate:
+            line["windows"], line["calls_per_window"], dump = _calibrate(step, module, steps, dump)
+    except Exception as exc:  # noqa: BLE001 - one case that fails is that case's reason, not the pass's end
+        if collecting:  # close its window so the next case's dump number stays right
+            torch._C._valgrind_toggle_and_dump_stats()
+            dump += 1
+        line["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        line["traceback"] = traceback.format_exc(limit=4)
+    finally:
+        gc.enable()
+        if instrumented:
+            _ctl("off")
+        if undo is not None:
+            undo()
+        line["wall_s"] = round(time.perf_counter() - t0, 2)
+    write_line(out, line)
+    return dump
+
+
+def write_line(out: Any, line: dict[str, Any]) -> None:
+    out.write(json.dumps(line) + "\n")
+    out.flush()
+
+
+def run(job: dict[str, Any]) -> None:
+    """The direct worker: the job's cases, outside pytest (perfgate.counts.quality)."""
+    from perfgate.cases.runner import Case
+    from perfgate.cases.workload import load_registries
+
+    prepare(job)
+    load_registries(job.get("registries", []), job.get("model_files", []), job.get("root", "."))
     dump = 0
     with open(job["manifest"], "a", encoding="utf8") as out:
-        out.write(json.dumps({"virtual_cpu": virtual_cpu(), "torch": torch.__version__}) + "\n")
-        out.flush()
+        header(out)
         for raw in job["cases"]:
             case = Case(**{**raw, "options": tuple(tuple(kv) for kv in raw.get("options", []))})
-            line: dict[str, Any] = {"case": case.id}
-            collecting = instrumented = False
-            undo = None
-            t0 = time.perf_counter()
-            try:
-                isolate(torch.device(case.device))
-                built = build_case(case, opts)
-                step, module = built.step, built.converted.module
-                spec = per_case.get(case.id)
-                if spec:  # a sized slowdown for this case only (perfgate.counts.quality)
-                    from perfgate.quality import inject
-
-                    step, undo, seen = inject.apply(spec, step, module)
-                phases = line["phases_s"] = {"build": round(time.perf_counter() - t0, 2)}
-                for _ in range(warmup):
-                    step()
-                phases["warmup"] = round(time.perf_counter() - t0 - phases["build"], 2)
-                if spec:
-                    before = (seen.calls, seen.doubled)
-                # The cyclic GC runs when allocations since its last run pass a threshold: when it
-                # falls inside the window depends on the cases before (0.35% on the tiny block).
-                gc.collect()
-                gc.disable()
-                _ctl("on")
-                instrumented = True
-                torch._C._valgrind_toggle()
-                collecting = True
-                for _ in range(steps):
-                    step()
-                torch._C._valgrind_toggle_and_dump_stats()
-                collecting = False
-                dump += 1
-                line.update(dump=dump, steps=steps, warmup=warmup)
-                phases["window"] = round(time.perf_counter() - t0 - phases["build"] - phases["warmup"], 2)
-                if spec:  # calls (or steps) in the window, and how many were done twice
-                    line["injected"] = {"calls": seen.calls - before[0], "doubled": seen.doubled - before[1]}
-                if calibrate:
-                    line["windows"], line["calls_per_window"], dump = _calibrate(step, module, steps, dump)
-            except Exception as exc:  # noqa: BLE001 - one case that fails is that case's reason, not the pass's end
-                if collecting:  # close its window so the next case's dump number stays right
-                    torch._C._valgrind_toggle_and_dump_stats()
-                    dump += 1
-                line["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-                line["traceback"] = traceback.format_exc(limit=4)
-            finally:
-                gc.enable()
-                if instrumented:
-                    _ctl("off")
-                if undo is not None:
-                    undo()
-                line["wall_s"] = round(time.perf_counter() - t0, 2)
-            out.write(json.dumps(line) + "\n")
-            out.flush()
+            dump = count_case(case, job, out, dump)
 
 
-if __name__ == "__main__":
+def read_job() -> dict[str, Any]:
+    """The job from stdin; the run's sys.path set before anything else is imported."""
+    job = json.loads(sys.stdin.read())
+    sys.path[:] = job["sys_path"]
+    return job
+
+
+def exit_now() -> None:
+    """Interpreter shutdown under valgrind costs seconds and counts nothing."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def main() -> None:
     try:
-        run(json.loads(sys.stdin.read()))
+        run(read_job())
     finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+        exit_now()

@@ -1,13 +1,15 @@
 """Instructions per step under callgrind: many cases in one valgrind process, each counted over a
-window of steps after its warm-up, in a pinned environment, so that unchanged code gives the same
-count in every process.
+window of steps after its warm-up, so that unchanged code gives the same count in every process.
 
-What pins the count (each measured on the development VM, docs/instructions.md):
+The count process sees what the timed process sees: the run's environment and `sys.path` (and, from
+a pytest run, its plugins, conftest fixtures and options: perfgate.plugin.count_worker), with only
+what breaks determinism replaced (each measured, docs/instructions.md "What the count process
+inherits"):
 - one thread (torch.set_num_threads(1), OMP/MKL_NUM_THREADS=1): how work splits changes it;
 - PYTHONHASHSEED=0 and PYTHONMALLOC=malloc: dict order and pymalloc arenas move it by ~0.05%;
 - `setarch -R` (no address randomisation) and an environment of fixed size: the stack's layout
-  moves it (3 KB more environment: -0.1%), so the worker gets a minimal environment padded to a
-  fixed length, its job on stdin rather than argv;
+  moves it (3 KB more environment: -0.1%), so the environment is padded to a multiple of ENV_BYTES
+  (argv and the pointers included), the job on stdin rather than argv;
 - the CPU it runs on: none of the host's. valgrind shows the program its own canned CPUID (on an
   AVX2 host an Intel i7-4910MQ with AVX2, AVX-512 hidden), so counts may agree across CPU
   generations; `key()` names what the counts depend on, for portable baselines.
@@ -24,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +37,19 @@ STEPS = 10  # at least 10: an every-Nth slowdown must not fall between the count
 # Python 3.11 quickens a code object after 8 calls: a window after fewer warm-up steps counts the
 # quickening, once per process, so a case counted after others that ran the same code read 0.17% less.
 WARMUP = 10
-ENV_BYTES = 4096  # the worker's argv + environment, padded to this many bytes
+# The worker's argv + environment (strings and pointers) padded to a multiple of this: a CI runner's
+# environment is 5-10 KB, and one the same size in every run keeps the stack where it was.
+ENV_BYTES = 65536
+PAD = "PERFGATE_PAD"
+# The run's variables the count process gets replaced: each breaks determinism (module docstring).
+PINNED = {
+    "PYTHONHASHSEED": "0",
+    "PYTHONMALLOC": "malloc",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    # Nothing written into the run's tree; a module compiled in one pass and read in the next moves counts.
+    "PYTHONDONTWRITEBYTECODE": "1",
+}
 INSTALL_HINT = "install valgrind (Debian/Ubuntu: apt-get install valgrind)"
 
 
@@ -70,25 +84,21 @@ def key(virtual_cpu: dict[str, Any], torch_version: str, python_version: str, va
     return f"vg{valgrind or 'unknown'}-{brand}-{simd}-torch{torch_version}-py{py}"
 
 
-def pinned_env(home: str, perfgate_root: str) -> dict[str, str]:
-    """The worker's whole environment: fixed values, padded to ENV_BYTES with argv."""
-    tools = os.path.dirname(shutil.which("callgrind_control") or "/usr/bin/callgrind_control")
-    env = {
-        "PATH": f"{tools}:/usr/bin:/bin",
-        "HOME": home,
-        "LANG": "C.UTF-8",
-        "PYTHONHASHSEED": "0",
-        "PYTHONMALLOC": "malloc",
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONPATH": perfgate_root,
-        "OMP_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
-        "TORCH_CPP_LOG_LEVEL": "ERROR",
-    }
-    argv = [sys.executable, "-m", "perfgate.counts.worker"]
-    used = sum(len(a) + 1 for a in argv) + len(sys.executable) + 1
-    used += sum(len(k) + len(v) + 2 for k, v in env.items()) + len("PERFGATE_PAD=") + 1
-    env["PERFGATE_PAD"] = "x" * max(0, ENV_BYTES - used)
+def stack_bytes(argv: Sequence[str], env: Mapping[str, str]) -> int:
+    """What a process's argv and environment take on its initial stack: the strings (NUL-ended),
+    the executable's name, the argv and envp pointer arrays."""
+    strings = sum(len(a.encode()) + 1 for a in argv) + len(argv[0].encode()) + 1
+    strings += sum(len(k.encode()) + len(v.encode()) + 2 for k, v in env.items())
+    return strings + 8 * (len(argv) + len(env) + 2)
+
+
+def count_env(run_env: Mapping[str, str], argv: Sequence[str]) -> dict[str, str]:
+    """The worker's environment: the run's, PINNED replaced, padded (PAD) so that argv and
+    environment take a multiple of ENV_BYTES on the stack whatever the run's variables."""
+    env = {k: v for k, v in run_env.items() if k != PAD}
+    env.update(PINNED)
+    used = stack_bytes(argv, {**env, PAD: ""})
+    env[PAD] = "x" * (-used % ENV_BYTES)
     return env
 
 
@@ -143,6 +153,32 @@ class CountPass:
         }
 
 
+@dataclass(frozen=True, kw_only=True)
+class RunContext:
+    """What the count process takes from the run it counts for: its working folder, its `sys.path`
+    (set first thing in the worker) and, from a pytest run, its arguments: the worker then counts
+    through pytest on the same items (perfgate.plugin.count_worker), the run's `-p` plugins, conftest
+    fixtures and ini options applying as they do to the timed step."""
+
+    cwd: str
+    sys_path: tuple[str, ...]
+    pytest_args: tuple[str, ...] | None = None
+
+    @classmethod
+    def here(cls) -> RunContext:
+        return cls(cwd=os.getcwd(), sys_path=tuple(sys.path))
+
+
+WORKERS = ("perfgate.counts.worker", "perfgate.plugin.count_worker")  # direct, through pytest
+
+
+def worker_argv(module: str, perfgate_root: str) -> list[str]:
+    """The worker's command line: perfgate found first (its `main` then sets the run's sys.path);
+    the run's PYTHONPATH is left as it was, so its sitecustomize and .pth files apply."""
+    boot = f"import sys; sys.path.insert(0, {perfgate_root!r}); from {module} import main; main()"
+    return [sys.executable, "-c", boot]
+
+
 def _case_json(case: Any) -> dict[str, Any]:
     return {
         "model": case.model,
@@ -167,13 +203,16 @@ def count_cases(
     per_case: dict[str, dict[str, Any]] | None = None,
     calibrate: bool = False,
     on_case: Callable[[str, float | None], None] | None = None,
+    run: RunContext | None = None,
 ) -> CountPass:
-    """Count `cases` (perfgate.cases.runner.Case objects on the CPU) in one valgrind process; `inject`:
-    a perfgate.quality.inject slowdown (`shared:5`, `local:2`), by default the PERFGATE_INJECT of
-    this process (the worker's environment is pinned, so it is passed in the job). `per_case`: a
-    sized slowdown per case id (perfgate.quality.inject.apply); `calibrate`: also count the windows
-    that size them (perfgate.counts.worker._calibrate); `on_case(case_id, wall_s)`: called as each
-    case's count is written (a pass takes minutes: its progress)."""
+    """Count `cases` (perfgate.cases.runner.Case objects on the CPU) in one valgrind process. `run`:
+    the run counted for (default: this process, counted by the direct worker; with pytest arguments,
+    through the run's own pytest session, whose plugins apply whatever slowdown it has). `inject`: a
+    perfgate.quality.inject slowdown (`shared:5`, `local:2`) the direct worker applies, by default
+    this process's PERFGATE_INJECT. `per_case`: a sized slowdown per case id
+    (perfgate.quality.inject.apply); `calibrate`: also count the windows that size them
+    (perfgate.counts.worker._calibrate); `on_case(case_id, wall_s)`: called as each case's count is
+    written (a pass takes minutes: its progress)."""
     if steps < 1 or warmup < 0:
         raise ValueError(f"steps must be >= 1 and warmup >= 0, got {steps} and {warmup}")
     result = CountPass(valgrind=valgrind_version())
@@ -189,14 +228,21 @@ def count_cases(
         old.unlink()
     job = {
         "cases": [_case_json(c) for c in cases],
+        "case_ids": [c.id for c in cases],
         "steps": steps,
         "warmup": warmup,
         "manifest": str(manifest),
         "root": str(Path(root).resolve()),
         "registries": list(registries),
         "model_files": list(model_files),
-        "inject": inject if inject is not None else os.environ.get("PERFGATE_INJECT"),
     }
+    run = run or RunContext.here()
+    job["sys_path"], job["out"] = list(run.sys_path), str(out)
+    if run.pytest_args is not None:
+        job["pytest_args"] = list(run.pytest_args)
+    elif inject is None:
+        inject = os.environ.get("PERFGATE_INJECT")
+    job["inject"] = inject
     if per_case:
         job["per_case"] = per_case
     if calibrate:
@@ -209,16 +255,15 @@ def count_cases(
         "--instr-atstart=no",
         "--collect-atstart=no",
         f"--callgrind-out-file={out}/callgrind.%p",
-        sys.executable,
-        "-m",
-        "perfgate.counts.worker",
     ]
     import perfgate
 
-    env = pinned_env(str(out), str(Path(perfgate.__file__).resolve().parents[1]))
+    argv = worker_argv(WORKERS[run.pytest_args is not None], str(Path(perfgate.__file__).resolve().parents[1]))
+    cmd += argv
+    env = count_env(os.environ, argv)
     limit = timeout_s if timeout_s is not None else 300 + 240 * len(cases)  # a busy 2-core VM: 1110 s for 10
     t0 = time.perf_counter()
-    tail = _run_worker(cmd, json.dumps(job), env, out, limit, manifest, on_case)
+    tail = _run_worker(cmd, json.dumps(job), env, Path(run.cwd), limit, manifest, on_case)
     result.wall_s = time.perf_counter() - t0
     result.dumps = str(out)
     lines = [json.loads(ln) for ln in manifest.read_text().splitlines() if ln.strip()] if manifest.exists() else []
@@ -262,19 +307,20 @@ def _run_worker(
     cmd: list[str],
     job: str,
     env: dict[str, str],
-    out: Path,
+    cwd: Path,
     limit: float,
     manifest: Path,
     on_case: Callable[[str, float | None], None] | None,
 ) -> list[str]:
     """Run the valgrind worker to its end or `limit`; report each case as the worker's manifest
     grows. The last lines of its stderr (the reason when it stopped early)."""
+    out = manifest.parent
     log, job_file = out / "worker.log", out / "job.json"
     job_file.write_text(job)
     deadline, reported = time.monotonic() + limit, 0
     # Files, not pipes: nothing to feed or drain while polling the manifest.
     with job_file.open() as stdin, log.open("w") as err:
-        proc = subprocess.Popen(cmd, stdin=stdin, stdout=err, stderr=err, env=env, cwd=out)
+        proc = subprocess.Popen(cmd, stdin=stdin, stdout=err, stderr=err, env=env, cwd=cwd)
         while True:
             try:
                 proc.wait(timeout=2.0)
