@@ -214,7 +214,7 @@ def _variant_svg(
     t: CaseTrend,
     times: list[float],
     line: list[tuple[float, float]],
-    marks: list[tuple[float, float, list[int]]],
+    marks: list[tuple[float, float, range]],
     X: Callable[[float], float],
     Y: Callable[[float], float],
     y_span: tuple[float, float],

@@ -236,7 +236,7 @@ def _components(
     plan: LayerPlan, named: dict[str, nn.Module], series: Callable[[list[str]], list[float]], total_mean: float
 ) -> list[dict[str, Any]]:
     """Each top-level component's time over rounds and its share of the forward."""
-    components = []
+    components: list[dict[str, Any]] = []
     for comp, members in plan.top.items():
         mean, std = _mean_std(series(members))
         components.append(
@@ -248,7 +248,7 @@ def _components(
                 "median_ms": float(np.median(series(members))),
                 "share": mean / total_mean if total_mean else None,
                 "modules": len(members),
-                "blocks": len(named[comp]) if isinstance(named[comp], nn.ModuleList) else None,
+                "blocks": len(m) if isinstance(m := named[comp], nn.ModuleList) else None,
             }
         )
     return components
@@ -258,9 +258,9 @@ def _block_groups(
     plan: LayerPlan, named: dict[str, nn.Module], series: Callable[[list[str]], list[float]], total_mean: float
 ) -> list[dict[str, Any]]:
     """Each list of repeated blocks: per block, the spread across blocks, the slowest five."""
-    block_groups = []
+    block_groups: list[dict[str, Any]] = []
     for path, members in plan.blocks.items():
-        per_block = []
+        per_block: list[dict[str, Any]] = []
         for i, (n, calls) in enumerate(members.items()):
             mean, std = _mean_std(series(calls))
             per_block.append(
