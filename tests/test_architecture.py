@@ -552,6 +552,51 @@ def test_the_length_check_fails_on_a_new_long_function(tmp_path: Path) -> None:
     assert "perfgate/measure/stats.py _long: 102 lines" in long_functions(root)
 
 
+# Parameters typed plain `Any` at the stage boundaries: a public function or method (its name not
+# starting with `_`) takes `x: Any`, `*args`/`**kwargs` apart. Each stage may keep at most this many
+# (the count of 2026-11-27, issue 38); a new one fails: give it its type (a record, a Mapping, a
+# Protocol for pytest's objects). No type checker runs yet: the count is the AST's.
+ANY_PARAMETER_BUDGET = {
+    "ab": 1, "cases": 4, "counts": 9, "dist": 2, "files": 1, "gate": 5, "history": 4, "measure": 22,
+    "output": 20, "plugin": 15, "profile": 11, "quality": 8, "results": 2,
+}  # fmt: skip
+
+
+def any_parameters(root: Path = ROOT) -> list[tuple[str, str]]:
+    """(stage, 'file:line: function(parameter)') for each public function's parameter typed plain `Any`."""
+    out = []
+    for module, path in modules(root):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.name.startswith("_"):
+                a = node.args
+                for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs):
+                    if isinstance(arg.annotation, ast.Name) and arg.annotation.id == "Any":
+                        where = f"{path.relative_to(root).as_posix()}:{arg.lineno}"
+                        out.append((stage(module), f"{where}: {node.name}({arg.arg})"))
+    return out
+
+
+def any_parameters_over_budget(root: Path = ROOT) -> dict[str, list[str]]:
+    per_stage: dict[str, list[str]] = {}
+    for name, line in any_parameters(root):
+        per_stage.setdefault(name, []).append(line)
+    return {s: lines for s, lines in per_stage.items() if len(lines) > ANY_PARAMETER_BUDGET.get(s, 0)}
+
+
+def test_no_new_any_parameter_at_a_stage_boundary() -> None:
+    assert any_parameters_over_budget() == {}
+
+
+def test_the_any_count_fails_on_a_new_any_parameter(tmp_path: Path) -> None:
+    root = _tree(tmp_path)
+    decide = root / "perfgate" / "gate" / "decide.py"
+    decide.write_text(decide.read_text() + "\n\ndef judge_one(record: Any, *rest: Any) -> None:\n    return None\n")
+    over = any_parameters_over_budget(root)
+    assert list(over) == ["gate"], over
+    planted = [line for line in over["gate"] if "judge_one" in line]  # *rest: Any does not count
+    assert len(planted) == 1 and planted[0].startswith("perfgate/gate/decide.py:"), planted
+
+
 if __name__ == "__main__":
     tree = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else ROOT
     found = violations(tree)
@@ -560,6 +605,7 @@ if __name__ == "__main__":
     for rule, lines in house_rule_breaches(tree).items():
         print(*(f"{rule}: {line}" for line in lines), sep="\n") if lines else None
     print(*long_functions(tree), sep="\n")
+    print(f"{len(any_parameters(tree))} public parameter(s) typed plain Any")
     reads = key_reads_per_module(tree)
     print("\n".join(f"{n:4d} {m}" for m, n in reads.items()))
     print(f"{sum(reads.values())} string-key read(s) of result data outside perfgate/results.py and perfgate/record.py")
