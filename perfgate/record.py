@@ -248,6 +248,10 @@ class RankFigures:
         )
 
 
+# A rank whose median is this much above the median of rank medians is a straggler (perfgate.dist.ranks).
+DEFAULT_STRAGGLER_PCT = 10.0
+
+
 @dataclass(frozen=True)
 class Straggler:
     """A rank whose median is well above the median of the rank medians (`CaseRecord.stragglers`)."""

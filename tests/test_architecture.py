@@ -8,12 +8,23 @@ TYPE_CHECKING (a type-only import is still a dependency a reader must follow). N
 import each other, and perfgate never imports the repository's top-level `models` (the wheel
 ships without it).
 
+Imports the statements do not show count too: a subprocess started as `python -m perfgate.X` (or
+`-m perfgate COMMAND`, which runs perfgate.commands.COMMAND; `-c CODE` counts CODE's imports), and
+`from perfgate import Name` for a name perfgate/__init__.py serves lazily (`_LAZY`), which counts as
+an import of the module that defines it.
+
+House rules checked beside the direction (each with a commented list of the exceptions left):
+argparse only in perfgate/commands/ and perfgate/cli.py; pytest (its modules, its plugins' modules,
+its config and item API) only in perfgate/plugin/; tables drawn only in perfgate/output/ (see
+`table_drawing`); no function longer than 100 lines.
+
 Run it on any tree: `python tests/test_architecture.py [ROOT]` prints the up-arrows.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 import sys
 from collections.abc import Iterator
@@ -73,12 +84,74 @@ def imported(module: str, source: str, root: Path, *, is_package: bool = False) 
                 yield node.lineno, sub if as_path.with_suffix(".py").is_file() or as_path.is_dir() else target
 
 
+def lazy_names(root: Path) -> dict[str, str]:
+    """perfgate/__init__.py's `_LAZY` table, read from the tree: name -> the module that defines it."""
+    for node in ast.walk(ast.parse((root / "perfgate" / "__init__.py").read_text(encoding="utf8"))):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Dict):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == "_LAZY" for t in targets):
+                return {ast.literal_eval(k): ast.literal_eval(v) for k, v in zip(node.value.keys, node.value.values)}
+    return {}
+
+
+def _command_module(root: Path, command: str) -> str:
+    """`python -m perfgate health` runs perfgate.commands.health (the cli finds one module per command)."""
+    name = command.replace("-", "_")
+    return f"perfgate.commands.{name}" if (root / "perfgate" / "commands" / f"{name}.py").is_file() else "perfgate.cli"
+
+
+_MINUS_M = re.compile(r"(?:^|\s)-m\s+(perfgate(?:\.\w+)*)(?:\s+([a-z][\w-]*))?")
+
+
+def hidden_imports(source: str, root: Path) -> Iterator[tuple[int, str]]:
+    """(line, module) for the imports no import statement shows: subprocesses started with
+    `-m perfgate.X` (an argv list or a command line), `-c CODE` (CODE's imports), and names served
+    by perfgate/__init__.py's `_LAZY` (`from perfgate import ModelSpec`, `perfgate.ModelSpec`).
+    Docstrings do not count: they describe a command, they do not run it."""
+    tree, lazy = ast.parse(source), lazy_names(root)
+    docstrings = {
+        id(n.body[0].value)
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and n.body
+        and isinstance(n.body[0], ast.Expr)
+        and isinstance(n.body[0].value, ast.Constant)
+    }
+
+    def text(node: ast.AST) -> str | None:
+        return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.List, ast.Tuple)):  # [python, "-m", "perfgate.counts.worker", ...]
+            words = [text(e) for e in node.elts]
+            for i, (flag, arg) in enumerate(zip(words, words[1:])):
+                if flag == "-m" and arg is not None and (arg == "perfgate" or arg.startswith("perfgate.")):
+                    command = words[i + 2] if arg == "perfgate" and i + 2 < len(words) else None
+                    yield node.lineno, _command_module(root, command) if command else arg
+                elif flag == "-c" and arg is not None:
+                    yield from ((node.lineno, t) for _, t in imported("__main__", arg, root))
+        elif (value := text(node)) is not None and id(node) not in docstrings:  # "python -m perfgate.ab.x ..."
+            for m in _MINUS_M.finditer(value):
+                yield (
+                    node.lineno,
+                    _command_module(root, m.group(2)) if m.group(1) == "perfgate" and m.group(2) else m.group(1),
+                )
+        elif isinstance(node, ast.ImportFrom) and node.module == "perfgate" and not node.level:
+            yield from ((node.lineno, lazy[a.name]) for a in node.names if a.name in lazy)
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "perfgate":
+            if node.attr in lazy:
+                yield node.lineno, lazy[node.attr]
+
+
 def violations(root: Path = ROOT) -> list[str]:
-    """One line per up-arrow or import of `models`: 'file:line: importer (stage) -> imported (stage)'."""
+    """One line per up-arrow or import of `models`: 'file:line: importer (stage) -> imported (stage)'.
+    perfgate/__init__.py's own `_LAZY` table is no arrow: it names what the package serves, and each
+    use of a name counts where it is used, as an import of the module behind it."""
     out = []  # one line per import statement and imported module
     for module, path in modules(root):
         source = path.read_text(encoding="utf8")
-        for line, target in sorted(set(imported(module, source, root, is_package=path.name == "__init__.py"))):
+        found = [*imported(module, source, root, is_package=path.name == "__init__.py"), *hidden_imports(source, root)]
+        for line, target in sorted(set(found)):
             where = f"{path.relative_to(root)}:{line}"
             if target == "models" or target.startswith("models."):
                 out.append(f"{where}: {module} imports the repository's {target}")
@@ -239,8 +312,175 @@ def test_every_module_belongs_to_a_stage() -> None:
     assert not unknown, f"perfgate/{sorted(unknown)[0]}: add it to STAGES here and to docs/architecture.md"
 
 
+# Up-arrows left, each 'importer -> imported'. issue 38: to move after the counting change lands
+# (perfgate/counts/ and measure/instructions.py are being changed; the valgrind worker's launcher
+# belongs beside the worker in counts/).
+UP_ARROW_EXCEPTIONS = frozenset(
+    {
+        "perfgate.measure.instructions (measure) -> perfgate.counts.worker (counts)",
+    }
+)
+
+
+def new_violations(root: Path = ROOT) -> list[str]:
+    return [v for v in violations(root) if v.split(": ", 1)[1] not in UP_ARROW_EXCEPTIONS]
+
+
 def test_imports_only_point_down_and_never_at_models() -> None:
-    assert violations() == []
+    assert new_violations() == []
+
+
+def test_the_check_counts_subprocesses_and_lazy_names_as_imports(tmp_path: Path) -> None:
+    root = _tree(tmp_path)
+    stats = root / "perfgate" / "measure" / "stats.py"
+    stats.write_text(
+        stats.read_text()
+        + "\n\ndef _late():\n    from perfgate import ModelSpec\n\n    return ModelSpec\n"
+        + '\n\nRUN = ["python", "-m", "perfgate.ab.interleave"]\n'
+        + 'HEALTH = "python -m perfgate health --device cuda"\n'
+        + 'CODE = ["python", "-c", "from perfgate.plugin import hooks"]\n'
+    )
+    found = sorted(v.split(": ", 1)[1] for v in new_violations(root) if v.startswith("perfgate/measure/stats.py:"))
+    assert found == [
+        "perfgate.measure.stats (measure) -> perfgate.ab.interleave (ab)",
+        "perfgate.measure.stats (measure) -> perfgate.cases.workload (cases)",
+        "perfgate.measure.stats (measure) -> perfgate.commands.health (commands)",
+        "perfgate.measure.stats (measure) -> perfgate.plugin.hooks (plugin)",
+    ], found
+
+
+def _calls_or_imports(tree: ast.AST) -> Iterator[tuple[int, str, str]]:
+    """(line, kind, name): 'import' of a module, 'attr' for an attribute read, 'name' for a bare name used."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, "import", a.name) for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            yield node.lineno, "import", node.module
+            yield from ((node.lineno, "name", a.name) for a in node.names)
+        elif isinstance(node, ast.Attribute):
+            yield node.lineno, "attr", node.attr
+        elif isinstance(node, ast.Name):
+            yield node.lineno, "name", node.id
+
+
+def _outside(root: Path, allowed: tuple[str, ...]) -> Iterator[tuple[str, ast.AST]]:
+    for _, path in modules(root):
+        rel = path.relative_to(root).as_posix()
+        if not rel.startswith(allowed):
+            yield rel, ast.parse(path.read_text(encoding="utf8"))
+
+
+def argparse_outside_commands(root: Path = ROOT) -> list[str]:
+    """'file:line' for each argparse import outside perfgate/commands/ and perfgate/cli.py: a module
+    that parses a command line is a command; the logic it runs belongs to a stage."""
+    return [
+        f"{rel}:{line}: argparse"
+        for rel, tree in _outside(root, ("perfgate/commands/", "perfgate/cli.py"))
+        for line, kind, name in _calls_or_imports(tree)
+        if kind == "import" and name.split(".")[0] == "argparse"
+    ]
+
+
+PYTEST_MODULES = frozenset({"pytest", "_pytest", "pluggy", "pytest_benchmark", "xdist"})
+# pytest's config, terminal and item API: reading these means holding pytest's objects.
+PYTEST_API = frozenset({"getoption", "getini", "pluginmanager", "get_terminal_writer", "get_closest_marker", "hook"})
+
+
+def pytest_outside_plugin(root: Path = ROOT) -> list[str]:
+    """'file:line: what' for each use of pytest outside perfgate/plugin/: an import of pytest or one of
+    its plugins' modules, or a call into pytest's config/item API (`config.getoption`, ...)."""
+    return [
+        f"{rel}:{line}: {name}"
+        for rel, tree in _outside(root, ("perfgate/plugin/",))
+        for line, kind, name in sorted(set(_calls_or_imports(tree)))
+        if (kind == "import" and name.split(".")[0] in PYTEST_MODULES) or (kind == "attr" and name in PYTEST_API)
+    ]
+
+
+TABLE_HELPERS = frozenset({"text_table"})  # perfgate/output/text.py's table renderer
+_ALIGNED = re.compile(r"^(.?[<>^]\d|[1-9])")  # `{x:<7}`, `{x:>8.3f}`, `{x:8}`; not `{n:04d}` (zero padding)
+
+
+def table_drawing(root: Path = ROOT) -> list[str]:
+    """'file:line: what' for each table drawn outside perfgate/output/. Drawing a table is any of:
+    using output/text's table renderer (TABLE_HELPERS) anywhere but output/ and commands/ (a command
+    prints what output/ draws); aligning columns by hand (an f-string width such as `{x:<7}`,
+    `str.ljust/rjust/center`); defining a table's column headers (a module constant named `*HEADERS`).
+    A stage returns data (records, rows of values); output/ turns them into tables."""
+    out = []
+    for rel, tree in _outside(root, ("perfgate/output/",)):
+        command = rel.startswith(("perfgate/commands/", "perfgate/cli.py"))
+        for line, kind, name in sorted(set(_calls_or_imports(tree))):
+            if name in TABLE_HELPERS and kind in ("name", "attr") and not command:
+                out.append(f"{rel}:{line}: {name}")
+            elif kind == "attr" and name in ("ljust", "rjust", "center"):
+                out.append(f"{rel}:{line}: str.{name}")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FormattedValue) and isinstance(node.format_spec, ast.JoinedStr):
+                spec = "".join(str(v.value) for v in node.format_spec.values if isinstance(v, ast.Constant))
+                if _ALIGNED.match(spec):
+                    out.append(f"{rel}:{node.lineno}: column width {spec!r}")
+        for node in getattr(tree, "body", []):
+            if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id.endswith("HEADERS") for t in node.targets
+            ):
+                out.append(f"{rel}:{node.lineno}: {node.targets[0].id}")  # type: ignore[attr-defined]
+    return sorted(set(out))
+
+
+# The uses left, by file. issue 38: to move after the counting change lands (perfgate/counts/ is
+# being changed): the count-quality experiment's command line, the count pass's pytest glue.
+HOUSE_RULE_EXCEPTIONS = {
+    "argparse": ("perfgate/counts/quality.py",),
+    "pytest": ("perfgate/counts/suite.py",),
+    "tables": (),
+}
+
+
+def house_rule_breaches(root: Path = ROOT) -> dict[str, list[str]]:
+    found = {
+        "argparse": argparse_outside_commands(root),
+        "pytest": pytest_outside_plugin(root),
+        "tables": table_drawing(root),
+    }
+    return {
+        rule: [f for f in lines if f.split(":", 1)[0] not in HOUSE_RULE_EXCEPTIONS[rule]]
+        for rule, lines in found.items()
+    }
+
+
+def test_argparse_pytest_and_tables_stay_in_their_stage() -> None:
+    found = house_rule_breaches()
+    assert found == {"argparse": [], "pytest": [], "tables": []}, (
+        "argparse belongs in perfgate/commands/, pytest in perfgate/plugin/, table drawing in perfgate/output/"
+    )
+
+
+def test_the_house_rules_fail_on_a_planted_breach(tmp_path: Path) -> None:
+    root = _tree(tmp_path)
+    decide = root / "perfgate" / "gate" / "decide.py"
+    decide.write_text(
+        decide.read_text()
+        + "\n\ndef _cli(argv):\n    import argparse\n\n    return argparse.ArgumentParser().parse_args(argv)\n"
+        + "\n\ndef _smoke(config):\n    return config.getoption('perfgate_smoke')\n"
+        + "\n\nDECIDE_HEADERS = ('case', 'verdict')\n"
+        + "\n\ndef _line(case, verdict):\n    return f'{case:<40} {verdict}'\n"
+    )
+    shard = root / "perfgate" / "dist" / "shard.py"
+    shard.write_text(shard.read_text() + "\nimport pytest\nfrom perfgate.output.text import text_table\n")
+    found = {
+        rule: sorted(f"{line.split(':', 1)[0]}: {line.split(': ', 1)[1]}" for line in lines)
+        for rule, lines in house_rule_breaches(root).items()
+    }
+    assert found == {
+        "argparse": ["perfgate/gate/decide.py: argparse"],
+        "pytest": ["perfgate/dist/shard.py: pytest", "perfgate/gate/decide.py: getoption"],
+        "tables": [
+            "perfgate/dist/shard.py: text_table",
+            "perfgate/gate/decide.py: DECIDE_HEADERS",
+            "perfgate/gate/decide.py: column width '<40'",
+        ],
+    }, found
 
 
 def _tree(tmp_path: Path) -> Path:
@@ -254,7 +494,7 @@ def test_the_check_fails_on_an_upward_import_inside_a_function(tmp_path: Path) -
     stats.write_text(
         stats.read_text() + "\n\ndef _late():\n    from perfgate.plugin import hooks\n\n    return hooks\n"
     )
-    assert len(found := violations(root)) == 1
+    assert len(found := new_violations(root)) == 1
     assert "perfgate.measure.stats (measure) -> perfgate.plugin.hooks (plugin)" in found[0]
 
 
@@ -264,18 +504,108 @@ def test_the_check_fails_on_a_relative_or_package_import_upward_and_on_models(tm
     decide.write_text(decide.read_text() + "\nfrom ..output import text\nfrom perfgate import commands\n")
     core = root / "perfgate" / "measure" / "core.py"
     core.write_text(core.read_text() + "\nimport models.physicsnemo_block\n")
-    found = violations(root)
+    found = new_violations(root)
     assert len(found) == 3, found
     assert any("perfgate.gate.decide (gate) -> perfgate.output.text (output)" in f for f in found)
     assert any("perfgate.gate.decide (gate) -> perfgate.commands (commands)" in f for f in found)
     assert any("imports the repository's models.physicsnemo_block" in f for f in found)
 
 
+MAX_FUNCTION_LINES = 100
+# issue 38: to split after the counting change lands (measure/instructions.py is being changed).
+LONG_FUNCTION_EXCEPTIONS = frozenset({"perfgate/measure/instructions.py count_cases"})
+
+
+def _declarative(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """An option table: every statement one call (`add_argument(...)`), a name bound to one (a group)
+    or an import (of a default it shows)."""
+    body = fn.body[1:] if ast.get_docstring(fn) is not None else fn.body
+    return all(
+        isinstance(st, (ast.Import, ast.ImportFrom))
+        or (isinstance(st, (ast.Expr, ast.Assign)) and isinstance(st.value, ast.Call))
+        for st in body
+    )
+
+
+def long_functions(root: Path = ROOT) -> list[str]:
+    """'file name: N lines' for each function over MAX_FUNCTION_LINES, declarative option tables apart."""
+    out = []
+    for _, path in modules(root):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not _declarative(node):
+                n = (node.end_lineno or node.lineno) - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    out.append(f"{path.relative_to(root).as_posix()} {node.name}: {n} lines")
+    return out
+
+
+def test_no_function_is_longer_than_100_lines() -> None:
+    found = [f for f in long_functions() if f.split(":", 1)[0] not in LONG_FUNCTION_EXCEPTIONS]
+    assert not found, "split these into named steps:\n" + "\n".join(found)
+
+
+def test_the_length_check_fails_on_a_new_long_function(tmp_path: Path) -> None:
+    root = _tree(tmp_path)
+    stats = root / "perfgate" / "measure" / "stats.py"
+    body = "".join(f"    x += {i}\n" for i in range(MAX_FUNCTION_LINES))
+    stats.write_text(stats.read_text() + f"\n\ndef _long(x):\n{body}    return x\n")
+    assert "perfgate/measure/stats.py _long: 102 lines" in long_functions(root)
+
+
+# Parameters typed plain `Any` at the stage boundaries: a public function or method (its name not
+# starting with `_`) takes `x: Any`, `*args`/`**kwargs` apart. Each stage may keep at most this many
+# (the count of 2026-11-27, issue 38); a new one fails: give it its type (a record, a Mapping, a
+# Protocol for pytest's objects). mypy does not count them (tests/test_types.py holds its errors).
+ANY_PARAMETER_BUDGET = {
+    "ab": 1, "cases": 4, "counts": 9, "dist": 2, "files": 1, "gate": 5, "history": 4, "measure": 22,
+    "output": 20, "plugin": 15, "profile": 11, "quality": 8, "results": 2,
+}  # fmt: skip
+
+
+def any_parameters(root: Path = ROOT) -> list[tuple[str, str]]:
+    """(stage, 'file:line: function(parameter)') for each public function's parameter typed plain `Any`."""
+    out = []
+    for module, path in modules(root):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.name.startswith("_"):
+                a = node.args
+                for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs):
+                    if isinstance(arg.annotation, ast.Name) and arg.annotation.id == "Any":
+                        where = f"{path.relative_to(root).as_posix()}:{arg.lineno}"
+                        out.append((stage(module), f"{where}: {node.name}({arg.arg})"))
+    return out
+
+
+def any_parameters_over_budget(root: Path = ROOT) -> dict[str, list[str]]:
+    per_stage: dict[str, list[str]] = {}
+    for name, line in any_parameters(root):
+        per_stage.setdefault(name, []).append(line)
+    return {s: lines for s, lines in per_stage.items() if len(lines) > ANY_PARAMETER_BUDGET.get(s, 0)}
+
+
+def test_no_new_any_parameter_at_a_stage_boundary() -> None:
+    assert any_parameters_over_budget() == {}
+
+
+def test_the_any_count_fails_on_a_new_any_parameter(tmp_path: Path) -> None:
+    root = _tree(tmp_path)
+    decide = root / "perfgate" / "gate" / "decide.py"
+    decide.write_text(decide.read_text() + "\n\ndef judge_one(record: Any, *rest: Any) -> None:\n    return None\n")
+    over = any_parameters_over_budget(root)
+    assert list(over) == ["gate"], over
+    planted = [line for line in over["gate"] if "judge_one" in line]  # *rest: Any does not count
+    assert len(planted) == 1 and planted[0].startswith("perfgate/gate/decide.py:"), planted
+
+
 if __name__ == "__main__":
     tree = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else ROOT
     found = violations(tree)
     print("\n".join(found))
-    print(f"{len(found)} up-arrow(s)")
+    print(f"{len(found)} up-arrow(s), counting subprocesses and lazy names ({len(UP_ARROW_EXCEPTIONS)} allowed)")
+    for rule, lines in house_rule_breaches(tree).items():
+        print(*(f"{rule}: {line}" for line in lines), sep="\n") if lines else None
+    print(*long_functions(tree), sep="\n")
+    print(f"{len(any_parameters(tree))} public parameter(s) typed plain Any")
     reads = key_reads_per_module(tree)
     print("\n".join(f"{n:4d} {m}" for m, n in reads.items()))
     print(f"{sum(reads.values())} string-key read(s) of result data outside perfgate/results.py and perfgate/record.py")

@@ -15,13 +15,13 @@ world model, audio decoder, Wan VAE, tiny, 2 s each).
 What it cannot see: a change outside the model files (the harness, torch, an op both sides
 share), which slows both sides alike. Mode `processes` (perfgate.ab.run) compares whole revisions.
 
-Run as `python -m perfgate.ab.interleave --base ROOT --head ROOT --out JSON CASE...` in the head's
-checkout: one fresh process, every case given, one JSON result.
+Run as `python -m perfgate.ab.interleave JOB.json` in the head's checkout (`perfgate ab` does):
+one fresh process, every case given, one JSON result. The job is a `Job` as JSON (`Job.write`):
+a worker's input, not a command line, so it has no parser (argparse lives in perfgate/commands/).
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import importlib.util
 import json
@@ -220,15 +220,31 @@ def all_cases(device: str) -> list[Any]:
     ]
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Job:
+    """One worker process's job: both revisions' roots, where the result goes, the cases."""
+
+    base: Path
+    head: Path
+    out: Path
+    cases: list[str]
+    device: str | None = None
+    budget_s: float = 3.0  # timed seconds per case
+
+    def write(self, path: Path) -> Path:
+        fields = {**dataclasses.asdict(self), "base": str(self.base), "head": str(self.head), "out": str(self.out)}
+        path.write_text(json.dumps(fields), encoding="utf8")
+        return path
+
+    @classmethod
+    def read(cls, path: Path) -> Job:
+        d = json.loads(path.read_text(encoding="utf8"))
+        return cls(**{**d, "base": Path(d["base"]), "head": Path(d["head"]), "out": Path(d["out"])})
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m perfgate.ab.interleave")
-    p.add_argument("--base", type=Path, required=True)
-    p.add_argument("--head", type=Path, required=True)
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--device", default=None)
-    p.add_argument("--budget-s", type=float, default=3.0, help="timed seconds per case (default 3)")
-    p.add_argument("cases", nargs="+")
-    args = p.parse_args(argv)
+    (job_path,) = sys.argv[1:] if argv is None else argv
+    args = Job.read(Path(job_path))
     from perfgate.cases.project import load_models
     from perfgate.measure.device import default_device, resolve
 

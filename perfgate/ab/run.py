@@ -288,6 +288,8 @@ def run_interleaved(
 ) -> ABResult:
     """Interleaved mode: fresh processes of the head's checkout, each measuring both revisions' model
     code round by round (perfgate.ab.interleave), until every case is decided or a budget runs out."""
+    from perfgate.ab import interleave  # torch, for the worker's job type only: imported when used
+
     result = ABResult(base=base.label, head=head.label, mode="interleaved")
     undecided = list(cases)
     t0 = time.perf_counter()
@@ -296,21 +298,10 @@ def run_interleaved(
             break
         with tempfile.TemporaryDirectory(prefix="perfgate-ab-") as tmp:
             out = Path(tmp) / "interleaved.json"
-            cmd = [
-                sys.executable,
-                "-m",
-                "perfgate.ab.interleave",
-                "--base",
-                str(base.root),
-                "--head",
-                str(head.root),
-                "--out",
-                str(out),
-                "--budget-s",
-                str(case_budget_s),
-                *(["--device", device] if device else []),
-                *undecided,
-            ]
+            job = interleave.Job(
+                base=base.root, head=head.root, out=out, cases=list(undecided), device=device, budget_s=case_budget_s
+            ).write(Path(tmp) / "job.json")
+            cmd = [sys.executable, "-m", "perfgate.ab.interleave", str(job)]
             r = subprocess.run(
                 cmd, cwd=head.root, env=side_env(head, env, harness), capture_output=True, text=True, timeout=3600
             )

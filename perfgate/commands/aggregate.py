@@ -89,6 +89,7 @@ def _ranks(args: argparse.Namespace) -> int:
     from perfgate.dist import ranks as pd
     from perfgate.exitcodes import FAILED as EXIT_REGRESSION
     from perfgate.files import write_json
+    from perfgate.output import ranks as ranks_text
     from perfgate.results import Distributed, RunInfo
 
     pct = pd.DEFAULT_STRAGGLER_PCT if args.straggler_pct is None else args.straggler_pct
@@ -98,7 +99,7 @@ def _ranks(args: argparse.Namespace) -> int:
     except pd.AggregateError as exc:
         raise CommandError(f"{args.folder}: {exc}" if str(args.folder) not in str(exc) else str(exc)) from None
     out = write_json(args.output or args.folder / pd.AGGREGATED_FILE, agg)
-    print("\n".join(pd.summary_lines(agg, out)))
+    print("\n".join(ranks_text.summary_lines(agg, out)))
     stragglers = (RunInfo.from_json(agg).distributed or Distributed(world_size=0, ranks=[])).stragglers
     return EXIT_REGRESSION if args.fail_on_straggler and stragglers else 0
 

@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         judge_commit = [
             sys.executable,
             "-c",
-            "import sys; from perfgate.ab.bisect_commit import main; sys.exit(main())",
+            "import sys; from perfgate.commands.bisect import judge_commit; sys.exit(judge_commit())",
             "--good",
             good,
             "--case",
@@ -85,3 +85,18 @@ def copy_harness(package: Path, dest: Path) -> None:
     in the repository's top-level models/, which `git bisect` checks out at each commit and the
     judgement imports from there (its working directory)."""
     shutil.copytree(package, dest, ignore=shutil.ignore_patterns("__pycache__"))
+
+
+def judge_commit(argv: list[str] | None = None) -> int:
+    """One commit of the bisection, as `git bisect run` starts it (its exit code is git's answer)."""
+    from perfgate.ab.bisect_commit import judge
+
+    p = argparse.ArgumentParser(prog="perfgate bisect (one commit)")
+    p.add_argument("--good", required=True)
+    p.add_argument("--case", required=True)
+    p.add_argument("--mode", choices=("interleaved", "processes"), default="interleaved")
+    p.add_argument("--harness", type=Path, default=None)
+    p.add_argument("--log", type=Path, required=True)
+    p.add_argument("--device", default=None)
+    a = p.parse_args(argv)
+    return judge(good=a.good, case=a.case, log=a.log, mode=a.mode, harness=a.harness, device=a.device)

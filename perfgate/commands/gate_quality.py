@@ -295,7 +295,7 @@ def _rejudge(args: argparse.Namespace, rules: list[Any]) -> int:
 
 
 def _print(data: dict[str, Any], rules: list[Any], *, precision: float, depth: int) -> None:
-    from perfgate.output.text import text_table
+    from perfgate.output.gate_quality import rate_table
     from perfgate.quality import experiment as q
     from perfgate.quality import rates as qr
 
@@ -333,7 +333,7 @@ def _print(data: dict[str, Any], rules: list[Any], *, precision: float, depth: i
             f"{str(s.remeasure_pooled).lower()}, baseline_runs {rule.baseline_runs}"
         )
         rs = [qr.Rate(**r) for r in res["rates"]]
-        print("\n".join(text_table(qr.RATE_HEADERS, qr.rate_rows(rs, depth))))
+        print("\n".join(rate_table(rs, depth)))
         if skipped := sum(r.not_judged for r in rs):
             print(f"({skipped} comparison(s) not judged: this rule needs runs the recorded experiment did not take)")
         best = res["smallest_detected_pct"]

@@ -51,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
     from perfgate import files
     from perfgate.measure import health
     from perfgate.measure.device import default_device, device_error, selection_device
+    from perfgate.output.health import text_lines
 
     device = args.device or selection_device([a for a in args.pytest_args if a != "--"]) or default_device()
     try:
@@ -65,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"perfgate health: cannot run here: {err}", file=sys.stderr)
         return EXIT_UNAVAILABLE
     result = health.check_device(device, min_free_share=args.min_free_pct, clock_ratio_min=args.min_clock_pct)
-    print("\n".join(health.text_lines(result)), file=sys.stderr)
+    print("\n".join(text_lines(result)), file=sys.stderr)
     if args.json:
         files.write_json(args.json, result.as_json())
     if result.ok:

@@ -179,8 +179,8 @@ def merge_folder(folder: Path) -> tuple[dict[str, Any], Any, list[str]]:
     """(the merged results, the merged VerdictSet, notices) of the shard files in `folder`;
     ShardError, MergeError or ResultFileError (one line each) when they cannot make one run."""
     from perfgate.dist.workers import merge_runs, merge_verdicts
-    from perfgate.results import read_benchmark_json
     from perfgate.gate.verdict_file import load_verdicts
+    from perfgate.results import read_benchmark_json
 
     pairs = shard_files(folder)
     runs = [(str(r), read_benchmark_json(r)) for r, _ in pairs]

@@ -241,16 +241,3 @@ def check_device(
         return Health(device=device, gpu=reader.name, nvml_index=reader.index, checks=checks)
     finally:
         reader.close()
-
-
-# --- output --------------------------------------------------------------------------------------
-
-
-def text_lines(health: Health) -> list[str]:
-    if not health.checks:
-        return [f"health: {health.device}: does not apply (the checks are for a CUDA GPU); passed"]
-    head = f"health: {health.device}" + (f" (NVML {health.nvml_index}: {health.gpu})" if health.gpu else "")
-    lines = [head]
-    for c in health.checks:
-        lines.append(f"  {c.status:<7} {c.name}: {c.detail}" + (f"\n          fix: {c.fix}" if c.fix else ""))
-    return lines

@@ -25,7 +25,7 @@ from __future__ import annotations
 import html
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -203,32 +203,65 @@ def model_chart(trends: Sequence[CaseTrend], pages: Mapping[str, str], prefix: s
             f"<title>{tip}</title></line>"
         )
     for k, t, _, times, line, marks in lines:
-        colour = PALETTE[k % len(PALETTE)]
-        for c in t.change_points:
-            kind = "accepted" if c["accepted"] else (c["direction"] or "step")
-            xc = X(times[c["index"]])
-            what = f"accepted: {c['accepted']}" if c["accepted"] else f"{wording.pct(c['change_pct'])} {c['direction']}"
-            tip = html.escape(f"{t.series.label}: change point at {(c['commit'] or '?')[:12]}: {what}")
-            parts.append(
-                f'<line class="cp {kind}" x1="{xc:.1f}" y1="{y0}" x2="{xc:.1f}" y2="{y1}"><title>{tip}</title></line>'
-            )
-        pts_attr = " ".join(f"{X(tm):.1f},{Y(v):.1f}" for tm, v in line)
-        parts.append(f'<polyline stroke="{colour}" points="{pts_attr}"/>')
-        unit = _UNITS.get(t.metric, t.series.unit)
-        for tm, v, g in marks:
-            newest = t.series.points[g[-1]]
-            href = pages.get(newest.source)
-            many = f"{len(g)} runs, newest " if len(g) > 1 else ""
-            value = _median([t.series.points[i].value for i in g])
-            tip = (
-                f"{t.series.label}: {many}{(newest.commit or '?')[:12]} {(newest.run_time or '')[:16]}: "
-                f"{fmt_num(value)} {unit}, {wording.pct(v)} vs baseline"
-            )
-            dot = (
-                f'<circle fill="{colour}" cx="{X(tm):.1f}" cy="{Y(v):.1f}" r="2.4">'
-                f"<title>{html.escape(tip)}</title></circle>"
-            )
-            parts.append(f'<a href="{prefix}{href}">{dot}</a>' if href else dot)
+        parts += _variant_svg(PALETTE[k % len(PALETTE)], t, times, line, marks, X, Y, (y0, y1), pages, prefix)
+    parts += _run_axis(order, X, x0, x1, y0, y1)
+    parts.append("</svg>")
+    return Markup("".join(parts))
+
+
+def _variant_svg(
+    colour: str,
+    t: CaseTrend,
+    times: list[float],
+    line: list[tuple[float, float]],
+    marks: list[tuple[float, float, range]],
+    X: Callable[[float], float],
+    Y: Callable[[float], float],
+    y_span: tuple[float, float],
+    pages: Mapping[str, str],
+    prefix: str,
+) -> list[str]:
+    """One variant on the chart: its change points, its line of bucket medians, its linked markers."""
+    y0, y1 = y_span
+    parts: list[str] = []
+    for c in t.change_points:
+        kind = "accepted" if c["accepted"] else (c["direction"] or "step")
+        xc = X(times[c["index"]])
+        what = f"accepted: {c['accepted']}" if c["accepted"] else f"{wording.pct(c['change_pct'])} {c['direction']}"
+        tip = html.escape(f"{t.series.label}: change point at {(c['commit'] or '?')[:12]}: {what}")
+        parts.append(
+            f'<line class="cp {kind}" x1="{xc:.1f}" y1="{y0}" x2="{xc:.1f}" y2="{y1}"><title>{tip}</title></line>'
+        )
+    pts_attr = " ".join(f"{X(tm):.1f},{Y(v):.1f}" for tm, v in line)
+    parts.append(f'<polyline stroke="{colour}" points="{pts_attr}"/>')
+    unit = _UNITS.get(t.metric, t.series.unit)
+    for tm, v, g in marks:
+        newest = t.series.points[g[-1]]
+        href = pages.get(newest.source)
+        many = f"{len(g)} runs, newest " if len(g) > 1 else ""
+        value = _median([t.series.points[i].value for i in g])
+        tip = (
+            f"{t.series.label}: {many}{(newest.commit or '?')[:12]} {(newest.run_time or '')[:16]}: "
+            f"{fmt_num(value)} {unit}, {wording.pct(v)} vs baseline"
+        )
+        dot = (
+            f'<circle fill="{colour}" cx="{X(tm):.1f}" cy="{Y(v):.1f}" r="2.4">'
+            f"<title>{html.escape(tip)}</title></circle>"
+        )
+        parts.append(f'<a href="{prefix}{href}">{dot}</a>' if href else dot)
+    return parts
+
+
+def _run_axis(
+    order: list[float],
+    X: Callable[[float], float],
+    x0: float,
+    x1: float,
+    y0: float,
+    y1: float,
+) -> list[str]:
+    """The run axis: its line, five dates along it, the number of runs."""
+    parts: list[str] = []
     parts.append(f'<line class="axis" x1="{x0}" y1="{y1}" x2="{x1}" y2="{y1}"/>')
     ticks = sorted({order[round(i * (len(order) - 1) / 4)] for i in range(5)})
     for i, tm in enumerate(ticks):  # dates along the run axis
@@ -236,8 +269,7 @@ def model_chart(trends: Sequence[CaseTrend], pages: Mapping[str, str], prefix: s
         anchor = " start" if i == 0 and len(ticks) > 1 else (" end" if i == len(ticks) - 1 and i else " mid")
         parts.append(f'<text class="ax{anchor}" x="{X(tm):.1f}" y="{CHART_H - 8}">{when}</text>')
     parts.append(f'<text class="ax end" x="{x1}" y="{y0 - 2}">{len(order)} run{"s" if len(order) > 1 else ""}</text>')
-    parts.append("</svg>")
-    return Markup("".join(parts))
+    return parts
 
 
 def trend_chart(t: CaseTrend, pages: Mapping[str, str], prefix: str) -> Markup:
@@ -359,28 +391,7 @@ def build_site(
     when = (generated_at or datetime.now().astimezone()).strftime("%Y-%m-%d %H:%M %Z")
     common = {"css": css, "title": title, "generated": when, "runs_total": len(runs)}
     common.update(CHANGE=wording.CHANGE, CHANGE_TOLERANCE=wording.CHANGE_TOLERANCE)
-    newest: dict[str, Run] = {}
-    for r in runs:
-        newest[r.fingerprint_id or "unknown"] = r
-    latest = []
-    for fp, r in sorted(newest.items()):
-        rows = _verdict_rows(r)
-        kinds: dict[str, int] = {}
-        for v in rows:
-            kinds[str(v.get("verdict"))] = kinds.get(str(v.get("verdict")), 0) + 1
-        latest.append(
-            {
-                "fingerprint_id": fp,
-                "commit": r.commit,
-                "commit_href": _commit_href(r.commit, commit_url),
-                "time": (r.run_time.isoformat() if r.run_time else "")[:16],
-                "tier": _meta(r).get("tier"),
-                "page": pages[r.path],
-                "kinds": kinds,
-                "shown": [v for v in rows if v.get("verdict") != "unchanged"],
-                "folded": [v for v in rows if v.get("verdict") == "unchanged"],
-            }
-        )
+    latest = _latest(runs, pages, commit_url)
     ordered = sorted(all_trends, key=lambda t: dashboard.attention_order(t.figures))
     calm = dashboard.ATTENTION.index("no baseline")  # from here on: nothing to act on
     attention = [_row(t) for t in ordered if dashboard.ATTENTION.index(t.figures.attention) < calm]
@@ -406,24 +417,7 @@ def build_site(
         models.setdefault(t.model_page, []).append(t)
     for page, ts in models.items():
         model = ts[0].series.model or ts[0].series.name
-        groups: dict[tuple[str, str, str, str], list[CaseTrend]] = {}
-        for t in ts:
-            groups.setdefault(_group_key(t), []).append(t)
-        charts = []
-        for (fp, opts, metric, _), members in sorted(groups.items()):
-            members = sorted(members, key=lambda t: (t.series.variant != "baseline", t.series.label))
-            charts.append(
-                {
-                    "title": f"{model} [{opts}]",
-                    "fingerprint_id": fp,
-                    "figure": wording.figure_name(metric),
-                    # A group of single runs (a recorded baseline alone) has no history to draw yet.
-                    "chart": model_chart(members, pages, "../")
-                    if any(len(t.series.points) > 1 for t in members)
-                    else "",
-                    "cases": [{**_row(t), "colour": PALETTE[k % len(PALETTE)]} for k, t in enumerate(members)],
-                }
-            )
+        charts = _model_charts(model, ts, pages)
         charts.sort(key=lambda c: min(dashboard.ATTENTION.index(x["attention"]) for x in c["cases"]))
         opt_rows = dashboard.optimisation_history(runs, model)
         best = max([r.speedup or 0.0 for r in opt_rows] + [1.0])
@@ -468,6 +462,54 @@ def build_site(
             **common,
         )
     return out
+
+
+def _latest(runs: Sequence[Run], pages: Mapping[str, str], commit_url: str) -> list[dict[str, Any]]:
+    """The index's top: each machine's newest run, its verdicts by kind, the changed ones shown."""
+    newest: dict[str, Run] = {}
+    for r in runs:
+        newest[r.fingerprint_id or "unknown"] = r
+    latest = []
+    for fp, r in sorted(newest.items()):
+        rows = _verdict_rows(r)
+        kinds: dict[str, int] = {}
+        for v in rows:
+            kinds[str(v.get("verdict"))] = kinds.get(str(v.get("verdict")), 0) + 1
+        latest.append(
+            {
+                "fingerprint_id": fp,
+                "commit": r.commit,
+                "commit_href": _commit_href(r.commit, commit_url),
+                "time": (r.run_time.isoformat() if r.run_time else "")[:16],
+                "tier": _meta(r).get("tier"),
+                "page": pages[r.path],
+                "kinds": kinds,
+                "shown": [v for v in rows if v.get("verdict") != "unchanged"],
+                "folded": [v for v in rows if v.get("verdict") == "unchanged"],
+            }
+        )
+    return latest
+
+
+def _model_charts(model: str, ts: Sequence[CaseTrend], pages: Mapping[str, str]) -> list[dict[str, Any]]:
+    """A model page's charts: one per machine, options and figure, its variants on one axis."""
+    groups: dict[tuple[str, str, str, str], list[CaseTrend]] = {}
+    for t in ts:
+        groups.setdefault(_group_key(t), []).append(t)
+    charts = []
+    for (fp, opts, metric, _), members in sorted(groups.items()):
+        members = sorted(members, key=lambda t: (t.series.variant != "baseline", t.series.label))
+        charts.append(
+            {
+                "title": f"{model} [{opts}]",
+                "fingerprint_id": fp,
+                "figure": wording.figure_name(metric),
+                # A group of single runs (a recorded baseline alone) has no history to draw yet.
+                "chart": model_chart(members, pages, "../") if any(len(t.series.points) > 1 for t in members) else "",
+                "cases": [{**_row(t), "colour": PALETTE[k % len(PALETTE)]} for k, t in enumerate(members)],
+            }
+        )
+    return charts
 
 
 def _row(t: CaseTrend) -> dict[str, Any]:

@@ -26,6 +26,7 @@ import pytest
 from perfgate import results
 from perfgate.dist import ranks as pd
 from perfgate.measure import topology as topo_mod
+from perfgate.output import ranks as ranks_text
 
 if TYPE_CHECKING:
     from perfgate.plugin.session import RunConfig
@@ -243,7 +244,7 @@ def _aggregate(config: pytest.Config, state: DistState, gathered: list[Any] | No
         state.lines.append(f"perfgate: cannot aggregate: {exc}")
         return
     out = store.atomic_write_json(state.folder / pd.AGGREGATED_FILE, agg)
-    state.lines += pd.summary_lines(agg, out)
+    state.lines += ranks_text.summary_lines(agg, out)
     if state.user_json:
         store.atomic_write_json(Path(state.user_json), agg)
         state.lines.append(f"perfgate: aggregated results written to {state.user_json}")

@@ -148,78 +148,21 @@ def layer_breakdown(
         | {n for g in plan.blocks.values() for ms in g.values() for n in ms}
         | set(plan.attention)
     )
-    timer = _HookTimer(device)
-    plain_timer = make_timer(device)
-
-    def forward() -> Any:
-        with torch.inference_mode(), context():
-            return module(*inputs)
-
-    for _ in range(warmup):
-        forward()
-    plain_ms: list[float] = []
-    per_round: list[dict[str, float]] = []
-    for _ in range(rounds):
-        plain_ms.append(plain_timer.time_ms(forward)[0])
-        timer.attach(named, hooked)
-        try:
-            forward()
-        finally:
-            timer.detach()
-        per_round.append(timer.take_ms())
+    plain_ms, per_round = _rounds(module, inputs, device, context, named, hooked, rounds=rounds, warmup=warmup)
 
     def series(names: list[str]) -> list[float]:
         return [sum(r.get(n, 0.0) for n in names) for r in per_round]
 
     total_mean, total_std = _mean_std(series([root]))
     plain_mean, _ = _mean_std(plain_ms)
-    components = []
-    for comp, members in plan.top.items():
-        mean, std = _mean_std(series(members))
-        components.append(
-            {
-                "name": comp,
-                "class": type(named[comp]).__name__,
-                "mean_ms": mean,
-                "std_ms": std,
-                "median_ms": float(np.median(series(members))),
-                "share": mean / total_mean if total_mean else None,
-                "modules": len(members),
-                "blocks": len(named[comp]) if isinstance(named[comp], nn.ModuleList) else None,
-            }
-        )
+    components = _components(plan, named, series, total_mean)
     parts_sum = sum(c["mean_ms"] for c in components)
     # The consistency check uses medians over rounds: on a shared machine one stalled round
     # would otherwise decide it.
     parts_median = float(np.median([sum(r.get(n, 0.0) for ms in plan.top.values() for n in ms) for r in per_round]))
     plain_median = float(np.median(plain_ms))
     total_median = float(np.median(series([root])))
-    block_groups = []
-    for path, members in plan.blocks.items():
-        per_block = []
-        for i, (n, calls) in enumerate(members.items()):
-            mean, std = _mean_std(series(calls))
-            per_block.append(
-                {"index": i, "name": n, "mean_ms": mean, "std_ms": std, "median_ms": float(np.median(series(calls)))}
-            )
-        # Across-block statistics use each block's median over rounds, so one stalled round does
-        # not make a block look slow; the total uses means, like the components' shares.
-        medians = [b["median_ms"] for b in per_block]
-        avg, spread = _mean_std(medians)
-        total = sum(b["mean_ms"] for b in per_block)
-        block_groups.append(
-            {
-                "list": path,
-                "n": len(members),
-                "class": type(named[next(iter(members))]).__name__,
-                "mean_ms": avg,
-                "std_ms": spread,
-                "total_ms": total,
-                "share": total / total_mean if total_mean else None,
-                "slowest": sorted(per_block, key=lambda b: -b["median_ms"])[:5],
-                "per_block": per_block,
-            }
-        )
+    block_groups = _block_groups(plan, named, series, total_mean)
     attn_ms = sum(_mean_std(series([n]))[0] for n in plan.attention)
     patch_ms = sum(c["mean_ms"] for c in components if c["name"] in plan.patch)
     largest = max(block_groups, key=lambda g: g["total_ms"], default=None)
@@ -253,6 +196,95 @@ def layer_breakdown(
             "share": patch_ms / total_mean if total_mean and plan.patch else None,
         },
     }
+
+
+def _rounds(
+    module: nn.Module,
+    inputs: tuple[torch.Tensor, ...],
+    device: torch.device,
+    context: Callable[[], Any],
+    named: dict[str, nn.Module],
+    hooked: set[str],
+    *,
+    rounds: int,
+    warmup: int,
+) -> tuple[list[float], list[dict[str, float]]]:
+    """The plain forward's times and, per round, each hooked module's time in an instrumented forward."""
+    timer = _HookTimer(device)
+    plain_timer = make_timer(device)
+
+    def forward() -> Any:
+        with torch.inference_mode(), context():
+            return module(*inputs)
+
+    for _ in range(warmup):
+        forward()
+    plain_ms: list[float] = []
+    per_round: list[dict[str, float]] = []
+    for _ in range(rounds):
+        plain_ms.append(plain_timer.time_ms(forward)[0])
+        timer.attach(named, hooked)
+        try:
+            forward()
+        finally:
+            timer.detach()
+        per_round.append(timer.take_ms())
+    return plain_ms, per_round
+
+
+def _components(
+    plan: LayerPlan, named: dict[str, nn.Module], series: Callable[[list[str]], list[float]], total_mean: float
+) -> list[dict[str, Any]]:
+    """Each top-level component's time over rounds and its share of the forward."""
+    components: list[dict[str, Any]] = []
+    for comp, members in plan.top.items():
+        mean, std = _mean_std(series(members))
+        components.append(
+            {
+                "name": comp,
+                "class": type(named[comp]).__name__,
+                "mean_ms": mean,
+                "std_ms": std,
+                "median_ms": float(np.median(series(members))),
+                "share": mean / total_mean if total_mean else None,
+                "modules": len(members),
+                "blocks": len(m) if isinstance(m := named[comp], nn.ModuleList) else None,
+            }
+        )
+    return components
+
+
+def _block_groups(
+    plan: LayerPlan, named: dict[str, nn.Module], series: Callable[[list[str]], list[float]], total_mean: float
+) -> list[dict[str, Any]]:
+    """Each list of repeated blocks: per block, the spread across blocks, the slowest five."""
+    block_groups: list[dict[str, Any]] = []
+    for path, members in plan.blocks.items():
+        per_block: list[dict[str, Any]] = []
+        for i, (n, calls) in enumerate(members.items()):
+            mean, std = _mean_std(series(calls))
+            per_block.append(
+                {"index": i, "name": n, "mean_ms": mean, "std_ms": std, "median_ms": float(np.median(series(calls)))}
+            )
+        # Across-block statistics use each block's median over rounds, so one stalled round does
+        # not make a block look slow; the total uses means, like the components' shares.
+        medians = [b["median_ms"] for b in per_block]
+        avg, spread = _mean_std(medians)
+        total = sum(b["mean_ms"] for b in per_block)
+        block_groups.append(
+            {
+                "list": path,
+                "n": len(members),
+                "class": type(named[next(iter(members))]).__name__,
+                "mean_ms": avg,
+                "std_ms": spread,
+                "total_ms": total,
+                "share": total / total_mean if total_mean else None,
+                "slowest": sorted(per_block, key=lambda b: -b["median_ms"])[:5],
+                "per_block": per_block,
+            }
+        )
+    return block_groups
 
 
 def range_names(module: nn.Module) -> list[str]:

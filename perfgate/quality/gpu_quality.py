@@ -290,36 +290,53 @@ def run(
         conditions: list[tuple[str, float, Callable[[], Any]]] = [("unchanged", 0.0, step)]
         conditions += [("gpu", k, gpu_steps[k]) for k in plan.sizes_pct]
         conditions += [("host", k, host_steps[k]) for k in plan.sizes_pct]
-        schedule = [(c, r) for r in range(plan.repeats) for c in conditions]
-        for (kind, k, current), r in schedule:
-            progress(f"{case}: {kind} {k:g}% #{r + 1}")
-            t1 = time.perf_counter()
-            ab_base, cur_samples = interleaved_ms([step, current], plan.device, plan.rounds, rng)
-            cur = record_of(cur_samples, profiled(current, plan.device, plan.profile_steps))
-            verdicts, msgs = judge_all(case, base, cur, ab_base, settings)
-            rows.append(
-                Comparison(
-                    case=case,
-                    kind=kind,
-                    size_pct=k,
-                    repeat=r,
-                    verdicts=verdicts,
-                    messages=msgs,
-                    wall_s=time.perf_counter() - t1,
-                    wall_change_pct=((cur.median_ms or 0) / wall - 1) * 100 if wall else math.nan,
-                    device_change_pct=(cur.device_ms_per_step / dev - 1) * 100
-                    if dev and cur.device_ms_per_step is not None
-                    else None,
-                )
-            )
+        rows += _compare(plan, case, step, base, conditions, rng, settings, progress)
         if checkpoint is not None:
             checkpoint(
                 QualityRun(plan=plan, setups=setups, rows=rows, tally=tally(rows), wall_s=time.perf_counter() - t_start)
             )
-        del step, gpu_steps, host_steps, conditions, schedule
+        del step, gpu_steps, host_steps, conditions
         if cuda:
             torch.cuda.empty_cache()
     return QualityRun(plan=plan, setups=setups, rows=rows, tally=tally(rows), wall_s=time.perf_counter() - t_start)
+
+
+def _compare(
+    plan: Plan,
+    case: str,
+    step: Callable[[], Any],
+    base: CaseRecord,
+    conditions: list[tuple[str, float, Callable[[], Any]]],
+    rng: random.Random,
+    settings: GateSettings,
+    progress: Callable[[str], None],
+) -> list[Comparison]:
+    """Each condition `plan.repeats` times against the recorded `base`: stored and A/B, judged."""
+    wall, dev = base.median_ms or 0.0, base.device_ms_per_step
+    rows: list[Comparison] = []
+    schedule = [(c, r) for r in range(plan.repeats) for c in conditions]
+    for (kind, k, current), r in schedule:
+        progress(f"{case}: {kind} {k:g}% #{r + 1}")
+        t1 = time.perf_counter()
+        ab_base, cur_samples = interleaved_ms([step, current], plan.device, plan.rounds, rng)
+        cur = record_of(cur_samples, profiled(current, plan.device, plan.profile_steps))
+        verdicts, msgs = judge_all(case, base, cur, ab_base, settings)
+        rows.append(
+            Comparison(
+                case=case,
+                kind=kind,
+                size_pct=k,
+                repeat=r,
+                verdicts=verdicts,
+                messages=msgs,
+                wall_s=time.perf_counter() - t1,
+                wall_change_pct=((cur.median_ms or 0) / wall - 1) * 100 if wall else math.nan,
+                device_change_pct=(cur.device_ms_per_step / dev - 1) * 100
+                if dev and cur.device_ms_per_step is not None
+                else None,
+            )
+        )
+    return rows
 
 
 @dataclass(frozen=True, kw_only=True)

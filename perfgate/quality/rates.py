@@ -22,7 +22,6 @@ from perfgate.quality.experiment import (
     Comparison,
     GateRule,
     as_record,
-    layers_for,
 )
 
 
@@ -131,42 +130,6 @@ def run_noise(comparisons: Sequence[Comparison], s: GateSettings = GateSettings(
         out["normalised"] = spread([statistics.median(ratios(r.samples_ms, r.reference_ms or [])) for r in runs])
         out["reference_ms"] = spread([r.reference_median_ms or 0.0 for r in runs])
     return out
-
-
-def rate_rows(rs: Sequence[Rate], depth: int) -> list[list[str]]:
-    rows = []
-    for r in rs:
-        rows.append(
-            [
-                f"+{r.slowdown_pct:g}%" if r.slowdown_pct else "0% (unchanged)",
-                str(layers_for(depth, r.slowdown_pct)),
-                str(r.n),
-                str(r.alarms),
-                f"{r.rate:.0%}" if r.n else "-",
-                f"{r.ci_lo:.0%}-{r.ci_hi:.0%}" if r.n else "-",
-                str(r.unreliable),
-                str(r.inconclusive),
-                str(r.improvements),
-                f"{r.median_change_pct:+.1f}%" if r.median_change_pct is not None else "-",
-                str(r.current_runs),
-            ]
-        )
-    return rows
-
-
-RATE_HEADERS = (
-    "slowdown",
-    "layers",
-    "n",
-    "alarms",
-    "rate",
-    "95% CI (Wilson)",
-    "unreliable",
-    "inconclusive",
-    "improvement",
-    "median change",
-    "current runs",
-)
 
 
 def report(

@@ -15,6 +15,7 @@ import torch
 from perfgate import gate
 from perfgate.ab import run as ab_run
 from perfgate.ab import verdicts as ab
+from perfgate.ab.interleave import Job
 from perfgate.gate.policy import Policy
 from perfgate.gate.settings import GateSettings
 from perfgate.quality import inject
@@ -60,17 +61,8 @@ def _worker(cases: list[str], tmp: Path, env: dict[str, str] | None = None) -> l
             sys.executable,
             "-m",
             "perfgate.ab.interleave",
-            "--base",
-            str(ROOT),
-            "--head",
-            str(ROOT),
-            "--out",
-            str(out),
-            "--budget-s",
-            "1",
-            "--device",
-            "cpu",  # the default device is CUDA where a GPU is: the test is about the interleaving
-            *cases,
+            # the default device is CUDA where a GPU is: the test is about the interleaving
+            str(Job(base=ROOT, head=ROOT, out=out, cases=cases, budget_s=1, device="cpu").write(tmp / "job.json")),
         ],
         cwd=ROOT,
         env={**os.environ, **(env or {})},

@@ -22,6 +22,7 @@ from perfgate.gate.settings import GateSettings
 from perfgate.measure import topology as topo_mod
 from perfgate.measure.core import WarmupRule, measure
 from perfgate.measure.stats import StopRule
+from perfgate.output import ranks as ranks_text
 from tests.helpers import bench, run_json
 
 pytest_plugins = ("pytester",)
@@ -132,7 +133,7 @@ def test_aggregate_reports_stragglers_by_the_configured_threshold():
     [s] = agg["benchmarks"][0]["extra_info"]["stragglers"]
     assert s["rank"] == 1 and s["excess_pct"] == pytest.approx(100 * (12 / 11 - 1))
     assert agg["perfgate"]["distributed"]["stragglers"] == 1
-    assert any("straggler" in line and "rank 1" in line for line in pd.summary_lines(agg))
+    assert any("straggler" in line and "rank 1" in line for line in ranks_text.summary_lines(agg))
 
 
 def test_missing_ranks_unreliable_ranks_and_in_run_speedups():
@@ -152,7 +153,7 @@ def test_missing_ranks_unreliable_ranks_and_in_run_speedups():
     assert (
         bf16["speedup"] == pytest.approx(12.0 / 7.0) and bf16["speedup_basis"] == "median_ms"
     )  # slowest eager median over slowest bf16 median
-    assert any("no results from rank(s) 1" in line for line in pd.summary_lines(agg))
+    assert any("no results from rank(s) 1" in line for line in ranks_text.summary_lines(agg))
 
 
 def test_a_failing_or_silent_rank_refuses_recording():
@@ -162,7 +163,7 @@ def test_a_failing_or_silent_rank_refuses_recording():
 
 
 def test_rank_table_lists_every_rank_and_the_aggregate():
-    rows = pd.rank_rows(pd.aggregate(two_ranks()))
+    rows = ranks_text.rank_rows(pd.aggregate(two_ranks()))
     assert [r[1] for r in rows] == ["0", "1", "all"]
     assert rows[0][0] == "m-tiny-baseline" and "slowest" in rows[1][7] and rows[2][4].endswith("(sum)")
 

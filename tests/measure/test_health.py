@@ -17,6 +17,7 @@ from markdown_it import MarkdownIt
 from perfgate import cli
 from perfgate.measure import health
 from perfgate.measure.telemetry import open_nvml
+from perfgate.output.health import text_lines
 from tests.ci.helpers import SCRIPTS, SMALLEST, run, script_env
 from tests.fake_nvml import GIB, FakeGpu, install
 
@@ -146,7 +147,7 @@ def test_the_device_index_picks_the_nvml_device(monkeypatch):
 def test_a_cpu_has_nothing_to_check_and_no_driver_fails(monkeypatch):
     cpu = health.check_device("cpu")
     assert cpu.checks == [] and cpu.ok
-    assert health.text_lines(cpu) == ["health: cpu: does not apply (the checks are for a CUDA GPU); passed"]
+    assert text_lines(cpu) == ["health: cpu: does not apply (the checks are for a CUDA GPU); passed"]
     # No driver: the real nvidia-ml-py cannot load libnvidia-ml (made so on a GPU machine too, where
     # the library is there: its loader's CDLL fails as it does without a driver).
     pynvml = pytest.importorskip("pynvml", reason="nvidia-ml-py is not installed: pip install -e '.[gpu]'")

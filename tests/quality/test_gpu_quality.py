@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from perfgate.quality import gpu_quality as gq
+from tests.commands.test_gpu_check import ROOT, _env
 from tests.helpers import HANG_GUARD_S
-from tests.measure.test_gpu_check import ROOT, _env
 
 
 def test_the_plan_refuses_a_record_without_noise() -> None:

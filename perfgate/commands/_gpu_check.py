@@ -1,5 +1,8 @@
 """The GPU acceptance run behind `scripts/gpu-check`: one command for whoever has a GPU.
 
+A driver of `perfgate` commands (it runs them as subprocesses), so it sits with them; the leading
+underscore keeps it out of the `perfgate` subcommands: `python -m perfgate.commands._gpu_check`.
+
 Stages, each a subprocess with its own log and JUnit XML under the output folder:
 
 1. `perfgate health` of the device (persistence mode, clocks, other processes, ECC, free memory):
@@ -26,8 +29,10 @@ takes the machine's Python as it is).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -36,6 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perfgate import files
 from perfgate.exitcodes import FAILED as EXIT_FAILED
 from perfgate.exitcodes import OK as EXIT_OK
 from perfgate.exitcodes import UNAVAILABLE as EXIT_UNAVAILABLE
@@ -259,16 +265,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_UNAVAILABLE
-    out = Path(args.out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    for stale in out.glob("*"):
-        if stale.is_file():
-            stale.unlink()
-    baselines = out / "baselines"
-    if baselines.exists():
-        import shutil
-
-        shutil.rmtree(baselines)  # the record must be this run's own
+    out = _fresh_output(Path(args.out).resolve())
     py = sys.executable
     health = run_stage(
         "health", [py, "-m", "perfgate", "health", "--device", device, "--json", str(out / "health.json")], out
@@ -277,12 +274,8 @@ def main(argv: list[str] | None = None) -> int:
         return quality_main(args, py, device, out, health)
     stages = [health, run_stage("doctor", [py, "-m", "perfgate", "doctor", "--device", device], out)]
     if not args.skip_tests:
-        try:
-            import xdist  # noqa: F401
-
-            parallel = ["-n", "auto"]
-        except ImportError:
-            parallel = []
+        # -n auto when pytest-xdist is installed (asked of the import system, not imported: pytest's own)
+        parallel = ["-n", "auto"] if importlib.util.find_spec("xdist") is not None else []
         stages.append(
             run_stage(
                 "tests",
@@ -291,6 +284,24 @@ def main(argv: list[str] | None = None) -> int:
                 junit=out / "tests.xml",
             )
         )
+    stages += benchmark_stages(args, py, device, out)
+    text, data = summary(stages, out, device)
+    return _finish(out, text, data)
+
+
+def _fresh_output(out: Path) -> Path:
+    """The output folder, emptied of a previous run's files and baselines (the record must be this run's own)."""
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in out.glob("*"):
+        if stale.is_file():
+            stale.unlink()
+    if (out / "baselines").exists():
+        shutil.rmtree(out / "baselines")
+    return out
+
+
+def benchmark_stages(args: argparse.Namespace, py: str, device: str, out: Path) -> list[StageResult]:
+    """Stages 4 and 5: the family recorded as a baseline in out/baselines, then rerun gated against it."""
     selection = [
         "--perfgate-device",
         device,
@@ -299,13 +310,14 @@ def main(argv: list[str] | None = None) -> int:
         "--perfgate-budget-s",
         str(args.budget_s),
         "--perfgate-baselines",
-        str(baselines),
+        str(out / "baselines"),
         "-v",
         "-rs",
         *args.pytest_args,
     ]
     if args.variants:
         selection += ["--perfgate-variants", args.variants]
+    stages: list[StageResult] = []
     stages.append(
         run_stage(
             "record",
@@ -345,9 +357,10 @@ def main(argv: list[str] | None = None) -> int:
             junit=out / "rerun.xml",
         )
     )
-    text, data = summary(stages, out, device)
-    from perfgate import files
+    return stages
 
+
+def _finish(out: Path, text: str, data: dict[str, Any]) -> int:
     files.write_text(out / "summary.md", text)
     files.write_json(out / "summary.json", data)
     print("\n" + text + f"\ngpu-check: everything is in {out}")
@@ -368,12 +381,7 @@ def quality_main(args: argparse.Namespace, py: str, device: str, out: Path, heal
     if table.is_file():
         text += "\n" + table.read_text(encoding="utf8")
     data["quality"] = str(table.relative_to(out)) if table.is_file() else None
-    from perfgate import files
-
-    files.write_text(out / "summary.md", text)
-    files.write_json(out / "summary.json", data)
-    print("\n" + text + f"\ngpu-check: everything is in {out}")
-    return EXIT_OK if data["passed"] else EXIT_FAILED
+    return _finish(out, text, data)
 
 
 if __name__ == "__main__":

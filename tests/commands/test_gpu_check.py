@@ -87,7 +87,7 @@ def test_the_summary_of_a_real_h100_run_names_what_moved_on_unchanged_code(tmp_p
     """The H100's unchanged rerun read bf16 and both FP8 cases 9-11% faster than the record (6
     improvement verdicts, latency and speedup): the acceptance still passes (nothing got slower), and
     the summary names each of them as moved, since a regression of that size passes against the record."""
-    from perfgate.measure import gpu_check
+    from perfgate.commands import _gpu_check as gpu_check
 
     for name in ("record.json", "rerun-verdicts.json"):
         shutil.copy(H100_RUN / name, tmp_path / name)
