@@ -23,7 +23,10 @@ import subprocess
 import sys
 import time
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:  # torch loads only inside the counted process
+    from perfgate.cases.runner import Case
 
 
 def virtual_cpu() -> dict[str, Any]:
@@ -114,7 +117,7 @@ def prepare(job: dict[str, Any]) -> None:
         inject.pytest_configure(None)
 
 
-def header(out: Any) -> None:
+def header(out: TextIO) -> None:
     """The manifest's first line: what the counts depend on."""
     import torch
 
@@ -122,7 +125,7 @@ def header(out: Any) -> None:
     out.flush()
 
 
-def count_case(case: Any, job: dict[str, Any], out: Any, dump: int) -> int:
+def count_case(case: Case, job: dict[str, Any], out: TextIO, dump: int) -> int:
     """Build `case` with the suite's pipeline, warm it up, count its window (and what the job asks
     besides); one manifest line. Returns the process's last dump number."""
     import torch
@@ -187,7 +190,7 @@ def count_case(case: Any, job: dict[str, Any], out: Any, dump: int) -> int:
     return dump
 
 
-def write_line(out: Any, line: dict[str, Any]) -> None:
+def write_line(out: TextIO, line: dict[str, Any]) -> None:
     out.write(json.dumps(line) + "\n")
     out.flush()
 
