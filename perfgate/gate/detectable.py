@@ -58,21 +58,49 @@ def per_pass_value(record: CaseRecord, metric: str) -> float | None:
 NOISE_METRICS = ("latency", "device_time", "instructions")
 
 
-def spread(values: Sequence[float]) -> float:
-    """(max - min) / median; 0 for one value."""
+def spread(values: Sequence[float]) -> float | None:
+    """(max - min) / median; 0 for one value; None where the median is not positive (no scale)."""
     med = statistics.median(values)
-    return (max(values) - min(values)) / med if med > 0 else float("inf")
+    return (max(values) - min(values)) / med if med > 0 else None
 
 
 def noise_of(passes: Sequence[CaseRecord]) -> dict[str, MetricNoise]:
-    """Per metric, the noise between the passes that have it (at least 2 values)."""
+    """Per metric, the noise between the passes that have it (at least 2 values). Latency mixes no
+    units: step/reference ratios only where every pass has one, else milliseconds."""
     out = {}
     for metric in NOISE_METRICS:
-        values = [v for v in (per_pass_value(r, metric) for r in passes) if v is not None]
-        if len(values) >= 2:
-            s = spread(values)
+        values = latency_values(passes) if metric == "latency" else [per_pass_value(r, metric) for r in passes]
+        values = [v for v in values if v is not None]
+        s = spread(values) if len(values) >= 2 else None
+        if s is not None:
             out[metric] = MetricNoise(metric=metric, passes=len(values), spread=s, detects=FACTOR * s)
     return out
+
+
+def latency_values(passes: Sequence[CaseRecord]) -> list[float | None]:
+    """Each pass's latency in one unit: the step/reference ratio where every pass has one (the CPU
+    gate's figure), else the median ms."""
+    if all(r.normalised_median is not None for r in passes):
+        return [r.normalised_median for r in passes]
+    return [r.median_ms for r in passes]
+
+
+def without_slow_pass(passes: Sequence[CaseRecord], limit: float = DISAGREE) -> tuple[list[CaseRecord], int | None]:
+    """The passes, less the earlier one whose latency lies farthest from their median when leaving
+    it out makes the others agree within `limit` (a slow phase caught by an earlier pass): (the
+    passes kept, the index left out or None). The last pass is the record that will be stored: it
+    is never left out (a slow last pass stays and the case is flagged). At least two passes stay."""
+    noise = noise_of(passes)
+    if len(passes) < 3 or disagreement(noise, limit) is None:
+        return list(passes), None
+    found = latency_values(passes)
+    values = [v for v in found if v is not None]
+    if len(values) < len(found):
+        return list(passes), None
+    med = statistics.median(values)
+    worst = max(range(len(values) - 1), key=lambda i: abs(values[i] - med))
+    kept = [r for i, r in enumerate(passes) if i != worst]
+    return (kept, worst) if disagreement(noise_of(kept), limit) is None else (list(passes), None)
 
 
 def disagreement(noise: Mapping[str, MetricNoise], limit: float = DISAGREE) -> str | None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import fnmatch
 import functools
 import importlib.metadata
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -35,7 +35,7 @@ from packaging.version import InvalidVersion, Version
 
 from perfgate.cases.project import PolicyError
 from perfgate.gate.metrics import METRIC_NAMES
-from perfgate.gate.verdicts import DEFECT_NOT_SEEN, FAILING, KNOWN_DEFECT, Verdict
+from perfgate.gate.verdicts import DEFECT_NOT_SEEN, FAILING, IMPROVEMENT, KNOWN_DEFECT, UNCHANGED, Verdict
 from perfgate.record import CaseRecord
 
 _RECORD_FIELDS = frozenset(f.name for f in fields(CaseRecord))
@@ -104,7 +104,8 @@ class KnownDefect:
             if have is None:
                 return f"{dist} is not installed"
             try:
-                ok = Version(have) in SpecifierSet(spec)
+                # Pre-releases and source builds (2.14.0.dev..., 2.13.0a0+git...) count as their release line.
+                ok = SpecifierSet(spec).contains(Version(have), prereleases=True)
             except InvalidVersion:
                 ok = False
             if not ok:
@@ -128,10 +129,16 @@ class KnownDefect:
 
 
 def explain(
-    case_id: str, record: CaseRecord, verdicts: Sequence[Verdict], defects: Sequence[KnownDefect], host: Host
+    case_id: str,
+    record: CaseRecord,
+    verdicts: Sequence[Verdict],
+    defects: Sequence[KnownDefect],
+    host: Host,
+    judged: Callable[[str], bool] = lambda metric: True,
 ) -> list[Verdict]:
     """The case's verdicts with every failure an applying entry explains turned into `known defect`,
-    and a `defect not seen` verdict for each applying entry whose metrics all passed."""
+    and a `defect not seen` verdict for each applying entry whose metrics were all judged and passed
+    (`judged`: whether the run judged a metric at all; a metric left unjudged proves nothing)."""
     applying = [d for d in defects if d.applies(case_id, record, host)]
     if not applying:
         return list(verdicts)
@@ -144,7 +151,7 @@ def explain(
         seen.add(d.name)
         out.append(replace(v, verdict=KNOWN_DEFECT, message=f"{d.describe()}; {v.message}"))
     for d in applying:
-        if d.name not in seen:
+        if d.name not in seen and all(_passed(m, record, verdicts, judged) for m in d.metrics):
             versions = ", ".join(f"{p} {host.version(p)}" for p in d.packages) or "these packages"
             out.append(
                 Verdict(
@@ -156,6 +163,16 @@ def explain(
                 )
             )
     return out
+
+
+def _passed(metric: str, record: CaseRecord, verdicts: Sequence[Verdict], judged: Callable[[str], bool]) -> bool:
+    """The run judged `metric` and it passed: accuracy is checked without a verdict when within its
+    tolerance (so its figures must be there); the others must have an unchanged or better verdict."""
+    if not judged(metric):
+        return False
+    if metric == "accuracy":
+        return bool(record.accuracy)
+    return any(v.metric == metric and v.verdict in (UNCHANGED, IMPROVEMENT) for v in verdicts)
 
 
 def _strings(raw: Any, where: str, key: str, *, empty: bool = True) -> tuple[str, ...]:

@@ -378,7 +378,9 @@ GATED: tuple[GatedMetric, ...] = (
         setting="device_time_tolerance",
         better="lower",
         unit="ms",
-        timing=False,  # the kernels' own durations: host phases and other processes do not move them
+        # The kernels' own durations: host phases do not move them, but slowed clocks and other processes
+        # on the GPU do, which is what marks a GPU run unreliable: not judged then.
+        timing=True,
         judge=judge_device_time,
     ),
     GatedMetric(

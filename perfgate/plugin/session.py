@@ -237,7 +237,9 @@ class Session:
         ]
         if self.config.policy.known_defects:  # an upstream defect's failure is named, not failed on
             defects = self.config.policy.known_defects
-            verdicts = gate.explain_known_defects(case.id, result.record, verdicts, defects, this_host())
+            verdicts = gate.explain_known_defects(
+                case.id, result.record, verdicts, defects, this_host(), judged=self.judges
+            )
         if self.config.trace == "all" or (self.config.trace == "regressed" and self.failing(verdicts, case)):
             verdicts = self.attach_evidence(case, fullname, result, verdicts, progress)
         result.record.case_wall_s = time.perf_counter() - t0
@@ -248,13 +250,14 @@ class Session:
         return result, verdicts
 
     def judges(self, metric: str) -> bool:
-        """Whether this run judges `metric` (--perfgate-gate-metrics; a budget is a latency figure,
-        graph breaks the compile's own check: both judged when latency is)."""
+        """Whether this run judges `metric` (--perfgate-gate-metrics). A time budget (fps, p90, median)
+        goes with latency, the memory budget with memory; graph breaks are no timing: always judged."""
         chosen = self.config.gate_metrics
-        if chosen is None:
+        if chosen is None or metric == "graph_breaks":
             return True
-        base = "latency" if metric.startswith("budget:") or metric == "graph_breaks" else metric
-        return base in chosen
+        if metric.startswith("budget:"):
+            return ("memory" if metric == "budget:peak_mem_mib" else "latency") in chosen
+        return metric in chosen
 
     def earlier_records(self) -> dict[str, list[CaseRecord]]:
         """fullname -> the records of the earlier recording passes (their result files, read once)."""
@@ -280,7 +283,7 @@ class Session:
         if not earlier:
             return result
         limit = self.config.policy.settings(case.model, case.variant, "latency", case.device).latency_tolerance
-        noise = detectable.noise_of([*earlier, result.record])
+        noise, dropped = detectable.noise_of([*earlier, result.record]), None
         if detectable.disagreement(noise, limit) is not None:
             if progress:
                 progress("the recording passes disagree (a slow phase?); re-measuring")
@@ -288,11 +291,16 @@ class Session:
             result.measurement.output = None
             again = self.run(case, progress)
             again.record.remeasured = 1
-            result, noise = again, detectable.noise_of([*earlier, again.record])
+            # A slow phase caught by an earlier pass is left out when the others then agree.
+            kept, dropped = detectable.without_slow_pass([*earlier, again.record], limit)
+            result, noise = again, detectable.noise_of(kept)
             why = detectable.disagreement(noise, limit)
             if why is not None:
                 result.record.unreliable = why
-        result.record.pass_noise = detectable.noise_block(noise)
+        block = detectable.noise_block(noise)
+        if dropped is not None and "latency" in block:
+            block["latency"]["dropped_pass"] = dropped + 1  # 1-based, in recording order
+        result.record.pass_noise = block
         return result
 
     def attach_evidence(

@@ -142,3 +142,32 @@ def test_doctor_lists_the_recorded_cases_that_cannot_detect_five_percent(tmp_pat
     out = capsys.readouterr().out
     assert "1 of 2 cannot detect 5% on this runner" in out and "noisy  latency: detects >= 9.0% here" in out
     assert "quiet  " not in out
+
+
+def test_a_slow_earlier_pass_is_left_out_when_the_others_agree(tmp_path: Path) -> None:
+    # Pass 1 caught the slow phase (11 ms); pass 2 and the re-measured pass 3 agree: recorded, not
+    # flagged, the left-out pass named. A slow *last* pass is never left out (it is what is stored).
+    kept, dropped = detectable.without_slow_pass([_rec(11.0), _rec(10.0), _rec(10.05)])
+    assert [r.median_ms for r in kept] == [10.0, 10.05] and dropped == 0
+    assert detectable.without_slow_pass([_rec(10.0), _rec(10.05), _rec(11.0)])[1] is None
+    from perfgate.plugin.session import RunConfig, Session
+
+    earlier = (_write(tmp_path, 11.0), _write(tmp_path, 10.0, "p2"))
+    config = RunConfig(device="cpu", baselines_root=tmp_path, gate_enabled=False, earlier_passes=earlier)
+    session = Session(config=config)
+    session.run = lambda case, progress=None: _result(10.05)
+    rec = session.with_pass_noise(CASE, "b::t[c]", _result(12.0), None).record
+    assert rec.unreliable is None and rec.median_ms == 10.05
+    assert rec.pass_noise["latency"]["passes"] == 2 and rec.pass_noise["latency"]["dropped_pass"] == 1
+
+
+def _write(tmp_path: Path, median_ms: float, name: str = "p1") -> Path:
+    path = tmp_path / f"{name}.json"
+    entry = {
+        "name": "t",
+        "fullname": "b::t[c]",
+        "stats": {"median": median_ms},
+        "extra_info": _rec(median_ms).to_extra_info(),
+    }
+    path.write_text(json.dumps({"benchmarks": [entry]}))
+    return path

@@ -16,6 +16,8 @@ import pytest
 from perfgate.cases.project import PolicyError
 from perfgate.gate import known_defects, policy
 from perfgate.gate.known_defects import Host, this_host
+from perfgate.gate.verdicts import Verdict
+from perfgate.record import CaseRecord
 from tests.helpers import HANG_GUARD_S
 
 pytest_plugins = ("pytester",)
@@ -154,6 +156,12 @@ def test_the_amx_entry_applies_by_cpu_feature_and_version_range() -> None:
     assert amx.machine_reason(Host(cpu_features=frozenset({"avx512f"}), versions=versions)) == (
         "this CPU has no amx_tile"
     )
+    # PEP 440 with pre-releases allowed: a later release line's nightly is inside >=2.13; a 2.13
+    # pre-release (a source build, 2.13.0a0+git...) comes before 2.13 and is not.
+    nightly = Host(cpu_features=frozenset({"amx_tile"}), versions={**versions, "torch": "2.14.0.dev20261101+cpu"})
+    assert amx.machine_reason(nightly) is None
+    source = Host(cpu_features=frozenset({"amx_tile"}), versions={**versions, "torch": "2.13.0a0+git1234abc"})
+    assert amx.machine_reason(source) == "torch 2.13.0a0+git1234abc is outside >=2.13"
     old = {**versions, "torch": "2.12.1"}
     assert amx.machine_reason(Host(cpu_features=frozenset({"amx_tile"}), versions=old)) == (
         "torch 2.12.1 is outside >=2.13"
@@ -186,3 +194,20 @@ def test_the_amx_workaround_holds_where_the_cpu_has_amx() -> None:
     script = ROOT / amx.reproduction
     r = subprocess.run([sys.executable, str(script), "freezing"], capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert r.returncode == 0, r.stdout + r.stderr[-2000:]
+
+
+def test_a_defect_is_not_called_fixed_where_its_metric_was_not_judged() -> None:
+    """`defect not seen` only where every metric of the entry was judged and passed: a run that
+    left accuracy unjudged (--perfgate-gate-metrics latency), or a latency entry whose case had no
+    baseline, proves nothing about the defect."""
+    acc = known_defects.KnownDefect(name="a", title="t", workaround="w", cases=("*",))
+    lat = known_defects.KnownDefect(name="l", title="t", workaround="w", cases=("*",), metrics=("latency",))
+    record = CaseRecord(model="m", size="tiny", variant="v", device="cpu", accuracy={"rel_l2": 0.01, "cosine": 1.0})
+    host = Host(cpu_features=frozenset())
+    none_yet = [Verdict(case="c", metric="latency", verdict="no baseline")]
+    seen = known_defects.explain("m-tiny-v", record, none_yet, [acc, lat], host)
+    assert [v.metric for v in seen if v.verdict == "defect not seen"] == ["accuracy"]  # latency was not judged
+    unjudged = known_defects.explain("m-tiny-v", record, none_yet, [acc], host, judged=lambda m: m != "accuracy")
+    assert all(v.verdict != "defect not seen" for v in unjudged)
+    judged = [Verdict(case="c", metric="latency", verdict="unchanged")]
+    assert [v.metric for v in known_defects.explain("m-tiny-v", record, judged, [lat], host)][-1] == "latency"

@@ -136,3 +136,18 @@ def test_the_gpu_pull_request_gate_judges_only_the_chosen_metrics_and_never_re_m
     assert len(calls) == 1
     monkeypatch.setattr(s, "baseline_record", lambda name: None)
     assert [v.verdict for v in s.measure_and_judge(case, "case")[1]] == ["no baseline"]  # says why nothing was judged
+
+
+def test_the_pull_request_gate_keeps_the_memory_budget_and_graph_breaks(tmp_path):
+    """A time budget goes with latency (A/B's on a pull request); the memory budget with memory and
+    the graph-break check are no timing: the stored run of PERFGATE_MODE=pr still judges them."""
+    chosen = ("kernels", "device_time", "memory", "accuracy")
+    s = sess.Session(config=sess.RunConfig(device="cpu", baselines_root=tmp_path, gate_metrics=chosen))
+    judged = {m: s.judges(m) for m in ("budget:peak_mem_mib", "budget:fps", "budget:p90_ms", "graph_breaks", "latency")}
+    assert judged == {
+        "budget:peak_mem_mib": True,
+        "budget:fps": False,
+        "budget:p90_ms": False,
+        "graph_breaks": True,
+        "latency": False,
+    }
