@@ -15,6 +15,7 @@ FIGURES = {
     "median_ms": "median ms",
     "normalised_median": "step / reference",
     "kernels_per_step": "kernel launches per step",
+    "device_ms_per_step": "GPU busy ms per step",
     "speedup": SPEEDUP,
     "peak_mem_mib": "peak memory MiB",
 }
@@ -23,6 +24,7 @@ GATE_METRICS = {
     "instructions": "instructions per step",
     "latency": "median ms",
     "kernels": "kernel launches per step",
+    "device_time": "GPU busy ms per step",
     "memory": "peak memory MiB",
     "speedup": SPEEDUP,
     "energy": "energy J per step",
