@@ -538,8 +538,8 @@ def test_the_check_fails_on_a_relative_or_package_import_upward_and_on_models(tm
 
 
 MAX_FUNCTION_LINES = 100
-# issue 38: to split after the counting change lands (measure/instructions.py is being changed).
-LONG_FUNCTION_EXCEPTIONS = frozenset({"perfgate/measure/instructions.py count_cases"})
+# issue 38: to split after the counting change lands; each with the length it may not grow beyond.
+LONG_FUNCTION_EXCEPTIONS = {"perfgate/measure/instructions.py count_cases": 112}
 
 
 def _declarative(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
@@ -566,7 +566,11 @@ def long_functions(root: Path = ROOT) -> list[str]:
 
 
 def test_no_function_is_longer_than_100_lines() -> None:
-    found = [f for f in long_functions() if f.split(":", 1)[0] not in LONG_FUNCTION_EXCEPTIONS]
+    def allowed(line: str) -> bool:  # "perfgate/x.py name: N lines"
+        where, length = line.split(": ", 1)
+        return int(length.split()[0]) <= LONG_FUNCTION_EXCEPTIONS.get(where, MAX_FUNCTION_LINES)
+
+    found = [f for f in long_functions() if not allowed(f)]
     assert not found, "split these into named steps:\n" + "\n".join(found)
 
 

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate import files
+from perfgate.exitcodes import BAD_INPUT as EXIT_BAD_INPUT
 from perfgate.exitcodes import FAILED as EXIT_FAILED
 from perfgate.exitcodes import OK as EXIT_OK
 from perfgate.exitcodes import UNAVAILABLE as EXIT_UNAVAILABLE
@@ -254,6 +255,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    only_quality = [f"--{k}" for k in ("repeats", "rounds", "cases") if getattr(args, k) is not None]
+    if only_quality and not args.quality:
+        why = f"{', '.join(only_quality)} apply to --quality only; add --quality or leave them out"
+        print(f"gpu-check: {why}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     import torch
 
     device = args.device or "cuda"

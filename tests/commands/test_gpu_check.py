@@ -109,3 +109,11 @@ def test_the_summary_of_a_real_h100_run_names_what_moved_on_unchanged_code(tmp_p
     (tmp_path / "rerun-verdicts.json").write_text(json.dumps(verdicts))
     text, data = gpu_check.summary(stages, tmp_path, "cuda")
     assert len(data["rerun_failing"]) == 1 and f"- FAILING {data['rerun_failing'][0]}" in text
+
+
+def test_options_of_the_quality_run_alone_are_a_one_line_usage_error(capsys) -> None:
+    from perfgate.commands import _gpu_check
+
+    assert _gpu_check.main(["--repeats", "2", "--cases", "physicsnemo-block:tiny:baseline"]) == 4
+    err = capsys.readouterr().err.strip()
+    assert err == "gpu-check: --repeats, --cases apply to --quality only; add --quality or leave them out"
