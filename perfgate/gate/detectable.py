@@ -69,8 +69,8 @@ def noise_of(passes: Sequence[CaseRecord]) -> dict[str, MetricNoise]:
     units: step/reference ratios only where every pass has one, else milliseconds."""
     out = {}
     for metric in NOISE_METRICS:
-        values = latency_values(passes) if metric == "latency" else [per_pass_value(r, metric) for r in passes]
-        values = [v for v in values if v is not None]
+        found = latency_values(passes) if metric == "latency" else [per_pass_value(r, metric) for r in passes]
+        values = [v for v in found if v is not None]
         s = spread(values) if len(values) >= 2 else None
         if s is not None:
             out[metric] = MetricNoise(metric=metric, passes=len(values), spread=s, detects=FACTOR * s)
