@@ -278,3 +278,17 @@ def test_a_shared_op_slowdown_is_never_an_improvement_and_a_step_slowdown_still_
     calm = rec([x * 1.01 for x in _samples(10, seed=77)], reference_ms=_samples(2, seed=78))
     v = metrics.judge_latency("a", calm, rec(base, reference_ms=base_ref), S)
     assert v.verdict == gate.UNCHANGED and "reference workload itself" not in v.message
+
+
+def test_device_time_is_not_judged_on_a_gpu_run_its_telemetry_marks_unreliable():
+    """Slowed clocks and other processes on the GPU lengthen the kernels themselves: a run marked
+    unreliable for them gets no device-time verdict; the same figures on a clean run regress."""
+    from dataclasses import replace
+
+    base = CaseRecord(
+        model="m", size="s", variant="v", device="cuda:0", samples_ms=[1.0] * 12, median_ms=1.0, device_ms_per_step=0.5
+    )
+    slow = replace(base, device_ms_per_step=0.6, unreliable="GPU clocks were slowed: timings are not trustworthy")
+    assert "device_time" not in {v.metric for v in gate.compare("c", slow, base, Policy())}
+    clean = {v.metric: v.verdict for v in gate.compare("c", replace(slow, unreliable=None), base, Policy())}
+    assert clean["device_time"] == "regression", clean
