@@ -30,18 +30,7 @@ def _artifact(folder: Path, commit: str) -> Path:
 
 
 def test_a_main_run_is_kept_on_the_data_branch_and_a_side_run_is_refused(tmp_path):
-    project = tmp_path / "project"
-    (project / "scripts").mkdir(parents=True)
-    for name in ("history-store", "_venv.sh"):
-        shutil.copy2(SCRIPTS / name, project / "scripts" / name)
-    subprocess.run(["git", "init", "-q", "-b", "main", str(project)], check=True)
-    git(project, "add", "-A")
-    git(project, "commit", "-qm", "one")
-    origin = tmp_path / "origin.git"
-    subprocess.run(["git", "clone", "-q", "--bare", str(project), str(origin)], check=True)
-    clone = tmp_path / "clone"
-    subprocess.run(["git", "clone", "-q", str(origin), str(clone)], check=True)
-    first = git(clone, "rev-parse", "HEAD")
+    project, origin, clone, first = _project_with_origin(tmp_path, "history-store", "_venv.sh")
     env = script_env(tmp_path, PERFGATE_STORE_DEVICE="cpu", PERFGATE_PYTHON=sys.executable)
     env.update(GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
     cmd = [str(clone / "scripts" / "history-store"), str(_artifact(tmp_path / "a1", first))]
