@@ -57,6 +57,9 @@ class OwlImageDecoderConfig:
 
 
 CONFIGS: dict[str, OwlImageDecoderConfig] = {
+    # The CPU pull-request gate's counting size (tier cpu-pr): 2x2 -> 16x16 square -> 11x20, under
+    # 30 s a case under callgrind (tiny: about 210 s, its JIT convolutions slow under valgrind).
+    "micro": OwlImageDecoderConfig(latent_channels=8, latent_size=2, ch_0=32, ch_max=64, blocks_per_stage=(1, 1, 1, 1)),
     # CPU CI: 4x4 -> 64x64 square -> 45x80.
     "tiny": OwlImageDecoderConfig(latent_channels=8, ch_0=32, ch_max=64, blocks_per_stage=(1, 1, 1, 1, 1)),
     # CPU size where compile / bf16 / int8 show: 4x4 -> 128x128 square -> 90x160.
