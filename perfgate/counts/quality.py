@@ -392,13 +392,14 @@ def _run(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return 0
 
     from perfgate.cases.selection import expand_cases
-    from perfgate.cases.workload import load_registries
+    from perfgate.cases.workload import MODELS, load_registries, sizes
     from perfgate.measure import instructions
 
     registries = [r for r in args.registries.split(",") if r]
     load_registries(registries, [], args.root)
     wanted = [c for c in args.cases.split(",") if c]
-    known = {c.id: c for c in expand_cases("cpu", models=None)}
+    every_size = sorted({s for spec in MODELS.values() for s in sizes(spec)})  # a counting size (micro) too
+    known = {c.id: c for c in expand_cases("cpu", models=None, sizes_=every_size)}
     missing = [c for c in wanted if c not in known]
     if missing:
         ap.error(f"--cases: unknown case {missing[0]!r}")
