@@ -30,7 +30,7 @@ NORMALISED = "normalised_median"
 GATE_METRIC = {INSTRUCTIONS: "instructions", MEDIAN: "latency", NORMALISED: "latency"}
 # Shown beside the heading figure where the newest run recorded them.
 BESIDE_CPU = (MEDIAN,)
-BESIDE_GPU = ("kernels_per_step",)  # device_ms_per_step too, once a kept GPU run holds one (none does yet)
+BESIDE_GPU = ("device_ms_per_step", "kernels_per_step")  # GPU busy time and launches, where recorded
 NEWEST_LEVEL_RUNS = 5  # the newest level: the median of this many newest reliable runs
 FAILING = ("regression", "error", "budget")
 _COUNT_FIELDS = ("instructions_per_step", "instructions")  # what a portable count baseline's case gives here

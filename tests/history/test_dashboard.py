@@ -106,3 +106,18 @@ def test_the_optimisation_history_keeps_every_variant_of_the_newest_full_run():
     speedups = [r.speedup for r in rows if r.speedup is not None]
     assert speedups == sorted(speedups, reverse=True)  # fastest first
     assert next(r.speedup for r in rows if r.variant == "baseline") == 1.0
+
+
+def test_a_gpu_case_shows_its_device_time_and_launches_beside_its_median(tmp_path):
+    gpu = json.loads(year.CPU_BASELINE.read_text())
+    for b in gpu["benchmarks"]:
+        b["extra_info"].update(device="cuda:0", normalised_median=None, reference_ms=None)
+    first = gpu["benchmarks"][0]["extra_info"]
+    first.update(device_ms_per_step=0.25 * first["median_ms"], kernels_per_step=42.0)
+    runs = [Run("/s/g.json", gpu)]
+    series = next(s for s in build_series(runs, d.MEDIAN) if s.fullname == gpu["benchmarks"][0]["fullname"])
+    newest = runs[0].benchmarks[0]
+    f = d.figures(series, d.MEDIAN, newest, d.Baseline(value=None, tolerance=0.05, source="none"))
+    assert f.beside == {"device_ms_per_step": 0.25 * first["median_ms"], "kernels_per_step": 42.0}
+    plain = d.figures(series, d.MEDIAN, runs[0].benchmarks[1], d.Baseline(value=None, tolerance=0.05, source="none"))
+    assert "device_ms_per_step" not in plain.beside  # not recorded: nothing shown
