@@ -101,7 +101,7 @@ def sized_conditions(counts_jsonl: Path, folder: Path) -> list[Condition]:
         try:
             row = json.loads(line)
         except ValueError:
-            raise ValueError(f"{counts_jsonl}:{n}: not a JSON line; give perfgate.counts.quality's --out") from None
+            raise ValueError(f"{counts_jsonl}:{n}: not a JSON line; give perfgate count-quality's --out") from None
         if not row.get("specs"):
             continue
         kind, _, target = str(row["process"]).partition(":")
@@ -110,7 +110,7 @@ def sized_conditions(counts_jsonl: Path, folder: Path) -> list[Condition]:
         path.write_text(json.dumps(specs, indent=1))
         out.append(Condition(kind, float(target), sized=str(path)))
     if len(out) == 1:
-        raise ValueError(f"{counts_jsonl}: no sized slowdowns (lines with specs); run perfgate.counts.quality first")
+        raise ValueError(f"{counts_jsonl}: no sized slowdowns (lines with specs); run perfgate count-quality first")
     return out
 
 

@@ -39,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         metavar="JSONL",
-        help="--ab: instead of the timing-sized slowdowns, those a `python -m perfgate.counts.quality` run sized by "
+        help="--ab: instead of the timing-sized slowdowns, those a `perfgate count-quality` run sized by "
         "instructions (its --out file): the time gates on the instruction gate's slowdowns, op ones in processes "
         "mode (--shared-comparisons), leaf ones interleaved (--detect-comparisons)",
     )

@@ -1,6 +1,6 @@
 """How well the instruction gate tells a slowdown from unchanged code, measured on real cases:
 
-    nice -n 10 python -m perfgate.counts.quality \
+    nice -n 10 perfgate count-quality \
         --cases physicsnemo-block-tiny-baseline,vjepa2-encoder-tiny-baseline \
         --unchanged 11 --slowdowns linear,sdpa,local --targets 1,2,5 --out counts-quality.jsonl
 
@@ -20,29 +20,32 @@ Judged by the gate's own instruction judge (perfgate.gate.instructions.judge_ins
 of unchanged processes (11 processes: 55 pairs) is the false-alarm test, and the largest relative
 difference between unchanged processes per case the determinism figure; each slowdown process is
 judged against every unchanged process. Each process's counts go to `--out` as one JSON line as soon
-as it ends (a rerun with the same `--out` skips the processes already there), and the Markdown
-table is printed at the end (`--table-only` prints it from the file; `--pooled A B C` one table of
-several runs by the growth each slowdown achieved).
+as it ends (a rerun with the same `--out` skips the processes already there), and the command
+prints the Markdown table at the end (perfgate.output.count_quality; `--table-only` from the file,
+`--pooled A B C` one table of several runs by the growth each slowdown achieved).
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import fnmatch
 import json
 import os
 import statistics
-import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import combinations
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfgate.gate.instructions import judge_instructions, spread
 from perfgate.gate.settings import GateSettings
 from perfgate.gate.verdicts import REGRESSION, UNCHANGED
 from perfgate.record import CaseRecord
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from perfgate.cases.runner import Case
 
 SLOWDOWNS = ("linear", "sdpa", "local")
 CALIBRATE = "calibrate"
@@ -146,73 +149,6 @@ def summarise(lines: Sequence[dict[str, Any]], tolerances: Sequence[float]) -> d
     }
 
 
-def _pct(x: float | None, digits: int = 3) -> str:
-    return "-" if x is None else f"{x * 100:+.{digits}f}%"
-
-
-def markdown(summary: dict[str, Any]) -> str:
-    tols = summary["tolerances"]
-    head = " | ".join(f"caught at {t * 100:g}%" for t in tols)
-    out = ["**Unchanged code** (every pair of the unchanged processes, the later judged against the earlier):", ""]
-    out.append(
-        "| case | processes | pairs | max difference | "
-        + " | ".join(f"false alarms at {t * 100:g}%" for t in tols)
-        + " |"
-    )
-    out.append("|---|---|---|---|" + "---|" * len(tols))
-    for case, u in summary["unchanged"].items():
-        fa = " | ".join(f"{u['false_alarms'][t]} of {u['pairs']}" for t in tols)
-        spread_pct = "-" if u["max_spread"] is None else f"{u['max_spread'] * 100:.4f}%"
-        out.append(f"| {case} | {u['processes']} | {u['pairs']} | {spread_pct} | {fa} |")
-    out += [
-        "",
-        "**Slowdowns sized by instructions** (one process each, judged against every unchanged process; "
-        "sized to: the op's share / N, or the leaf's calls; expected in the window: the same from the calls "
-        "actually doubled there, at the op's mean cost per call):",
-        "",
-    ]
-    out.append(
-        f"| slowdown | case | how | target | sized to | expected in the window | achieved (median, range) | {head} |"
-    )
-    out.append("|---|---|---|---|---|---|---|" + "---|" * len(tols))
-    for r in summary["rows"]:
-        spec, d = r["spec"], r["detection"]
-        kind, _, target = r["label"].partition(":")
-        if "skip" in spec or d is None:
-            why = spec.get("skip", "not counted")
-            out.append(f"| {kind} | {r['case']} | {why} | {target}% | - | - | - |" + " - |" * len(tols))
-            continue
-        inj = (r["entry"] or {}).get("injected")
-        expected = None
-        if spec.get("kind") == "local":
-            how = f"`{spec['leaf']}` again x{spec['times']} after 1 step in {spec['every']}"
-            if inj:
-                how += f" ({inj['doubled']} of {inj['calls']} steps in the window)"
-                expected = spec["predicted"] * spec["every"] * inj["doubled"] / inj["calls"]
-        else:
-            how = f"1 call in {spec['every']} twice"
-            if inj:
-                how += f" ({inj['doubled']} of {inj['calls']} in the window)"
-                expected = spec["share"] * inj["doubled"] / inj["calls"]
-        achieved = f"{_pct(d['growth_median'])} ({_pct(d['growth_min'])} .. {_pct(d['growth_max'])})"
-        caught = " | ".join(f"{d['caught'][t]} of {d['comparisons']}" for t in tols)
-        sized, exp = _pct(spec.get("predicted"), 2), _pct(expected, 2)
-        out.append(f"| {kind} | {r['case']} | {how} | {target}% | {sized} | {exp} | {achieved} | {caught} |")
-    walls = summary["process_wall_s"]
-    if walls:
-        out += [
-            "",
-            f"Wall time per valgrind process (all cases): median {statistics.median(walls):.0f} s, "
-            f"{min(walls):.0f}-{max(walls):.0f} s over {len(walls)} processes.",
-        ]
-    for case, w in summary["case_wall_s"].items():
-        if w:
-            out.append(
-                f"Per case in the process, {case}: median {statistics.median(w):.0f} s, {min(w):.0f}-{max(w):.0f} s."
-            )
-    return "\n".join(out)
-
-
 # Achieved growth (fractions, lower edge inclusive) the pooled table bins the slowdowns by.
 GROWTH_BINS = ((0.01, None), (0.0075, 0.01), (0.005, 0.0075), (None, 0.005))
 
@@ -266,29 +202,6 @@ def pooled(runs: Sequence[Sequence[dict[str, Any]]], tolerances: Sequence[float]
     }
 
 
-def markdown_pooled(p: dict[str, Any]) -> str:
-    tols = p["tolerances"]
-    head = " | ".join(f"caught at {t * 100:g}% (95% lower bound of the rate)" for t in tols)
-    out = [f"| achieved growth | slowdowns | {head} |", "|---|---|" + "---|" * len(tols)]
-    for b in p["bins"]:
-        lo, hi = b["from"], b["below"]
-        span = (
-            f"{lo * 100:g}% and more"
-            if hi is None
-            else f"below {hi * 100:g}%"
-            if lo is None
-            else f"{lo * 100:g}-{hi * 100:g}%"
-        )
-        cells = " | ".join(
-            "-" if b["lower_bound"][t] is None else f"{b['caught'][t]} ({b['lower_bound'][t] * 100:.1f}%)" for t in tols
-        )
-        out.append(f"| {span} | {b['slowdowns']} | {cells} |")
-    fa = " | ".join(f"{p['false_alarms'][t]} false alarms" for t in tols)
-    out.append(f"| unchanged pairs | {p['unchanged_pairs']} | {fa} |")
-    out += ["", f"({p['repeats']} repeated slowdowns counted once.)"]
-    return "\n".join(out)
-
-
 # --- the run --------------------------------------------------------------------------------------
 
 
@@ -332,134 +245,101 @@ def read_lines(path: Path) -> list[dict[str, Any]]:
     return lines
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m perfgate.counts.quality", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cases", help="comma-separated CPU case ids")
-    ap.add_argument("--unchanged", type=int, default=11, help="unchanged processes (>= 2; 11 give 55 pairs)")
-    ap.add_argument("--slowdowns", default=",".join(SLOWDOWNS), help="comma-separated: linear, sdpa, local")
-    ap.add_argument("--targets", default="1,2,5", help="step growth in %% each slowdown is sized to")
-    ap.add_argument("--tolerances", default="1,0.5", help="instruction tolerances in %% the counts are judged at")
-    ap.add_argument("--out", type=Path, help="JSON lines, one per process (appended; reruns resume)")
-    ap.add_argument("--table-only", action="store_true", help="print the table from --out, count nothing")
-    ap.add_argument(
-        "--pooled",
-        type=Path,
-        nargs="+",
-        metavar="FILE",
-        help="print one table of these runs' --out files together, by achieved growth; count nothing",
-    )
-    ap.add_argument(
-        "--only",
-        default="*",
-        help="comma-separated globs on process names (calibrate, unchanged-3, linear:1): run only these, "
-        "e.g. two runners on one --out, each its own share (a slowdown needs the calibration line first)",
-    )
-    ap.add_argument(
-        "--timeout-s", type=float, default=None, help="per valgrind process (default: count_cases', 300 + 240 per case)"
-    )
-    ap.add_argument("--root", default=".", help="the project root (its registries are loaded)")
-    ap.add_argument("--registries", default="models")
-    args = ap.parse_args(argv)
-    try:
-        return _run(ap, args)
-    except CorruptLines as e:  # one line, the file untouched
-        ap.error(str(e))
+class QualityError(ValueError):
+    """The experiment cannot go on (an unknown case, a slowdown with no calibration to size it): one line."""
 
 
-def _run(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    if not args.pooled and (not args.cases or not args.out):
-        ap.error("--cases and --out are required (unless --pooled)")
-    if args.unchanged < 2:
-        ap.error("--unchanged must be at least 2 (a pair to compare)")
-    slowdowns = [s for s in args.slowdowns.split(",") if s]
-    bad = [s for s in slowdowns if s not in SLOWDOWNS]
-    if bad:
-        ap.error(f"--slowdowns: unknown {bad[0]!r}; known: {', '.join(SLOWDOWNS)}")
-    try:
-        targets = [float(t) for t in args.targets.split(",") if t]
-        tolerances = [float(t) / 100 for t in args.tolerances.split(",") if t]
-    except ValueError:
-        ap.error("--targets and --tolerances are comma-separated numbers in %, e.g. 1,2,5")
-    if args.pooled:
-        missing = [f for f in args.pooled if not f.is_file()]
-        if missing:
-            ap.error(f"--pooled: {missing[0]} is not a file; name the --out files of earlier runs")
-        print(markdown_pooled(pooled([read_lines(f) for f in args.pooled], tolerances)))
-        return 0
-    lines = read_lines(args.out)
-    if args.table_only:
-        print(markdown(summarise(lines, tolerances)))
-        return 0
-
+def run_experiment(
+    case_ids: Sequence[str],
+    *,
+    unchanged: int,
+    labels: Sequence[str],
+    out: Path,
+    only: Sequence[str] = ("*",),
+    timeout_s: float | None = None,
+    root: str = ".",
+    registries: Sequence[str] = ("models",),
+    say: Callable[[str], None] = print,
+) -> list[dict[str, Any]]:
+    """Run the processes `order(unchanged, labels)` names that `out` does not hold yet (and `only`
+    selects), one valgrind process at a time, each appended to `out` as one JSON line as it ends;
+    returns every line of `out`. `labels`: "linear:1", "local:2", ... (slowdown kind : target %)."""
     from perfgate.cases.selection import expand_cases
     from perfgate.cases.workload import MODELS, load_registries, sizes
     from perfgate.measure import instructions
 
-    registries = [r for r in args.registries.split(",") if r]
-    load_registries(registries, [], args.root)
-    wanted = [c for c in args.cases.split(",") if c]
+    load_registries(list(registries), [], root)
     every_size = sorted({s for spec in MODELS.values() for s in sizes(spec)})  # a counting size (micro) too
     known = {c.id: c for c in expand_cases("cpu", models=None, sizes_=every_size)}
-    missing = [c for c in wanted if c not in known]
+    missing = [c for c in case_ids if c not in known]
     if missing:
-        ap.error(f"--cases: unknown case {missing[0]!r}")
-    cases = [known[c] for c in wanted]
-    done = {ln["process"]: ln for ln in lines}
-    labels = [f"{k}:{t:g}" for k in slowdowns for t in targets]
+        raise QualityError(f"--cases: unknown case {missing[0]!r}")
+    cases = [known[c] for c in case_ids]
+    done = {ln["process"]: ln for ln in read_lines(out)}
     specs: dict[str, dict[str, dict[str, Any]]] = {}
-    only = [g for g in args.only.split(",") if g]
-    for name in order(args.unchanged, labels):
-        done.update({ln["process"]: ln for ln in read_lines(args.out)})  # another runner's lines
+    for name in order(unchanged, labels):
+        done.update({ln["process"]: ln for ln in read_lines(out)})  # another runner's lines
         if name in done:
-            print(f"{name}: already in {args.out}, skipped", flush=True)
-        elif not any(fnmatch.fnmatchcase(name, g) for g in only):
-            continue
-        else:
-            if name == CALIBRATE:
-                condition, per_case = CALIBRATE, None
-            elif name.startswith("unchanged"):
-                condition, per_case = "unchanged", None
-            elif name not in specs:
-                print(f"{name}: no calibration line in {args.out} to size it; run calibrate first", file=sys.stderr)
-                return 1
-            else:
-                condition = name.partition(":")[0]
-                per_case = {c: s for c, s in specs[name].items() if "skip" not in s}
-            started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-            p = instructions.count_cases(
-                cases,
-                root=args.root,
-                registries=registries,
-                inject="",
-                per_case=per_case or None,
-                calibrate=name == CALIBRATE,
-                timeout_s=args.timeout_s,
-                out_dir=Path(".perfgate/quality") / name.replace(":", "-"),
-            )
-            line = {
-                "process": name,
-                "condition": condition,
-                "started": started,
-                "load_avg_1m": round(os.getloadavg()[0], 2),
-                "wall_s": round(p.wall_s, 1),
-                "cases": {c: _entry(p, c) for c in p.counts},
-                "errors": p.errors,
-            }
-            if condition not in ("unchanged", CALIBRATE):
-                line["specs"] = specs[name]
-            with args.out.open("a") as fh:  # one line per process, as it ends: progress survives
-                fh.write(json.dumps(line) + "\n")
-            done[name] = line
-            print(f"{name}: {p.wall_s:.0f} s, {len(p.counts)} counted, {len(p.errors)} not", flush=True)
-        if name == CALIBRATE:
-            cal = done[name]
-            if cal["errors"]:
-                print(f"calibration failed: {cal['errors']}", file=sys.stderr)
-                return 1
-            specs = plan(cal["cases"], slowdowns, targets, instructions.STEPS)
-    print(markdown(summarise(list(done.values()), tolerances)))
-    return 0
+            say(f"{name}: already in {out}, skipped")
+        elif any(fnmatch.fnmatchcase(name, g) for g in only):
+            if name not in (CALIBRATE,) and not name.startswith("unchanged") and name not in specs:
+                raise QualityError(f"{name}: no calibration line in {out} to size it; run calibrate first")
+            done[name] = _one_process(name, cases, specs.get(name), out, instructions, timeout_s, root, registries)
+            p = done[name]
+            say(f"{name}: {p['wall_s']:.0f} s, {len(p['cases'])} counted, {len(p['errors'])} not")
+        if name == CALIBRATE and name in done:
+            if done[name]["errors"]:
+                raise QualityError(f"calibration failed: {done[name]['errors']}")
+            specs = plan_labels(done[name]["cases"], labels, instructions.STEPS)
+    return list(done.values())
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def plan_labels(
+    calibration: dict[str, dict[str, Any]], labels: Sequence[str], steps: int
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """`plan` for labels "kind:target" (each kind with its own targets)."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for label in labels:
+        kind, _, target = label.partition(":")
+        out.update(plan(calibration, [kind], [float(target)], steps))
+    return out
+
+
+def _one_process(
+    name: str,
+    cases: Sequence[Case],
+    spec: dict[str, dict[str, Any]] | None,
+    out: Path,
+    instructions: ModuleType,
+    timeout_s: float | None,
+    root: str,
+    registries: Sequence[str],
+) -> dict[str, Any]:
+    """One valgrind process of the experiment, its line appended to `out` as it ends (progress survives)."""
+    condition = name if name == CALIBRATE else "unchanged" if name.startswith("unchanged") else name.partition(":")[0]
+    per_case = {c: s for c, s in spec.items() if "skip" not in s} if spec else None
+    started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    p = instructions.count_cases(
+        cases,
+        root=root,
+        registries=list(registries),
+        inject="",
+        per_case=per_case or None,
+        calibrate=name == CALIBRATE,
+        timeout_s=timeout_s,
+        out_dir=Path(".perfgate/quality") / name.replace(":", "-"),
+    )
+    line = {
+        "process": name,
+        "condition": condition,
+        "started": started,
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+        "wall_s": round(p.wall_s, 1),
+        "cases": {c: _entry(p, c) for c in p.counts},
+        "errors": p.errors,
+    }
+    if spec is not None:
+        line["specs"] = spec
+    with out.open("a") as fh:
+        fh.write(json.dumps(line) + "\n")
+    return line

@@ -10,9 +10,14 @@ import pytest
 import torch
 from torch import nn
 
+from perfgate import exitcodes
+from perfgate.cli import main as cli
 from perfgate.counts import quality as cq
 from perfgate.measure.instructions import CaseCount, CountPass
+from perfgate.output.count_quality import markdown
 from perfgate.quality import inject
+
+ROOT = str(Path(__file__).resolve().parents[2])
 
 
 @pytest.mark.parametrize(
@@ -126,7 +131,7 @@ def test_a_slowdown_is_judged_against_every_unchanged_process_and_the_table_says
     d = s["rows"][0]["detection"]
     assert d["caught"] == {0.01: 0, 0.005: 3} and d["comparisons"] == 3
     assert d["growth_median"] == pytest.approx(0.008)
-    table = cq.markdown(s)
+    table = markdown(s)
     assert "| linear | block | 1 call in 40 twice (1 of 40 in the window) | 1% | +1.00% | +1.00% |" in table
     assert "0 of 3 | 3 of 3 |" in table and "| block | 3 | 3 | 0.0000% | 0 of 3 | 0 of 3 |" in table
 
@@ -169,11 +174,9 @@ def test_the_pooled_table_counts_each_distinct_slowdown_once_by_the_growth_it_ac
 
 
 def test_pooled_prints_the_table_and_names_a_missing_file(capsys, tmp_path):
-    assert cq.main(["--pooled", *map(str, RUNS)]) == 0
+    assert cli(["count-quality", "--pooled", *map(str, RUNS)]) == 0
     assert "| 1% and more | 54 | 54 (94.6%) | 54 (94.6%) |" in capsys.readouterr().out
-    with pytest.raises(SystemExit) as e:
-        cq.main(["--pooled", str(RUNS[0]), str(tmp_path / "nosuch.jsonl")])
-    assert e.value.code == 2
+    assert cli(["count-quality", "--pooled", str(RUNS[0]), str(tmp_path / "nosuch.jsonl")]) == exitcodes.BAD_INPUT
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "--pooled:" in err and "nosuch.jsonl is not a file" in err
 
@@ -195,10 +198,20 @@ def test_a_corrupt_line_is_one_line_naming_the_file_and_the_file_stays(capsys, t
     out = tmp_path / "cq.jsonl"
     text = RUNS[2].read_text() + '{"process": "local:5", "cond'  # a process killed mid-write
     out.write_text(text)
-    with pytest.raises(SystemExit) as e:
-        cq.main(["--pooled", str(out)])
-    assert e.value.code == 2
+    assert cli(["count-quality", "--pooled", str(out)]) == exitcodes.BAD_INPUT
     err = capsys.readouterr().err.strip().splitlines()[-1]
     n = text.count("\n") + 1
     assert f"{out}:{n} is not a JSON line" in err and "Traceback" not in err
     assert out.read_text() == text
+
+
+def test_an_unknown_case_or_a_slowdown_without_calibration_is_one_line_and_counts_nothing(capsys, tmp_path):
+    out = tmp_path / "cq.jsonl"
+    args = ["count-quality", "--cases", "owl-image-decoder-nosuch-baseline", "--out", str(out), "--root", str(ROOT)]
+    assert cli(args) == exitcodes.BAD_INPUT
+    assert "unknown case 'owl-image-decoder-nosuch-baseline'" in capsys.readouterr().err
+    with pytest.raises(cq.QualityError, match="no calibration line"):  # a micro case is known: sizing comes first
+        cq.run_experiment(
+            ["owl-image-decoder-micro-baseline"], unchanged=2, labels=["local:1"], out=out, only=["local:1"], root=ROOT
+        )
+    assert not out.exists()

@@ -128,7 +128,7 @@ def test_sized_by_a_file_without_sizes_is_one_line_and_exit_4(tmp_path, capsys):
     unchanged_only.write_text(COUNTS_QUALITY.read_text().splitlines()[1] + "\n")
     assert main(["gate-quality", "--ab", "--sized-by", str(unchanged_only)]) == EXIT_BAD_INPUT
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and f"--sized-by {unchanged_only}" in err and "perfgate.counts.quality" in err
+    assert err.count("\n") == 0 and f"--sized-by {unchanged_only}" in err and "perfgate count-quality" in err
 
 
 def test_a_bad_sized_file_names_itself(tmp_path):
