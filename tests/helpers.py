@@ -109,3 +109,58 @@ needs_pygal = pytest.mark.skipif(
     not importable("pygal"),
     reason="pygal is not installed (--benchmark-histogram): pip install -e '.[report]' (the dev extra has it)",
 )
+
+
+def counted_run(
+    out: Any,
+    *,
+    commit: str | None = None,
+    scale: float = 1.0,
+    key: str | None = None,
+    counted: bool = True,
+) -> Any:
+    """A real CPU run's results file (tests/data/history-step's first run: the suite on the tiny
+    PhysicsNeMo block) with its case counted as the count pass records it: the committed count
+    baseline's figures for that case as a `CountPass` (`scale`: its instructions times this), put
+    into the record by `perfgate.counts.suite.annotate` and written back with `to_extra_info`.
+    `key`: count under another key (another valgrind); `commit`: the commit the run says it measured."""
+    import json
+    from dataclasses import replace
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from perfgate.counts import suite
+    from perfgate.measure import instructions as instr
+    from perfgate.results import Benchmark, read_benchmark_json
+
+    root = Path(__file__).resolve().parents[1]
+    run = sorted((root / "tests" / "data" / "history-step").glob("*/0001_*.json"))[0]
+    committed = json.loads(next((root / "baselines" / "counts").glob("*.json")).read_text())
+    det = committed["what_determines_counts"]
+    p = instr.CountPass(virtual_cpu=det["virtual_cpu"], torch=det["torch"], python=det["python"], wall_s=61.0)
+    p.valgrind = key or det["valgrind"]
+    data = read_benchmark_json(run)
+    if commit is not None:
+        data["commit_info"]["id"] = data["perfgate"]["commit"] = commit
+    for raw in data["benchmarks"]:
+        b = Benchmark.from_json(raw)
+        entry = committed["cases"][b.case_id]
+        block = entry["instructions"]
+        total = round(block["total"] * scale)
+        p.counts[b.case_id] = instr.CaseCount(
+            case=b.case_id, instructions=total, steps=block["steps"], functions=entry["instructions_functions"]
+        )
+        counts = suite.SessionCounts(
+            config=suite.CountsConfig(ops=False),
+            fields={b.case_id: suite._fields(p, b.case_id)} if counted else {},
+            skipped={},
+            portable=None,
+            portable_path=None,
+            pass_=p,
+        )
+        record = replace(b.record)
+        suite.annotate(counts, SimpleNamespace(id=b.case_id, device="cpu"), record, None)
+        raw["extra_info"] = record.to_extra_info()
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(data))
+    return Path(out)

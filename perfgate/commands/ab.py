@@ -43,6 +43,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--ratchet", action="store_true", help="fail on an improvement too")
     p.add_argument(
+        "--counts",
+        action="store_true",
+        help="the CPU gate on instruction counts: the head counted once and judged against the counts kept for "
+        "the base in the history store (--store), else against the base counted here; default selection "
+        "--perfgate-device cpu --perfgate-tier cpu-pr (docs/instructions.md)",
+    )
+    p.add_argument(
+        "--store",
+        action="append",
+        default=None,
+        metavar="DIR",
+        help="--counts: the history store (a worktree of perfgate-history; default .perfgate/history or "
+        "[tool.perfgate] history_store, when it exists)",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="--counts: keep each side's results.json and verdicts.json (base/, head/) and the count baselines "
+        "judged against (baselines/) here (default: a temporary folder)",
+    )
+    p.add_argument(
         "--show-unchanged",
         action="store_true",
         help="list the unchanged verdicts with their reasons too (default: counts)",
@@ -63,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
     from perfgate.output import markdown
     from perfgate.output.terminal import verdict_table
 
+    if args.counts:
+        return run_counts(args)
     if args.max_pairs < ab_run.ab.MIN_PAIRS:
         raise CommandError(f"--max-pairs {args.max_pairs}: at least {ab_run.ab.MIN_PAIRS} pairs are needed to judge")
     selection = [a for a in args.pytest_args if a != "--"]
@@ -150,3 +175,61 @@ def family_files(repo: Path) -> set[str]:
             except ValueError:  # a family installed elsewhere: not this repository's change
                 continue
     return out
+
+
+def run_counts(args: argparse.Namespace) -> int:
+    """`perfgate ab --counts` (perfgate.ab.counts): which base path, the verdicts, the exit code."""
+    import tempfile
+
+    from perfgate import files, gate
+    from perfgate.ab import counts as ab_counts
+    from perfgate.ab import run as ab_run
+    from perfgate.history.store import StoreError, configured_store, kept_counts
+    from perfgate.output import markdown
+    from perfgate.output.terminal import verdict_table
+
+    if args.head:
+        raise CommandError("--counts measures the working tree as the head; leave out --head")
+    selection = ab_counts.selection_of([a for a in args.pytest_args if a != "--"])
+    try:
+        repo = Path(ab_run.git(Path.cwd(), "rev-parse", "--show-toplevel"))
+        base_sha = ab_run.git(repo, "rev-parse", "--verify", f"{args.base or ab_run.default_base(repo)}^{{commit}}")
+        stores = args.store or configured_store(repo / "pyproject.toml") or [str(repo / ".perfgate" / "history")]
+        missing = [s for s in args.store or [] if not Path(s).is_dir()]
+        if missing:
+            raise CommandError(f"--store {missing[0]}: no such folder; give a worktree of perfgate-history")
+        kept = kept_counts([s for s in stores if Path(s).is_dir()], base_sha)
+        head = ab_run.working_tree(repo)
+        with tempfile.TemporaryDirectory(prefix="perfgate-ab-counts-") as tmp:
+            result = ab_counts.run_counts(
+                head,
+                base_sha,
+                lambda: ab_run.checkout(repo, base_sha, "base"),
+                kept,
+                selection,
+                args.out.resolve() if args.out else Path(tmp),
+                say=lambda line: print(line, file=sys.stderr, flush=True),
+            )
+    except (ab_run.ABError, StoreError) as exc:
+        raise CommandError(str(exc)) from None
+    verdicts = gate.sort_verdicts(result.verdicts)
+    print(result.line)
+    print("\n".join(verdict_table(verdicts, show_unchanged=args.show_unchanged)))
+    took = [
+        f"{side} {what} {seconds:.0f} s"
+        for side, what, seconds in (
+            ("base", "count pass" + (" (main's run)" if result.path == ab_counts.KEPT else ""), result.base_pass_s),
+            ("base", "process", result.base_process_s),
+            ("head", "count pass", result.head_pass_s),
+            ("head", "process", result.head_process_s),
+        )
+        if seconds is not None
+    ]
+    print(f"perfgate ab --counts: key {result.key}; {', '.join(took)}; head {head.label}")
+    if args.json:
+        files.write_json(args.json, result.as_json())
+    if args.markdown:
+        files.write_text(args.markdown, markdown.counts_summary(result, verdicts))
+    if args.ratchet and gate.failing(verdicts, fail_on_improvement=True):
+        return EXIT_REGRESSION
+    return result.rc

@@ -15,12 +15,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a.add_argument("--results", required=True, metavar="FILE", help="the run's results.json (pytest-benchmark JSON)")
     a.add_argument("--verdicts", metavar="FILE", help="the run's verdicts.json (kept beside the figures)")
     a.add_argument("--commit", required=True, metavar="SHA", help="the commit the workflow ran for (40 hex digits)")
-    a.add_argument("--tier", required=True, help="the tier the run measured: pr (every push) or all (nightly)")
+    a.add_argument(
+        "--tier",
+        required=True,
+        help="the tier the run measured: pr (every push), all (nightly) or cpu-pr (the CPU counts)",
+    )
     a.add_argument(
         "--repo", metavar="DIR", help="a clone with main's history: the commit must be an ancestor of --main-ref"
     )
     a.add_argument("--main-ref", default="origin/main", metavar="REF", help="main in --repo (default origin/main)")
-    a.add_argument("--device-type", choices=("cpu", "cuda"), help="refuse a run of another device type")
+    a.add_argument(
+        "--device-type",
+        choices=("cpu", "cuda"),
+        help="refuse a run of another device type; cpu: the run must carry instruction counts under one key",
+    )
     a.add_argument("--source", metavar="URL", help="where the run came from (the workflow run's address)")
     t = sub.add_parser("thin", help="remove runs older than --days from the tree, but the nightly full matrix")
     t.add_argument("store", metavar="DIR", help="the store folder")

@@ -312,6 +312,63 @@ def portable_verdicts(counts: SessionCounts | None, case_id: str, fullname: str,
     return [replace(v, baseline_file=str(counts.portable_path))] if v is not None else []
 
 
+def portable_content(
+    key: str,
+    determines: Mapping[str, Any],
+    records: Mapping[str, CaseRecord],
+    *,
+    host_cpu: str,
+    commit: str | None,
+    cases: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The portable baseline file's content for `key`: each counted record's count fields (over
+    `cases`, the entries an older file already held), with what the counts depend on
+    (`determines`: virtual_cpu, torch, python, valgrind) and where they were recorded. One builder
+    for `write_portable` (this run) and for the counts kept in the history store
+    (`portable_from_run`)."""
+    merged = dict(cases or {})
+    for cid, rec in records.items():
+        if rec.instructions_per_step is None:
+            continue
+        merged[cid] = {k: getattr(rec, k) for k in _PORTABLE_FIELDS if getattr(rec, k) is not None}
+    return {
+        "schema": 1,
+        "key": key,
+        "what_determines_counts": {k: determines.get(k) for k in ("virtual_cpu", "torch", "python", "valgrind")},
+        "recorded_on": {"host_cpu": host_cpu, "commit": commit},
+        "recorded_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "cases": dict(sorted(merged.items())),
+    }
+
+
+def portable_from_run(data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """A run's results (pytest-benchmark JSON, as read by perfgate.results) as portable baseline
+    contents, one per count key its counted cases carry (a run counts under one key: usually one)."""
+    from perfgate.results import RunInfo, case_records
+
+    info = RunInfo.from_json(data)
+    fp = info.fingerprint or {}
+    by_key: dict[str, dict[str, CaseRecord]] = {}
+    blocks: dict[str, Mapping[str, Any]] = {}
+    for cid, rec in case_records(data).items():
+        block = rec.instructions if isinstance(rec.instructions, Mapping) else {}
+        k = block.get("key")
+        if rec.instructions_per_step is None or not isinstance(k, str):
+            continue
+        by_key.setdefault(k, {})[cid] = rec
+        blocks.setdefault(k, block)
+    return {
+        k: portable_content(
+            k,
+            {**blocks[k], "torch": fp.get("torch"), "python": fp.get("python")},
+            recs,
+            host_cpu=str(fp.get("cpu_model") or "unknown"),
+            commit=info.commit,
+        )
+        for k, recs in by_key.items()
+    }
+
+
 def write_portable(counts: SessionCounts, records: Mapping[str, CaseRecord], commit: str | None = None) -> Path | None:
     """Record this run's counts as the portable baseline of its key (merged into the file: cases
     not counted now keep their entries), atomically."""
@@ -321,24 +378,13 @@ def write_portable(counts: SessionCounts, records: Mapping[str, CaseRecord], com
     if p is None or not counts.fields or counts.portable_path is None:
         return None
     old = load_portable(counts.portable_path) or {"cases": {}}
-    cases = dict(old["cases"])
-    for cid, rec in records.items():
-        if rec.instructions_per_step is None:
-            continue
-        cases[cid] = {k: getattr(rec, k) for k in _PORTABLE_FIELDS if getattr(rec, k) is not None}
-    data = {
-        "schema": 1,
-        "key": p.key,
-        "what_determines_counts": {
-            "virtual_cpu": p.virtual_cpu,
-            "torch": p.torch,
-            "python": platform.python_version(),
-            "valgrind": p.valgrind,
-        },
-        "recorded_on": {"host_cpu": _host_cpu(), "commit": commit},
-        "recorded_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "cases": dict(sorted(cases.items())),
+    determines = {
+        "virtual_cpu": p.virtual_cpu,
+        "torch": p.torch,
+        "python": platform.python_version(),
+        "valgrind": p.valgrind,
     }
+    data = portable_content(p.key, determines, records, host_cpu=_host_cpu(), commit=commit, cases=old["cases"])
     return write_json(counts.portable_path, data)
 
 

@@ -12,8 +12,10 @@ matrix) and with a `perfgate_history` block: commit, fingerprint, tier, the verd
 came from. A file may be gzipped (`.json.gz`, thinned old runs); perfgate reads both.
 
 `add_run` is what the GitHub-hosted job calls (through `perfgate store add`) before it commits: it
-validates the GPU run's artifact, because the runner that made it held no write token and its
-files are only data (docs/history-store.md).
+validates the GPU or CPU run's artifact, because the runner that made it held no write token and
+its files are only data (docs/history-store.md). `kept_counts` reads a commit's CPU instruction
+counts back as portable baselines: the CPU pull-request gate (`perfgate ab --counts`) judges a pull
+request's counts against its merge base's.
 """
 
 from __future__ import annotations
@@ -156,6 +158,8 @@ def validate(
         raise StoreError(f"{path}: fingerprint id {fp_id} does not match its fingerprint block (edited?)")
     if device_type and block["fingerprint"].get("device_type") != device_type:
         raise StoreError(f"{path}: a {block['fingerprint'].get('device_type')} run where {device_type} was expected")
+    if device_type == "cpu":
+        _check_counts(path, benchmarks(data))
     info = RunInfo.from_json(data)
     if info.commit != commit:
         raise StoreError(f"{path}: measured commit {info.commit!r}, not {commit}, the commit this workflow ran for")
@@ -184,6 +188,57 @@ def validate(
         "verdicts": verdict_rows,
     }
     return out
+
+
+def _check_counts(path: Path, entries: list[Benchmark]) -> None:
+    """A CPU run is kept for its instruction counts (the CPU pull-request gate judges against them,
+    `kept_counts`): at least one counted case, each with its count key, one key for the run."""
+    counted = [b for b in entries if b.record.instructions_per_step is not None]
+    if not counted:
+        raise StoreError(
+            f"{path}: a CPU run without instruction counts; run the count tier with valgrind installed "
+            "(scripts/install-valgrind, --perfgate-tier cpu-pr)"
+        )
+    keys: set[str] = set()
+    for b in counted:
+        block = b.record.instructions if isinstance(b.record.instructions, Mapping) else {}
+        if not isinstance(block.get("key"), str):
+            raise StoreError(f"{path}: {b.fullname!r} has an instruction count without its count key; not perfgate's")
+        keys.add(block["key"])
+    if len(keys) > 1:
+        raise StoreError(f"{path}: counts under {len(keys)} keys ({', '.join(sorted(keys))}); one run counts under one")
+
+
+def kept_counts(stores: str | os.PathLike[str] | list[str], commit: str) -> dict[str, dict[str, Any]]:
+    """The instruction counts kept for `commit` (40 hex digits) in the store(s), as portable
+    baseline contents by count key (perfgate.counts.suite.portable_from_run, the builder
+    `--perfgate-record` writes baselines/counts/<key>.json with): every CPU run of that commit,
+    whatever its tier (a later run's case wins). Empty when none is kept."""
+    from perfgate.counts.suite import portable_from_run
+
+    if not COMMIT.fullmatch(commit):
+        raise StoreError(f"commit {commit!r}: give the full 40-hex-digit commit")
+    found: dict[str, dict[str, Any]] = {}
+    for store in [stores] if isinstance(stores, (str, os.PathLike)) else stores:
+        root = Path(store)
+        if not root.is_dir():
+            continue
+        for folder in sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("cpu-")):
+            for path in run_files(folder):
+                named = RUN_FILE.fullmatch(path.name)
+                if named is None or named.group(2) != commit[:12]:
+                    continue
+                try:
+                    data = read_benchmark_json(path, samples=False)
+                except ResultFileError as exc:
+                    raise StoreError(f"{exc}; restore the store (git -C {root} checkout .)") from None
+                if RunInfo.from_json(data).commit != commit:
+                    continue  # another commit with the same 12 first digits
+                for key, content in portable_from_run(data).items():
+                    if key in found:
+                        content = {**content, "cases": {**found[key]["cases"], **content["cases"]}}
+                    found[key] = content
+    return found
 
 
 def dumps(run: Mapping[str, Any]) -> str:

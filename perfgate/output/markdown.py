@@ -18,6 +18,7 @@ from perfgate.output.report_data import case_name, fastest_per_model, labels_by_
 from perfgate.output.text import fmt_num
 
 if TYPE_CHECKING:
+    from perfgate.ab.counts import CountsAB
     from perfgate.measure.health import Health
 
 # Names (models, variants, cases) and messages come from the code under test, so from the pull
@@ -198,6 +199,36 @@ def ab_summary(result: Any, verdicts: Sequence[gate.Verdict], *, max_rows: int =
     ):
         if ids:
             out.append(f"{label}: " + ", ".join(_code(i) for i in ids))
+    return "\n".join(out).rstrip() + "\n"
+
+
+def counts_summary(result: CountsAB, verdicts: Sequence[gate.Verdict], *, max_rows: int = 30) -> str:
+    """`perfgate ab --counts`'s Markdown (perfgate.ab.counts.CountsAB): which base was judged
+    against, the failing instruction verdicts first, then the others."""
+    failing = gate.failing(verdicts)
+    head = (
+        f"### perfgate ab --counts: {len(failing)} regression(s)"
+        if failing
+        else "### perfgate ab --counts: no regression"
+    )
+    passes = [
+        f"{side} count pass {seconds:.0f} s"
+        for side, seconds in (("base", result.base_pass_s), ("head", result.head_pass_s))
+        if seconds is not None
+    ]
+    key = [_code(result.key)] if result.key and result.key not in result.line else []
+    out = [head, "", " · ".join([md_text(result.line), *key, *passes]), ""]
+    out += [f"- {md_text(note)}" for note in result.notes] + ([""] if result.notes else [])
+    shown = [*failing, *(v for v in verdicts if v not in failing)]
+    if shown:
+        out += ["| case | figure | change | verdict | why |", "|---|---|--:|---|---|"]
+        out += [
+            f"| {_md(case_name(v.case, {}))} | {_md(_figure(v))} | {_change(v)} | {_md(v.verdict)} | {_md(v.message)} |"
+            for v in shown[:max_rows]
+        ]
+        out += [*_more(len(shown), max_rows)]
+    else:
+        out.append("No instruction verdict: nothing counted was compared.")
     return "\n".join(out).rstrip() + "\n"
 
 

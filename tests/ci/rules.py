@@ -67,7 +67,7 @@ KUBE_DNS_PEER = {
 TRUSTED_EVENTS = {"push", "schedule", "workflow_dispatch"}
 # The scripts that install (through scripts/_venv.sh), called or sourced anywhere in a run: step.
 INSTALLING = re.compile(
-    r"scripts/(?:test|ci-benchmark|record-baselines|bench|gpu-check|history-store|history-site|_venv\.sh)\b"
+    r"scripts/(?:test|ci-benchmark|ci-counts|record-baselines|bench|gpu-check|history-store|history-site|_venv\.sh)\b"
 )
 DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
 PINNED_USES = re.compile(r"(?:[\w.-]+/[\w.-]+(?:/[\w./-]+)?@[0-9a-f]{40}|docker://[^@\s]+@sha256:[0-9a-f]{64}|\./.+)")
@@ -165,14 +165,23 @@ def uses(step: dict[str, Any], action: str) -> bool:
 
 
 def conjuncts(condition: Any) -> list[str] | None:
-    """An `if:` as its `&&`-joined terms, whitespace normalised; None when it has `||` or `!(`, whose
-    meaning a reader of the terms alone would get wrong."""
+    """An `if:` as its `&&`-joined terms, whitespace normalised; None when it has `||` outside
+    parentheses or a `!(`, whose meaning a reader of the terms alone would get wrong. A parenthesised
+    `(a || b)` is one term: every other term is still required."""
     if condition is None:
         return []
     text = " ".join(str(condition).replace("${{", "").replace("}}", "").split())
-    if "||" in text or "!(" in text:
+    if "!(" in text:
         return None
-    return [t.strip() for t in text.split("&&")]
+    terms, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth == 0 and text.startswith("||", i):
+            return None
+        if depth == 0 and text.startswith("&&", i):
+            terms.append(text[start:i])
+            start = i + 2
+    return [t.strip() for t in [*terms, text[start:]]]
 
 
 _TOKEN = re.compile(
@@ -539,6 +548,11 @@ def _unsafe_checkout(s: Setup) -> list[str]:
 
 RUN_IS_PR = "github.event.workflow_run.event == 'pull_request_target'"
 RUN_NOT_PR = "github.event.workflow_run.event != 'pull_request_target'"
+RUN_NOT_PULL_REQUEST = "github.event.workflow_run.event != 'pull_request'"  # benchmark-cpu's pull requests
+ONLY_PULL_REQUEST = "github.event_name == 'pull_request'"
+# The benchmark workflows whose main runs history.yml keeps, and the path term naming one of them.
+KEPT_WORKFLOWS = ("benchmark-gpu", "benchmark-cpu")
+RUN_PATH = re.compile(r"startsWith\(github\.event\.workflow_run\.path, '\.github/workflows/([\w.-]+)\.yml'\)")
 CREDENTIAL_TEXT = re.compile(r"secrets|github\.token|GITHUB_TOKEN|create-github-app-token", re.I)
 CREDENTIAL_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PRIVATE|_KEY$|^KEY", re.I)
 
@@ -555,6 +569,32 @@ def _no_credentials(s: Setup) -> list[str]:
         found += [f"{w(n, j)}: env {k}" for k in env_of(job) if CREDENTIAL_NAME.search(str(k))]
         if "environment" in job:
             found.append(f"{w(n, j)}: environment {job['environment']!r} (its secrets would reach the runner)")
+    return found
+
+
+@rule(
+    "pull-request-workflows-hold-nothing",
+    "a workflow a pull request edits as it runs (pull_request) holds no credential, environment or write scope",
+)
+def _pr_workflows(s: Setup) -> list[str]:
+    found = []
+    for n, wf in s.workflows.items():
+        if not triggers(wf) & PR_EDITABLE:
+            continue
+        trusted = triggers(wf) & {"pull_request_target", "workflow_run"}
+        if trusted:
+            found.append(
+                f"{n}: {sorted(trusted)} beside {sorted(triggers(wf) & PR_EDITABLE)} (main's trust in a file PRs edit)"
+            )
+        for j, job in (wf.get("jobs") or {}).items():
+            text = yaml.safe_dump(job)
+            if CREDENTIAL_TEXT.search(text):
+                found.append(f"{w(n, j)}: names {CREDENTIAL_TEXT.search(text).group()}")
+            if "environment" in job:
+                found.append(f"{w(n, j)}: environment {job['environment']!r}")
+            perms = job.get("permissions") if isinstance(job.get("permissions"), dict) else {"all": "write"}
+            if set(perms.values()) - {"read", "none"}:
+                found.append(f"{w(n, j)}: permissions {perms!r}")
     return found
 
 
@@ -793,27 +833,22 @@ def _no_queue(s: Setup) -> list[str]:
 def _downloads(s: Setup) -> list[str]:
     found = []
     uploads: dict[str, set[str]] = {MAIN_SET: set(), PR_SET: set()}
-    for _, _, job, wf in all_jobs(s):
-        # A pull request's results: uploaded by its scale-set job, or by a hosted job of the same
-        # pull_request_target run (benchmark-gpu.yml's report-pr, from benchmark-pr's output).
-        kind = scale_set(job)
-        if (
-            kind is None
-            and "pull_request_target" in triggers(wf)
-            and ONLY_PR_TARGET in (conjuncts(job.get("if")) or [])
-        ):
-            kind = PR_SET
+    main_of: dict[str, set[str]] = {}  # workflow file -> the artifacts its main jobs upload
+    for n, _, job, wf in all_jobs(s):
+        kind = _upload_kind(job, wf)
         for st in steps(job):
             if uses(st, "actions/upload-artifact") and kind:
                 uploads[kind].add(str((st.get("with") or {}).get("name")))
-    for n, j, job, _ in all_jobs(s):
+                if kind == MAIN_SET:
+                    main_of.setdefault(n, set()).add(str((st.get("with") or {}).get("name")))
+    for n, j, job, wf in all_jobs(s):
         for st in steps(job):
             if not uses(st, "actions/download-artifact"):
                 continue
             given = st.get("with") or {}
             if not str(given.get("path", "")).startswith("${{ runner.temp }}"):
                 found.append(f"{w(n, j)}: downloads into {given.get('path')!r}, over the checkout")
-            if "workflow_run" not in triggers(s.workflows[n]) or "run-id" not in given:
+            if "workflow_run" not in triggers(wf) or "run-id" not in given:
                 continue  # this run's own artifact (history.yml's push job reads its validate job's)
             if "name" not in given or "pattern" in given or given.get("merge-multiple"):
                 found.append(f"{w(n, j)}: downloads {given.get('pattern') or 'every artifact'} of another run")
@@ -824,11 +859,42 @@ def _downloads(s: Setup) -> list[str]:
                 if RUN_IS_PR not in terms:
                     found.append(f"{w(n, j)}: reads the pull-request artifact {name!r} for other runs too")
             elif name in uploads[MAIN_SET] - uploads[PR_SET]:
-                if RUN_NOT_PR not in terms:
+                if RUN_NOT_PR not in terms or RUN_NOT_PULL_REQUEST not in terms:
                     found.append(f"{w(n, j)}: reads main's artifact {name!r} without excluding pull-request runs")
+                found += _artifact_of_its_workflow(w(n, j), st, wf, name, main_of)
             else:
-                found.append(f"{w(n, j)}: reads artifact {name!r}, which no scale-set job alone uploads")
+                found.append(f"{w(n, j)}: reads artifact {name!r}, which no main or pull-request job alone uploads")
     return found
+
+
+def _upload_kind(job: dict[str, Any], wf: dict[str, Any]) -> str | None:
+    """Whose results a job's upload holds: a scale set's; for a hosted job, a pull request's when it
+    runs for pull requests only (benchmark-gpu's report-pr, benchmark-cpu's pull-request job), main's
+    when its `if:` requires main and excludes every pull-request event its workflow has."""
+    if scale_set(job):
+        return scale_set(job)
+    terms = conjuncts(job.get("if")) or []
+    if ONLY_PR_TARGET in terms or ONLY_PULL_REQUEST in terms:
+        return PR_SET
+    # On pull_request_target github.ref is the base branch (main); on pull_request, refs/pull/N/merge.
+    if MAIN_REF in terms and ("pull_request_target" not in triggers(wf) or NOT_PR_TARGET in terms):
+        return MAIN_SET
+    return None
+
+
+def _artifact_of_its_workflow(
+    where: str, st: dict[str, Any], wf: dict[str, Any], name: str, main_of: dict[str, set[str]]
+) -> list[str]:
+    """A job kept for several workflows' runs downloads each one's artifact in a step for that
+    workflow alone (its `if:` names the workflow's path), and the artifact is that workflow's."""
+    listed = ((wf.get("on") or {}).get("workflow_run") or {}).get("workflows") or []
+    named = [m.group(1) for t in conjuncts(st.get("if")) or [] if (m := RUN_PATH.fullmatch(t))]
+    if len(listed) > 1 and len(named) != 1:
+        return [f"{where}: downloads {name!r} whichever of {listed} ran (no `if:` naming one workflow's path)"]
+    for workflow in named or listed:
+        if name not in main_of.get(f"{workflow}.yml", set()):
+            return [f"{where}: reads {name!r} for {workflow}'s runs, which {workflow}.yml's main jobs do not upload"]
+    return []
 
 
 @rule(
@@ -1049,10 +1115,24 @@ def _namespaces(s: Setup) -> list[str]:
 
 HISTORY_TERMS = [
     RUN_NOT_PR,
+    RUN_NOT_PULL_REQUEST,
     "github.event.workflow_run.head_branch == 'main'",
     "github.event.workflow_run.head_repository.full_name == github.repository",
-    "startsWith(github.event.workflow_run.path, '.github/workflows/benchmark-gpu.yml')",
 ]
+
+
+def _path_problem(terms: list[str], listed: list[str]) -> str | None:
+    """Why the job's terms do not require the run to be one of the kept benchmark workflows: one
+    term, the path of one such workflow or a parenthesised `||` of such paths, each both listed
+    under `workflow_run` and in KEPT_WORKFLOWS; None when they do."""
+    for t in terms:
+        inner = t[1:-1] if t.startswith("(") and t.endswith(")") else t
+        found = [RUN_PATH.fullmatch(alt.strip()) for alt in inner.split("||")]
+        if not all(found):
+            continue
+        stray = sorted({m.group(1) for m in found if m} - (set(KEPT_WORKFLOWS) & set(listed)))
+        return f"keeps {stray} runs too, not a kept benchmark workflow's" if stray else None
+    return "no term names the kept workflows' paths (startsWith(github.event.workflow_run.path, ...))"
 
 
 def _step_credentials(st: dict[str, Any]) -> list[str]:
@@ -1065,7 +1145,7 @@ def _step_credentials(st: dict[str, Any]) -> list[str]:
 
 @rule(
     "history-keeps-main-runs-only",
-    "the data branch gets main's benchmark-gpu runs only, validated, pushed by a job that installs nothing",
+    "the data branch gets main's benchmark runs only (GPU and CPU), validated, pushed by a job that installs nothing",
 )
 def _history(s: Setup) -> list[str]:
     found = []
@@ -1075,10 +1155,13 @@ def _history(s: Setup) -> list[str]:
             continue
         if not isinstance(wf.get("concurrency"), dict) or wf["concurrency"].get("cancel-in-progress") is not False:
             found.append(f"{n}: two writers of the data branch could run at once, or one be cancelled mid-push")
+        listed = ((wf.get("on") or {}).get("workflow_run") or {}).get("workflows") or []
         for j, job in (wf.get("jobs") or {}).items():
             terms = conjuncts(job.get("if"))
             if terms is None or any(t not in terms for t in HISTORY_TERMS):
                 found.append(f"{w(n, j)}: if {job.get('if')!r} does not require {' && '.join(HISTORY_TERMS)}")
+            elif why := _path_problem(terms, listed):
+                found.append(f"{w(n, j)}: if {job.get('if')!r}: {why}")
             runs = [str(st.get("run", "")) for st in steps(job) if "run" in st]
             if any("git push" in r or "git commit" in r for r in runs):
                 found.append(f"{w(n, j)}: commits other than through {HISTORY_SCRIPT} (which validates first)")

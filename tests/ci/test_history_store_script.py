@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from tests.ci.helpers import ROOT, SCRIPTS, run, script_env
+from tests.helpers import counted_run
 
 RUN = sorted((ROOT / "tests" / "data" / "history-step").glob("*/0001_*.json"))[0]
 
@@ -21,11 +22,9 @@ def git(cwd: Path, *args: str) -> str:
 
 
 def _artifact(folder: Path, commit: str) -> Path:
-    """The real run as if it had measured `commit` (the GPU job measures the commit it checked out)."""
-    data = json.loads(RUN.read_text())
-    data["commit_info"]["id"] = commit
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "results.json").write_text(json.dumps(data))
+    """The real CPU run as if it had measured `commit` (the job measures the commit it checked out),
+    counted as benchmark-cpu's main run counts it (a CPU run is kept only with its counts)."""
+    counted_run(folder / "results.json", commit=commit)
     return folder
 
 

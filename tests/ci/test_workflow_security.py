@@ -37,6 +37,7 @@ def test_the_real_setup_keeps_the_rule(rule: rules.Rule) -> None:
 def test_the_rules_see_every_workflow_and_both_scale_sets() -> None:
     assert set(REAL.workflows) == {
         "benchmark-gpu.yml",
+        "benchmark-cpu.yml",
         "pr-comment.yml",
         "record-baselines.yml",
         "tests.yml",
@@ -400,7 +401,7 @@ MISTAKES: dict[str, tuple[str, Callable[[Setup], None]]] = {
     ),
     "history-installs-without-lock": (
         "installs-from-hashed-locks",
-        set_("history.yml:validate:steps.2.env.PERFGATE_REQUIREMENTS", None),
+        lambda s: run_step(s, "history.yml", "validate")["env"].pop("PERFGATE_REQUIREMENTS"),
     ),
     "history-token-in-the-gpu-job": (
         "no-credentials-on-gpu",
@@ -655,6 +656,98 @@ ISSUE_37_MISTAKES: dict[str, tuple[str, Callable[[Setup], None]]] = {
 }
 
 MISTAKES.update(ISSUE_37_MISTAKES)
+
+
+def _history_if(job_id: str, old: str, new: str) -> Callable[[Setup], None]:
+    def apply(s: Setup) -> None:
+        condition = job(s, "history.yml", job_id)["if"]
+        assert old in condition, old
+        job(s, "history.yml", job_id)["if"] = condition.replace(old, new)
+
+    return apply
+
+
+def _download_for(s: Setup, workflow: str) -> dict[str, Any]:
+    """history.yml's download step of `workflow`'s artifact."""
+    return next(
+        st
+        for st in job(s, "history.yml", "validate")["steps"]
+        if rules.uses(st, "actions/download-artifact") and workflow in str(st.get("if"))
+    )
+
+
+CPU_PATH = "startsWith(github.event.workflow_run.path, '.github/workflows/benchmark-cpu.yml')"
+# Issue 39: the CPU counts kept (benchmark-cpu.yml on main, history.yml) and the pull request's CPU gate.
+ISSUE_39_MISTAKES: dict[str, tuple[str, Callable[[Setup], None]]] = {
+    "benchmark-cpu-writes-contents": (
+        "job-permissions-minimal",
+        set_("benchmark-cpu.yml:main:permissions.contents", "write"),
+    ),
+    "benchmark-cpu-on-pull-request-target": (
+        "pull-request-workflows-hold-nothing",
+        lambda s: s.workflows["benchmark-cpu.yml"]["on"].update(pull_request_target={}),
+    ),
+    "benchmark-cpu-pull-request-holds-the-token": (
+        "pull-request-workflows-hold-nothing",
+        _env("benchmark-cpu.yml", "pull-request", GH_TOKEN="${{ github.token }}"),
+    ),
+    "benchmark-cpu-reads-a-secret": (
+        "secrets-only-in-protected-environments",
+        _env(
+            "benchmark-cpu.yml", "pull-request", PERFGATE_HISTORY_KEY="${{ secrets.PERFGATE_HISTORY_APP_PRIVATE_KEY }}"
+        ),
+    ),
+    "benchmark-cpu-upload-by-tag": (
+        "actions-pinned",
+        lambda s: step(s, "benchmark-cpu.yml", "main", "actions/upload-artifact").update(
+            uses="actions/upload-artifact@v6"
+        ),
+    ),
+    "benchmark-cpu-checkout-keeps-the-token": (
+        "checkout-persists-no-credentials",
+        set_("benchmark-cpu.yml:pull-request:steps.0.with.persist-credentials", True),
+    ),
+    "benchmark-cpu-container-by-tag": ("containers-by-digest", set_("benchmark-cpu.yml:main:container", "python:3.11")),
+    "benchmark-cpu-installs-without-lock": (
+        "installs-from-hashed-locks",
+        set_("benchmark-cpu.yml:pull-request:env.PERFGATE_REQUIREMENTS", None),
+    ),
+    "benchmark-cpu-pull-request-uploads-mains-artifact": (
+        "artifacts-downloaded-by-name",
+        lambda s: step(s, "benchmark-cpu.yml", "pull-request", "actions/upload-artifact")["with"].update(
+            name="perfgate-main-cpu"
+        ),
+    ),
+    "history-cpu-guard-without-head-repository": (
+        "history-keeps-main-runs-only",
+        _history_if("validate", "&& github.event.workflow_run.head_repository.full_name == github.repository", ""),
+    ),
+    "history-keeps-cpu-pull-request-runs": (
+        "history-keeps-main-runs-only",
+        _history_if("push", "&& github.event.workflow_run.event != 'pull_request' ", ""),
+    ),
+    "history-any-workflows-path": (
+        "history-keeps-main-runs-only",
+        _history_if("validate", CPU_PATH, "startsWith(github.event.workflow_run.path, '.github/workflows/')"),
+    ),
+    "history-keeps-the-tests-runs": (
+        "history-keeps-main-runs-only",
+        _history_if(
+            "validate",
+            CPU_PATH,
+            CPU_PATH + " || startsWith(github.event.workflow_run.path, '.github/workflows/tests.yml')",
+        ),
+    ),
+    "history-artifact-crossed": (
+        "artifacts-downloaded-by-name",
+        lambda s: _download_for(s, "benchmark-cpu")["with"].update(name="perfgate-main"),
+    ),
+    "history-cpu-download-for-every-run": (
+        "artifacts-downloaded-by-name",
+        lambda s: _download_for(s, "benchmark-cpu").pop("if"),
+    ),
+}
+MISTAKES.update(ISSUE_39_MISTAKES)
 
 
 @pytest.mark.parametrize("mistake", MISTAKES)

@@ -232,3 +232,93 @@ def test_every_file_read_from_an_artifact_or_the_data_branch_is_size_capped(tmp_
     small = tmp_path / "small.json.gz"
     small.write_bytes(gzip.compress(b'{"benchmarks": []}'))
     assert results.read_benchmark_json(small) == {"benchmarks": []}
+
+
+# --- the CPU runs: instruction counts kept (benchmark-cpu.yml on main) ----------------------------
+
+
+def _counted(tmp_path: Path, name: str = "results.json", edit=None, **kw) -> Path:
+    """A real CPU run counted as the count pass records it (tests.helpers.counted_run), changed by `edit`."""
+    from tests.helpers import counted_run
+
+    path = counted_run(tmp_path / "cpu" / name, commit=_commit(RUNS[0]), **kw)
+    if edit:
+        data = json.loads(path.read_text())
+        edit(data)
+        path.write_text(json.dumps(data))
+    return path
+
+
+def _second_case_under(key: str):
+    """The counted case again as another case, counted under `key` (a run that mixed two valgrinds)."""
+
+    def edit(data):
+        other = json.loads(json.dumps(data["benchmarks"][0]))
+        other["name"] = other["name"].replace("physicsnemo-block", "physicsnemo-train")
+        other["fullname"] = other["fullname"].replace("physicsnemo-block", "physicsnemo-train")
+        other["extra_info"]["model"] = "physicsnemo-train"
+        other["extra_info"]["instructions"]["key"] = key
+        data["benchmarks"].append(other)
+
+    return edit
+
+
+CPU_MISTAKES = {
+    "no-counts": ({"counted": False}, "a CPU run without instruction counts"),
+    "two-keys": ({"edit": _second_case_under("vg3.22.0-other")}, "counts under 2 keys"),
+    "count-without-key": (
+        {"edit": lambda d: d["benchmarks"][0]["extra_info"]["instructions"].pop("key")},
+        "without its count key",
+    ),
+}
+
+
+@pytest.mark.parametrize("mistake", CPU_MISTAKES)
+def test_a_cpu_run_is_kept_only_with_its_counts_under_one_key(tmp_path, capsys, mistake):
+    kw, message = CPU_MISTAKES[mistake]
+    store = tmp_path / "store"
+    argv = ["store", "add", str(store), "--commit", _commit(RUNS[0]), "--tier", "cpu-pr", "--device-type", "cpu"]
+    assert main([*argv, "--results", str(_counted(tmp_path, "bad.json", **kw))]) == 4
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
+    assert not store.exists() or not any(store.rglob("*.json"))
+    assert main([*argv, "--results", str(_counted(tmp_path))]) == 0  # the real counted run is kept
+    assert main([*argv[:-1], "cuda", "--results", str(_counted(tmp_path))]) == 4  # not as a CUDA run
+    assert "a cpu run where cuda was expected" in capsys.readouterr().err
+
+
+def test_kept_counts_are_the_portable_baseline_of_the_stored_run(tmp_path):
+    from perfgate.counts import suite
+    from perfgate.gate.settings import GateSettings
+    from perfgate.gate.verdicts import UNCHANGED
+    from perfgate.results import load_records
+
+    commit, store = _commit(RUNS[0]), tmp_path / "store"
+    assert history_store.kept_counts(store, commit) == {}  # no store: none
+    run = _counted(tmp_path)
+    history_store.add_run(store, history_store.validate(run, None, commit=commit, tier="cpu-pr", device_type="cpu"))
+    assert history_store.kept_counts(store, "f" * 40) == {}  # another commit: none
+    ((key, content),) = history_store.kept_counts(store, commit).items()
+    assert content["key"] == key and content["recorded_on"]["commit"] == commit
+    # What --perfgate-baselines reads back, judging the same run unchanged.
+    path = suite.portable_path(tmp_path / "baselines", key)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(content))
+    counts = suite.SessionCounts(
+        config=suite.CountsConfig(), fields={}, skipped={}, portable=suite.load_portable(path), portable_path=path
+    )
+    ((cid, rec),) = load_records(run).items()
+    assert [v.verdict for v in suite.portable_verdicts(counts, cid, "c", rec, GateSettings())] == [UNCHANGED]
+    # A second CPU machine's run of the commit under another key, gzipped: both keys found.
+    other = _counted(tmp_path, "other.json", key="3.22.0")
+    data = history_store.validate(other, None, commit=commit, tier="cpu-pr", device_type="cpu")
+    folder = store / "cpu-other-machine-t2-0123456789"
+    folder.mkdir()
+    (folder / f"0001_{commit[:12]}-cpu-pr.json.gz").write_bytes(gzip.compress(history_store.dumps(data).encode()))
+    kept = history_store.kept_counts(store, commit)
+    assert sorted(kept) == sorted([key, key.replace("vg3.19.0", "vg3.22.0")])
+    assert all(list(c["cases"]) == [cid] for c in kept.values())
+    # A GPU folder is never read for counts.
+    (store / "cuda-h100-t26-0123456789").mkdir()
+    shutil.copy(folder / f"0001_{commit[:12]}-cpu-pr.json.gz", store / "cuda-h100-t26-0123456789")
+    assert len(history_store.kept_counts(store, commit)) == 2
