@@ -129,8 +129,8 @@ def counted_run(
     from pathlib import Path
     from types import SimpleNamespace
 
+    from perfgate.counts import launcher as instr
     from perfgate.counts import suite
-    from perfgate.measure import instructions as instr
     from perfgate.results import Benchmark, read_benchmark_json
 
     root = Path(__file__).resolve().parents[1]

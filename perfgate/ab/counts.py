@@ -32,11 +32,11 @@ from typing import Any
 
 from perfgate import files
 from perfgate.ab.run import ABError, Side, side_env
+from perfgate.counts import launcher as instr
 from perfgate.counts.suite import portable_from_run, portable_path
 from perfgate.exitcodes import FAILED, OK
 from perfgate.gate.verdict_file import load_verdicts
 from perfgate.gate.verdicts import Verdict, failing
-from perfgate.measure import instructions as instr
 from perfgate.record import CaseRecord
 from perfgate.results import ResultFileError, read_benchmark_json
 

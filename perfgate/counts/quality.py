@@ -266,7 +266,7 @@ def run_experiment(
     returns every line of `out`. `labels`: "linear:1", "local:2", ... (slowdown kind : target %)."""
     from perfgate.cases.selection import expand_cases
     from perfgate.cases.workload import MODELS, load_registries, sizes
-    from perfgate.measure import instructions
+    from perfgate.counts import launcher as instructions
 
     load_registries(list(registries), [], root)
     every_size = sorted({s for spec in MODELS.values() for s in sizes(spec)})  # a counting size (micro) too

@@ -19,7 +19,7 @@ fixed by globs, not by the selection's size: a case's count depends on the cases
 process, so the recording and the judging runs must split the same way.
 
 Portable baselines live in `<baselines>/counts/<key>.json`, the key naming what the counts depend on
-(perfgate.measure.instructions.key), never the host: a machine of another CPU generation gates on the
+(perfgate.counts.launcher.key), never the host: a machine of another CPU generation gates on the
 committed counts when its virtual CPU, torch and Python are the same.
 """
 
@@ -27,17 +27,15 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import platform
-import sys
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from perfgate.counts import launcher as instr
 from perfgate.gate.instructions import judge_instructions, spread
-from perfgate.measure import instructions as instr
 from perfgate.record import CaseRecord
 
 TABLE = "counts"
@@ -404,76 +402,3 @@ def _host_cpu() -> str:
     except OSError:
         return platform.processor()
     return f"{name} (family {fam} model {model})"
-
-
-# --- the pytest session's glue (called from perfgate.plugin.hooks and perfgate.plugin.session) -------------
-
-
-def session_pass(config: Any, session: Any, items: Sequence[Any]) -> None:
-    """Before the first case is timed: count the selected CPU cases' instructions, once."""
-    run_config = session.config  # perfgate.plugin.session.RunConfig
-    counts_config = run_config.counts_config
-    if counts_config is None or config.getoption("perfgate_no_counts", False):
-        return
-    if config.getoption("collectonly", False):
-        return  # --collect-only measures nothing: no valgrind process (it took 51 s and a recount)
-    if not str(run_config.device).startswith("cpu") or hasattr(config, "workerinput") or os.environ.get(NO_COUNTS_ENV):
-        why = None  # a GPU run: its cases are never counted under valgrind, nothing to explain
-        if hasattr(config, "workerinput"):
-            why = "not counted in an xdist worker (each would start valgrind); run without -n to count"
-        elif os.environ.get(NO_COUNTS_ENV):
-            why = f"not counted: {NO_COUNTS_ENV} is set (perfgate ab sets it after a side's first process)"
-        session.counts = SessionCounts(
-            config=counts_config, fields={}, skipped={}, portable=None, portable_path=None, not_counted=why
-        )
-        return  # ops and kernels only: a GPU run, an xdist worker (each would start valgrind), ab's later pairs
-    cases, nodeids = [], {}
-    for item in items:
-        case = getattr(getattr(item, "callspec", None), "params", {}).get("case")
-        if case is None or item.get_closest_marker("skip") is not None:
-            continue
-        cases.append(case)
-        nodeids[case.id] = item.nodeid
-    smoke = bool(config.getoption("perfgate_smoke", False))
-    chosen = set(selected([c.id for c in cases], counts_config, smoke=smoke))
-    todo = [c for c in cases if c.id in chosen]
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-
-    def say(line: str) -> None:
-        if reporter is not None:
-            reporter.write_line(line)
-
-    def baseline_of(case_id: str) -> float | None:
-        if not run_config.gate_enabled or case_id not in nodeids:
-            return None
-        found = session.baseline_record(nodeids[case_id])
-        return found[0].instructions_per_step if found else None
-
-    def tolerance_of(case: Any) -> float:
-        return run_config.policy.settings(case.model, case.variant, "instructions", case.device).instructions_tolerance
-
-    registries, model_files = run_config.counts_registries
-    if not todo:
-        session.counts = SessionCounts(config=counts_config, fields={}, skipped={}, portable=None, portable_path=None)
-        return
-    session.counts = run_pass(
-        todo,
-        counts_config,
-        baseline_of=baseline_of,
-        tolerance_of=tolerance_of,
-        baselines_root=run_config.baselines_root,
-        root=Path(config.rootpath),
-        registries=registries,
-        model_files=model_files,
-        out_dir=Path(config.rootpath) / ".perfgate" / "callgrind",
-        say=say,
-        run=instr.RunContext(
-            cwd=str(config.invocation_params.dir),
-            sys_path=tuple(sys.path),
-            pytest_args=tuple(config.invocation_params.args),
-        ),
-    )
-    if smoke:
-        for c in cases:
-            if c.id not in chosen and str(c.device).startswith("cpu"):
-                session.counts.skipped.setdefault(c.id, "not counted in a smoke run ([tool.perfgate.counts] smoke)")

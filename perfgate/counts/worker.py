@@ -1,7 +1,7 @@
 """The process valgrind runs: many cases in one process, so torch loads once (`import torch` alone
 takes 15-35 s under valgrind).
 
-Started by `perfgate.measure.instructions.count_cases` as `valgrind --tool=callgrind
+Started by `perfgate.counts.launcher.count_cases` as `valgrind --tool=callgrind
 --instr-atstart=no --collect-atstart=no python -c <import perfgate, main()>`, its job as JSON on stdin
 (not argv: argv sits on the stack, and the stack's layout moves the counts). From a pytest run the
 same counting runs inside a pytest session on the run's items (perfgate.plugin.count_worker, which

@@ -1,6 +1,6 @@
 """The instruction count's worker as a pytest session: valgrind runs this module's `main`, which
 runs pytest with the counted run's own arguments, in its folder, with its `sys.path` and
-environment (perfgate.measure.instructions.count_env), so the `-p` plugins, conftest.py fixtures,
+environment (perfgate.counts.launcher.count_env), so the `-p` plugins, conftest.py fixtures,
 ini options and `PYTEST_ADDOPTS` that wrap the timed step wrap the counted one.
 
 Only the job's cases run, in the job's order (a case's count depends on the cases before it in the

@@ -17,7 +17,7 @@ from perfgate.gate import store as baseline_store
 from perfgate.gate import verdict_file
 from perfgate.measure.fingerprint import differences
 from perfgate.output import markdown, progress, report_data, terminal
-from perfgate.plugin import benchmark_adapter, configure, timeout
+from perfgate.plugin import benchmark_adapter, configure, counting, timeout
 from perfgate.plugin import progress as pytest_progress
 from perfgate.plugin.session import Session
 from perfgate.results import RunInfo
@@ -75,7 +75,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def pytest_collection_finish(session: pytest.Session) -> None:
     config = session.config
     if config.stash.get(_KEY, None) is not None:
-        counts_suite.session_pass(config, config.stash[_KEY], session.items)  # before any case is timed
+        counting.session_pass(config, config.stash[_KEY], session.items)  # before any case is timed
         config.stash[_PROGRESS] = pytest_progress.for_pytest(config, pytest_progress.count_cases(session.items))
         # What exists now (torch and its imports, the plugins, the registries, the collected items)
         # lives as long as the process: frozen out of the collector's sight, the gc.collect() calls

@@ -15,11 +15,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from perfgate.counts import launcher as instructions
 from perfgate.counts import suite
 from perfgate.gate.instructions import judge_instructions, judge_kernels
 from perfgate.gate.policy import GateSettings
 from perfgate.gate.verdicts import IMPROVEMENT, INCONCLUSIVE, REGRESSION, UNCHANGED
-from perfgate.measure import attribution, callgrind, instructions, op_counts
+from perfgate.measure import attribution, callgrind, op_counts
+from perfgate.plugin.counting import PLUGIN_WORKER
 from perfgate.record import CaseRecord
 from tests.helpers import HANG_GUARD_S
 
@@ -94,11 +96,11 @@ def test_the_key_names_the_virtual_cpu_torch_and_python_not_the_host():
 def test_the_workers_environment_is_the_runs_with_the_pinned_variables_replaced_and_one_stack_size():
     """Whatever the run's variables (how many, how long), argv and environment take the same room
     on the worker's stack; the run's own (PYTHONPATH, a TORCH* flag) are kept, only PINNED replaced."""
-    argv = instructions.worker_argv(instructions.WORKERS[1], "/a/checkout")
+    argv = instructions.worker_argv(PLUGIN_WORKER, "/a/checkout")
     small = {"PATH": "/usr/bin", "PYTHONHASHSEED": "random", "OMP_NUM_THREADS": "8"}
     big = {**small, "PYTHONPATH": "src", "TORCHINDUCTOR_FREEZING": "1", **{f"CI_{i}": "v" * i for i in range(200)}}
     envs = [instructions.count_env(e, argv) for e in (small, big)]
-    other_argv = instructions.worker_argv(instructions.WORKERS[0], "/a/much/longer/checkout/path")
+    other_argv = instructions.worker_argv(instructions.DIRECT_WORKER, "/a/much/longer/checkout/path")
     longer = instructions.count_env(small, other_argv)
     sizes = {instructions.stack_bytes(argv, envs[0]), instructions.stack_bytes(argv, envs[1])}
     assert sizes | {instructions.stack_bytes(other_argv, longer)} == {instructions.ENV_BYTES}, sizes

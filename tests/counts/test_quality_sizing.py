@@ -13,7 +13,7 @@ from torch import nn
 from perfgate import exitcodes
 from perfgate.cli import main as cli
 from perfgate.counts import quality as cq
-from perfgate.measure.instructions import CaseCount, CountPass
+from perfgate.counts.launcher import CaseCount, CountPass
 from perfgate.output.count_quality import markdown
 from perfgate.quality import inject
 

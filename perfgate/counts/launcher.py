@@ -153,23 +153,24 @@ class CountPass:
         }
 
 
+DIRECT_WORKER = "perfgate.counts.worker"  # counts the job's cases outside pytest
+
+
 @dataclass(frozen=True, kw_only=True)
 class RunContext:
     """What the count process takes from the run it counts for: its working folder, its `sys.path`
-    (set first thing in the worker) and, from a pytest run, its arguments: the worker then counts
-    through pytest on the same items (perfgate.plugin.count_worker), the run's `-p` plugins, conftest
-    fixtures and ini options applying as they do to the timed step."""
+    (set first thing in the worker) and, from a pytest run, its arguments and the worker that counts
+    through pytest on the same items (the plugin names its own, perfgate.plugin.count_worker: the
+    run's `-p` plugins, conftest fixtures and ini options then apply as they do to the timed step)."""
 
     cwd: str
     sys_path: tuple[str, ...]
     pytest_args: tuple[str, ...] | None = None
+    worker: str = DIRECT_WORKER  # the module the valgrind process runs (its `main`)
 
     @classmethod
     def here(cls) -> RunContext:
         return cls(cwd=os.getcwd(), sys_path=tuple(sys.path))
-
-
-WORKERS = ("perfgate.counts.worker", "perfgate.plugin.count_worker")  # direct, through pytest
 
 
 def worker_argv(module: str, perfgate_root: str) -> list[str]:
@@ -258,7 +259,7 @@ def count_cases(
     ]
     import perfgate
 
-    argv = worker_argv(WORKERS[run.pytest_args is not None], str(Path(perfgate.__file__).resolve().parents[1]))
+    argv = worker_argv(run.worker, str(Path(perfgate.__file__).resolve().parents[1]))
     cmd += argv
     env = count_env(os.environ, argv)
     limit = timeout_s if timeout_s is not None else 300 + 240 * len(cases)  # a busy 2-core VM: 1110 s for 10
@@ -266,6 +267,12 @@ def count_cases(
     tail = _run_worker(cmd, json.dumps(job), env, Path(run.cwd), limit, manifest, on_case)
     result.wall_s = time.perf_counter() - t0
     result.dumps = str(out)
+    _read_manifest(result, cases, out, manifest, tail)
+    return result
+
+
+def _read_manifest(result: CountPass, cases: Sequence[Any], out: Path, manifest: Path, tail: list[str]) -> None:
+    """Each case's count from the worker's manifest and callgrind's dumps into `result` (or why none)."""
     lines = [json.loads(ln) for ln in manifest.read_text().splitlines() if ln.strip()] if manifest.exists() else []
     if lines and "virtual_cpu" in lines[0]:
         result.virtual_cpu, result.torch = lines[0]["virtual_cpu"], lines[0]["torch"]
@@ -300,7 +307,6 @@ def count_cases(
                 windows=windows,
                 calls_per_window=ln.get("calls_per_window"),
             )
-    return result
 
 
 def _run_worker(
