@@ -169,8 +169,7 @@ def profile_point(
         result = runner.measure_case(built, opts, progress=progress.note)
     except VariantError as exc:
         raise ProfileUnavailable(f"variant {pt.variant!r}: {exc}") from None
-    rec = result.record
-    rec.unreliable = gate.unreliable_reason(rec, GateSettings())
+    rec = dataclasses.replace(result.record, unreliable=gate.unreliable_reason(result.record, GateSettings()))
     point: dict[str, Any] = {
         "label": pt.label,
         "size": pt.size,
