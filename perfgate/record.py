@@ -41,7 +41,7 @@ def _f(
     return field(default=default, metadata=meta)
 
 
-@dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class CaseRecord:
     # What ran.
     model: str = _f("", required=True)

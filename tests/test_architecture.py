@@ -16,7 +16,8 @@ an import of the module that defines it.
 House rules checked beside the direction (each with a commented list of the exceptions left):
 argparse only in perfgate/commands/ and perfgate/cli.py; pytest (its modules, its plugins' modules,
 its config and item API) only in perfgate/plugin/; tables drawn only in perfgate/output/ (see
-`table_drawing`); no function longer than 100 lines.
+`table_drawing`); no function longer than 100 lines; a CaseRecord is written once (frozen; no
+attribute write or setattr to one outside perfgate/record.py: see `record_writes`).
 
 Run it on any tree: `python tests/test_architecture.py [ROOT]` prints the up-arrows.
 """
@@ -29,6 +30,8 @@ import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -500,6 +503,122 @@ def test_the_house_rules_fail_on_a_planted_breach(tmp_path: Path) -> None:
             "perfgate/gate/decide.py: column width '<40'",
         ],
     }, found
+
+
+# A record is written once (issue 38): CaseRecord is a frozen dataclass, and a producer builds it
+# whole or makes a new one with dataclasses.replace. Frozen makes a write a runtime error; this
+# makes one visible in the source too, in code no test runs (a GPU path, a torchrun merge).
+# The writes found that are to no record: objects of their own with a field's name.
+RECORD_WRITE_EXCEPTIONS = frozenset(
+    {
+        "perfgate/output/site.py: s.unit =",  # a chart's Series (perfgate.history.series)
+        "perfgate/quality/inject.py: setattr(torch.nn.functional, ...)",  # patching torch to slow an op down
+    }
+)
+
+
+def _record_fields(root: Path) -> tuple[frozenset[str], bool]:
+    """CaseRecord's field names and whether its @dataclass says frozen=True, read from the tree's
+    perfgate/record.py (the source, so a planted tree is read as it stands)."""
+    tree = ast.parse((root / "perfgate" / "record.py").read_text(encoding="utf8"))
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "CaseRecord")
+    names = frozenset(
+        st.target.id for st in cls.body if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)
+    )
+    frozen = any(
+        isinstance(d, ast.Call)
+        and any(k.arg == "frozen" and isinstance(k.value, ast.Constant) and k.value.value is True for k in d.keywords)
+        for d in cls.decorator_list
+    )
+    return names, frozen
+
+
+def _writes(tree: ast.AST, names: frozenset[str]) -> Iterator[tuple[int, str]]:
+    """(line, what) for each write that could be to a record: `x.field = ...` (also augmented, annotated
+    or in a tuple) of a CaseRecord field's name on anything but self/cls, `setattr(x, name, ...)` on
+    anything but self with a field's name or a computed one, `object.__setattr__` on anything but self."""
+
+    def own(node: ast.expr) -> bool:
+        return isinstance(node, ast.Name) and node.id in ("self", "cls")
+
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        for target in targets:
+            for t in ast.walk(target):
+                if (
+                    isinstance(t, ast.Attribute)
+                    and isinstance(t.ctx, ast.Store)
+                    and t.attr in names
+                    and not own(t.value)
+                ):
+                    yield t.lineno, f"{ast.unparse(t)} ="
+        if not isinstance(node, ast.Call) or len(node.args) < 2:
+            continue
+        receiver, name = node.args[0], node.args[1]
+        if isinstance(node.func, ast.Name) and node.func.id == "setattr" and not own(receiver):
+            if not isinstance(name, ast.Constant) or name.value in names:
+                yield node.lineno, f"setattr({ast.unparse(receiver)}, ...)"
+        elif ast.unparse(node.func) == "object.__setattr__" and not own(receiver):
+            yield node.lineno, f"object.__setattr__({ast.unparse(receiver)}, ...)"
+
+
+def record_writes(root: Path = ROOT) -> list[str]:
+    """'file:line: what' for each write to a record after it is built, outside perfgate/record.py
+    and RECORD_WRITE_EXCEPTIONS; and perfgate/record.py itself when CaseRecord is not frozen."""
+    names, frozen = _record_fields(root)
+    out = [] if frozen else ["perfgate/record.py:0: CaseRecord is not @dataclass(frozen=True, ...)"]
+    for rel, tree in _outside(root, ("perfgate/record.py",)):
+        for line, what in sorted(set(_writes(tree, names))):
+            if f"{rel}: {what}" not in RECORD_WRITE_EXCEPTIONS:
+                out.append(f"{rel}:{line}: {what}")
+    return out
+
+
+def test_records_are_written_once() -> None:
+    from dataclasses import FrozenInstanceError
+
+    from perfgate.record import CaseRecord
+
+    found = record_writes()
+    assert not found, "build the record whole, or a new one with dataclasses.replace(record, ...):\n" + "\n".join(found)
+    with pytest.raises(FrozenInstanceError):
+        CaseRecord().median_ms = 1.0
+    names, _ = _record_fields(ROOT)
+    writes = {
+        f"{rel}: {what}" for rel, tree in _outside(ROOT, ("perfgate/record.py",)) for _, what in _writes(tree, names)
+    }
+    stale = RECORD_WRITE_EXCEPTIONS - writes
+    assert not stale, f"exceptions that match no write any more: remove them: {sorted(stale)}"
+
+
+def test_the_record_write_check_fails_on_a_planted_breach(tmp_path: Path) -> None:
+    root = _tree(tmp_path)
+    shard = root / "perfgate" / "dist" / "shard.py"
+    shard.write_text(
+        shard.read_text()
+        + "\n\ndef _mark(b, why, key):\n    b.record.unreliable = why\n    rec = b.record\n    rec.median_ms += 1.0\n"
+        + "    rec.speedup, rec.speedup_note = None, why\n    setattr(rec, key, None)\n"
+        + "    object.__setattr__(rec, 'n', 0)\n    return rec\n"
+    )
+    record = root / "perfgate" / "record.py"
+    record.write_text(
+        record.read_text().replace(
+            "@dataclass(frozen=True, kw_only=True)\nclass CaseRecord", "@dataclass(kw_only=True)\nclass CaseRecord"
+        )
+    )
+    found = [line.split(": ", 1)[1] for line in record_writes(root)]
+    assert found == [
+        "CaseRecord is not @dataclass(frozen=True, ...)",
+        "b.record.unreliable =",
+        "rec.median_ms =",
+        "rec.speedup =",
+        "rec.speedup_note =",
+        "setattr(rec, ...)",
+        "object.__setattr__(rec, ...)",
+    ], found
+    assert all(line.startswith("perfgate/dist/shard.py:") for line in record_writes(root)[1:])
 
 
 def _tree(tmp_path: Path) -> Path:

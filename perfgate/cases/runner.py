@@ -15,7 +15,7 @@ from __future__ import annotations
 import gc
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -257,7 +257,15 @@ def case_record(
     case, wl, conv, device, variant = built.case, built.workload, built.converted, built.device, built.variant
     tol = tolerance_for(case.variant, opts.tolerances)
     summary = m.summary
-    rec = CaseRecord(
+    throughput = {unit: n / (summary["median_ms"] / 1e3) for unit, n in wl.throughput.items()}
+    # Activations of a CUDA-graph variant live in the graph's private pool, reserved but not
+    # allocated during replay: the reserved peak is the honest figure for graph variants.
+    graphs = variant.uses_cuda_graphs
+    if built.flop_count is not None:
+        flop_fields = flops.flops_extra_info(built.flop_count, summary["median_ms"], device, conv.info)
+    else:
+        flop_fields = {"flops_error": built.flops_error} if built.flops_error else {}
+    return CaseRecord(
         model=case.model,
         size=case.size,
         variant=case.variant,
@@ -273,39 +281,35 @@ def case_record(
         stop=m.stop,
         timer=m.timer,
         samples_ms=m.samples_ms,
-        peak_mem_mib=m.memory.peak_mem_mib,
+        tail_note=tail_note(len(m.samples_ms)),
+        peak_mem_mib=m.memory.reserved_mem_mib if graphs else m.memory.peak_mem_mib,
         reserved_mem_mib=m.memory.reserved_mem_mib,
-        mem_method=m.memory.method,
+        mem_method="cuda_reserved (graph pool)" if graphs else m.memory.method,
         accuracy=accuracy.metrics(m.output, built.reference, kind=wl.output_kind),
         tolerance={"rel_l2": tol.rel_l2, "cosine": tol.cosine, "psnr_db": tol.psnr_db},
-        throughput={unit: n / (summary["median_ms"] / 1e3) for unit, n in wl.throughput.items()},
+        throughput=throughput,
         unit=wl.unit,
         items_per_step=dict(wl.throughput),
+        fps=throughput["frames"] if wl.unit == "frames" else None,
+        telemetry=telemetry_summary,
+        throttle=m.throttle,
         contention_cores=m.contention_cores,
+        **_reference_fields(m),
+        **flop_fields,
         **{k: v for k, v in conv.info.items() if k != "dtype"},
         **summary,
     )
-    rec.tail_note = tail_note(len(m.samples_ms))
-    rec.throttle = m.throttle
-    if m.reference_ms:
-        rec.reference_ms = m.reference_ms
-        rec.reference_median_ms = float(np.median(m.reference_ms))
-        rec.normalised_median = float(np.median(ratios(m.samples_ms, m.reference_ms)))
-    if wl.unit == "frames":
-        rec.fps = rec.throughput["frames"]
-    if telemetry_summary is not None:
-        rec.telemetry = telemetry_summary
-    if built.flop_count is not None:
-        for k, v in flops.flops_extra_info(built.flop_count, summary["median_ms"], device, conv.info).items():
-            setattr(rec, k, v)
-    elif built.flops_error:
-        rec.flops_error = built.flops_error
-    if variant.uses_cuda_graphs:
-        # Activations live in the graph's private pool, reserved but not allocated during replay:
-        # the reserved peak is the honest figure for graph variants.
-        rec.peak_mem_mib = m.memory.reserved_mem_mib
-        rec.mem_method = "cuda_reserved (graph pool)"
-    return rec
+
+
+def _reference_fields(m: Measurement) -> dict[str, Any]:
+    """A CPU case's reference workload, timed in the same rounds, and the ratio the CPU gate tests."""
+    if not m.reference_ms:
+        return {}
+    return {
+        "reference_ms": m.reference_ms,
+        "reference_median_ms": float(np.median(m.reference_ms)),
+        "normalised_median": float(np.median(ratios(m.samples_ms, m.reference_ms))),
+    }
 
 
 def compile_facts(built: BuiltCase, opts: RunOptions, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -330,13 +334,12 @@ def measure_case(built: BuiltCase, opts: RunOptions, *, progress: Callable[[str]
     """Measure a built case and fill its record."""
     m, sampler = measure_sampled(built.step, built.device, opts, progress, first_call=first_call_phase(built.variant))
     rec = case_record(built, m, opts, sampler.summary() if sampler is not None else None)
+    later: dict[str, Any] = {}  # measured after the record's figures: the energy window, compiling's facts
     if opts.energy_window_s > 0:
-        fields = energy.case_energy(built.step, built.device, rec.items_per_step, min_window_s=opts.energy_window_s)
-        for k, v in fields.items():
-            setattr(rec, k, v)
+        later |= energy.case_energy(built.step, built.device, rec.items_per_step, min_window_s=opts.energy_window_s)
     if built.variant.compiles:
-        for k, v in compile_facts(built, opts, progress).items():
-            setattr(rec, k, v)
+        later |= compile_facts(built, opts, progress)
+    rec = replace(rec, **later)
     return CaseResult(
         case=built.case,
         measurement=m,

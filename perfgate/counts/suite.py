@@ -246,36 +246,42 @@ def run_pass(
 # --- records and verdicts ---------------------------------------------------------------------
 
 
-def annotate(counts: SessionCounts | None, case: Any, record: CaseRecord, step: Any) -> None:
-    """Put the case's counts into its record: instructions (or why none), op and kernel counts."""
+def annotate(counts: SessionCounts | None, case: Any, record: CaseRecord, step: Any) -> CaseRecord:
+    """The case's record with its counts: instructions (or why none), op and kernel counts."""
     if counts is None:
-        return
+        return record
+    added: dict[str, Any] = {}
     f = counts.fields.get(case.id)
     if f is not None:
-        for k, v in f.items():
-            setattr(record, k, v)
+        added |= f
     elif case.id in counts.skipped:
-        record.instructions_skipped = counts.skipped[case.id]
+        added["instructions_skipped"] = counts.skipped[case.id]
     elif counts.not_counted and str(case.device).startswith("cpu"):
-        record.instructions_skipped = counts.not_counted
+        added["instructions_skipped"] = counts.not_counted
     elif str(case.device).startswith("cpu"):
-        record.instructions_skipped = "not selected for counting ([tool.perfgate.counts] instructions)"
+        added["instructions_skipped"] = "not selected for counting ([tool.perfgate.counts] instructions)"
     if counts.config.ops and step is not None:
-        from perfgate.measure.op_counts import count_step
+        added |= _op_count_fields(counts, case, record, step)
+    return replace(record, **added)
 
-        oc = count_step(step, case.device, counts.config.steps)
-        record.aten_ops_per_step = oc.aten_ops_per_step
-        if oc.kernels_per_step is not None:
-            record.kernels_per_step = oc.kernels_per_step
-            record.kernel_names_per_step = oc.kernel_names_per_step
-        if oc.device_ms_per_step is not None:
-            from perfgate.measure.device_time import host_share
 
-            record.device_ms_per_step = oc.device_ms_per_step
-            record.kernel_ms_per_step = oc.kernel_ms_per_step
-            if record.median_ms:
-                share = host_share(record.median_ms, oc.device_ms_per_step)
-                record.host_ms_per_step, record.bound = share.host_ms_per_step, share.bound
+def _op_count_fields(counts: SessionCounts, case: Any, record: CaseRecord, step: Any) -> dict[str, Any]:
+    """aten op calls, CUDA kernel launches and the GPU's busy time per step (torch profiler), with
+    the host's share of the timed median beside it."""
+    from perfgate.measure.op_counts import count_step
+
+    oc = count_step(step, case.device, counts.config.steps)
+    out: dict[str, Any] = {"aten_ops_per_step": oc.aten_ops_per_step}
+    if oc.kernels_per_step is not None:
+        out |= {"kernels_per_step": oc.kernels_per_step, "kernel_names_per_step": oc.kernel_names_per_step}
+    if oc.device_ms_per_step is not None:
+        from perfgate.measure.device_time import host_share
+
+        out |= {"device_ms_per_step": oc.device_ms_per_step, "kernel_ms_per_step": oc.kernel_ms_per_step}
+        if record.median_ms:
+            share = host_share(record.median_ms, oc.device_ms_per_step)
+            out |= {"host_ms_per_step": share.host_ms_per_step, "bound": share.bound}
+    return out
 
 
 def portable_record(counts: SessionCounts | None, case_id: str) -> CaseRecord | None:

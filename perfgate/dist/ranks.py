@@ -243,34 +243,37 @@ def aggregate_case(entries: Mapping[int, Benchmark], *, world_size: int, thresho
     slowest = max(medians, key=lambda r: (medians[r], -r))
     out = copy.deepcopy(entries[slowest])
     rec = out.record
-    rec.rank = rec.local_rank = rec.host = rec.rank_device = None
     data_parallel = rec.step_kind in DATA_PARALLEL_STEP_KINDS
+    agg: dict[str, Any] = {"rank": None, "local_rank": None, "host": None, "rank_device": None}
     if rec.device:
-        rec.device = str(rec.device).split(":", 1)[0]  # cuda:3 -> cuda, as in a one-process run
-    rec.slowest_rank, rec.world_size = slowest, world_size
+        agg["device"] = str(rec.device).split(":", 1)[0]  # cuda:3 -> cuda, as in a one-process run
+    agg |= {"slowest_rank": slowest, "world_size": world_size}
     missing = [r for r in range(world_size) if r not in recs]
     if missing:
-        rec.missing_ranks = missing
-    rec.throughput_aggregation = "sum" if data_parallel else "slowest"
+        agg["missing_ranks"] = missing
+    agg["throughput_aggregation"] = "sum" if data_parallel else "slowest"
     if data_parallel:
         units = list(dict.fromkeys(u for r in recs.values() for u in r.throughput))
-        rec.throughput = {u: _sum([r.throughput for r in recs.values()], u) for u in units}
+        summed = {u: _sum([r.throughput for r in recs.values()], u) for u in units}
+        agg["throughput"] = summed
         if rec.items_per_step:
-            rec.items_per_step = {u: _sum([r.items_per_step for r in recs.values()], u) for u in rec.items_per_step}
-        if "frames" in rec.throughput:
-            rec.fps = rec.throughput["frames"]
+            per_step = [r.items_per_step for r in recs.values()]
+            agg["items_per_step"] = {u: _sum(per_step, u) for u in rec.items_per_step}
+        if "frames" in summed:
+            agg["fps"] = summed["frames"]
     # The fullest device and the busiest neighbourhood decide.
-    rec.peak_mem_mib = _max([r.peak_mem_mib for r in recs.values()], rec.peak_mem_mib)
-    rec.reserved_mem_mib = _max([r.reserved_mem_mib for r in recs.values()], rec.reserved_mem_mib)
-    rec.contention_cores = _max([r.contention_cores for r in recs.values()], rec.contention_cores)
-    rec.accuracy = _worst_accuracy([r.accuracy for r in recs.values()])
+    agg["peak_mem_mib"] = _max([r.peak_mem_mib for r in recs.values()], rec.peak_mem_mib)
+    agg["reserved_mem_mib"] = _max([r.reserved_mem_mib for r in recs.values()], rec.reserved_mem_mib)
+    agg["contention_cores"] = _max([r.contention_cores for r in recs.values()], rec.contention_cores)
+    agg["accuracy"] = _worst_accuracy([r.accuracy for r in recs.values()])
     unreliable = [f"rank {r}: {x.unreliable}" for r, x in recs.items() if x.unreliable]
     if unreliable:
-        rec.unreliable = "; ".join(unreliable)
-    rec.across_ranks = across_ranks([r.to_extra_info() for r in recs.values()])
-    rec.ranks = [rank_summary(r, entries[r]) for r in recs]
-    rec.stragglers = find_stragglers(medians, threshold_pct)
-    rec.straggler_threshold_pct = threshold_pct
+        agg["unreliable"] = "; ".join(unreliable)
+    agg["across_ranks"] = across_ranks([r.to_extra_info() for r in recs.values()])
+    agg["ranks"] = [rank_summary(r, entries[r]) for r in recs]
+    agg["stragglers"] = find_stragglers(medians, threshold_pct)
+    agg["straggler_threshold_pct"] = threshold_pct
+    out.record = replace(rec, **agg)
     return out
 
 
@@ -294,7 +297,7 @@ def _respeed(entries: list[Benchmark]) -> None:
         base = eager.get(_case_group(t))
         value = speedup(base, t) if base is not None and t.model else None
         if value is not None:
-            b.record.speedup, b.record.speedup_basis = value, speedup_basis(t)
+            b.record = replace(b.record, speedup=value, speedup_basis=speedup_basis(t))
 
 
 def aggregate(

@@ -147,33 +147,37 @@ class Session:
         """Measure a case: its reliability as the gate sees it, and its speedup over the eager
         baseline of this run when there is one."""
         result = run_case(case, self.case_options(case), progress=progress)
-        rec = result.record
-        counts_suite.annotate(self.counts, case, rec, result.step)
-        rec.unreliable = gate.unreliable_reason(
-            rec, self.config.policy.settings(case.model, case.variant, "latency", case.device)
-        )
-        basis = speedup_basis(rec)  # the one rule (perfgate.record.speedup)
+        rec = counts_suite.annotate(self.counts, case, result.record, result.step)
+        settings = self.config.policy.settings(case.model, case.variant, "latency", case.device)
+        rec = replace(rec, unreliable=gate.unreliable_reason(rec, settings))
         group = self._group(case)
+        eager_now = case.variant == "baseline" and not rec.unreliable
         if case.variant == "baseline":
             if rec.unreliable:
                 self.eager.pop(group, None)  # no speedups from a contended eager run
                 self.eager_unreliable.add(group)
             else:
-                self.eager[group] = rec
                 self.eager_unreliable.discard(group)
-        eager = self.eager.get(group)
-        if eager and speedup_basis(eager) == basis:
-            rec.speedup = speedup(eager, rec, basis)
-            rec.speedup_basis = basis
-        elif group in self.eager_unreliable:
-            rec.speedup_note = "the eager baseline of this run was unreliable (its verdict says why)"
-        elif eager:
-            rec.speedup_note = (
-                f"the eager baseline was timed as {speedup_basis(eager)}, this case as {basis}: not comparable"
-            )
-        else:
-            rec.speedup_note = "no eager baseline of this model ran before it in this run"
+        rec = replace(rec, **self._speedup_fields(group, rec if eager_now else self.eager.get(group), rec))
+        if eager_now:
+            self.eager[group] = rec  # the finished record: later cases of the group divide by it
+        result.record = rec
         return result
+
+    def _speedup_fields(self, group: tuple, eager: CaseRecord | None, rec: CaseRecord) -> dict[str, Any]:
+        """The case's speedup over this run's eager record of its group, or the note saying why none."""
+        basis = speedup_basis(rec)  # the one rule (perfgate.record.speedup)
+        if eager and speedup_basis(eager) == basis:
+            return {"speedup": speedup(eager, rec, basis), "speedup_basis": basis}
+        if group in self.eager_unreliable:
+            return {"speedup_note": "the eager baseline of this run was unreliable (its verdict says why)"}
+        if eager:
+            return {
+                "speedup_note": (
+                    f"the eager baseline was timed as {speedup_basis(eager)}, this case as {basis}: not comparable"
+                )
+            }
+        return {"speedup_note": "no eager baseline of this model ran before it in this run"}
 
     def case_options(self, case: Case) -> RunOptions:
         """The run options for one case: at least as many rounds as its real-time budgets need to be
@@ -217,7 +221,7 @@ class Session:
             result.step = None  # two copies of a large model need not fit on the device at once
             result.measurement.output = None
             result = self.run(case, progress)
-            result.record.remeasured = len(runs)
+            result.record = replace(result.record, remeasured=len(runs))
             runs.append(result.record)
         if self.config.earlier_passes:
             result = self.with_pass_noise(case, fullname, result, progress)
@@ -242,7 +246,7 @@ class Session:
             )
         if self.config.trace == "all" or (self.config.trace == "regressed" and self.failing(verdicts, case)):
             verdicts = self.attach_evidence(case, fullname, result, verdicts, progress)
-        result.record.case_wall_s = time.perf_counter() - t0
+        result.record = replace(result.record, case_wall_s=time.perf_counter() - t0)
         result.step = None  # the step holds the model: do not keep it past the case
         result.measurement.output = None  # device tensors would count in later cases' absolute peaks
         self.results[fullname] = result
@@ -290,17 +294,17 @@ class Session:
             result.step = None
             result.measurement.output = None
             again = self.run(case, progress)
-            again.record.remeasured = 1
+            again.record = replace(again.record, remeasured=1)
             # A slow phase caught by an earlier pass is left out when the others then agree.
             kept, dropped = detectable.without_slow_pass([*earlier, again.record], limit)
             result, noise = again, detectable.noise_of(kept)
             why = detectable.disagreement(noise, limit)
             if why is not None:
-                result.record.unreliable = why
+                result.record = replace(result.record, unreliable=why)
         block = detectable.noise_block(noise)
         if dropped is not None and "latency" in block:
             block["latency"]["dropped_pass"] = dropped + 1  # 1-based, in recording order
-        result.record.pass_noise = block
+        result.record = replace(result.record, pass_noise=block)
         return result
 
     def attach_evidence(
@@ -318,7 +322,7 @@ class Session:
             progress("writing a profiler trace as evidence")
         evidence = capture_evidence(result.step, case.device, self.config.evidence_dir / case.id)
         evidence["reproduce"] = reproduce_commands(case, nodeid=fullname)
-        result.record.evidence = evidence
+        result.record = replace(result.record, evidence=evidence)
         return [with_evidence(v, evidence) if v.verdict in gate.FAILING else v for v in verdicts]
 
     def baseline_sources(self) -> dict[str, int]:

@@ -169,8 +169,8 @@ def profile_point(
         result = runner.measure_case(built, opts, progress=progress.note)
     except VariantError as exc:
         raise ProfileUnavailable(f"variant {pt.variant!r}: {exc}") from None
+    result.record = dataclasses.replace(result.record, unreliable=gate.unreliable_reason(result.record, GateSettings()))
     rec = result.record
-    rec.unreliable = gate.unreliable_reason(rec, GateSettings())
     point: dict[str, Any] = {
         "label": pt.label,
         "size": pt.size,

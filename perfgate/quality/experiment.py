@@ -26,7 +26,7 @@ import math
 import statistics
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from perfgate import gate
@@ -241,8 +241,7 @@ def as_record(run: ChainRun, s: GateSettings) -> CaseRecord:
         median_ms=run.median_ms,
         contention_cores=run.contention_cores,
     )
-    rec.unreliable = gate.unreliable_reason(rec, s)
-    return rec
+    return replace(rec, unreliable=gate.unreliable_reason(rec, s))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -30,7 +30,7 @@ import math
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from perfgate.gate.detectable import noise_block, noise_of
@@ -243,9 +243,8 @@ def run(
         for _ in range(plan.passes):
             samples = interleaved_ms([step], plan.device, plan.rounds, rng)[0]
             passes.append(record_of(samples, profiled(step, plan.device, plan.profile_steps)))
-        base = passes[-1]
         noise = noise_block(noise_of(passes))
-        base.pass_noise = noise
+        base = replace(passes[-1], pass_noise=noise)
         from perfgate.measure.device_time import host_share
 
         wall = base.median_ms or 0.0

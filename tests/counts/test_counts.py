@@ -712,8 +712,8 @@ def test_an_uncounted_process_says_why_in_each_cpu_record() -> None:
         config=suite.CountsConfig(ops=False), fields={}, skipped={}, portable=None, portable_path=None, not_counted=why
     )
     cpu = CaseRecord(model="m", variant="baseline", device="cpu")
-    suite.annotate(counts, SimpleNamespace(id="m-tiny-baseline", device="cpu"), cpu, None)
+    cpu = suite.annotate(counts, SimpleNamespace(id="m-tiny-baseline", device="cpu"), cpu, None)
     assert cpu.instructions_per_step is None and cpu.instructions_skipped == why
     gpu = CaseRecord(model="m", variant="baseline", device="cuda:0")
-    suite.annotate(counts, SimpleNamespace(id="m-tiny-baseline", device="cuda:0"), gpu, None)
+    gpu = suite.annotate(counts, SimpleNamespace(id="m-tiny-baseline", device="cuda:0"), gpu, None)
     assert gpu.instructions_skipped is None  # a GPU case is never counted under valgrind: nothing to explain

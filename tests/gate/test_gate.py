@@ -1,3 +1,5 @@
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -85,7 +87,7 @@ def test_compare_case_end_to_end_and_ordering():
     }
     assert verdicts[0].verdict == gate.REGRESSION
     assert compare(cur, None)[0].verdict == gate.NO_BASELINE
-    cur.unreliable = "neighbour busy"
+    cur = replace(cur, unreliable="neighbour busy")
     assert compare(cur, base)[0].verdict == gate.UNRELIABLE
 
 
@@ -191,7 +193,7 @@ def test_speedups_on_different_bases_are_not_compared():
     cur = rec(_samples(10, seed=32), speedup=0.5, speedup_basis="normalised_median")
     (v,) = [v for v in compare(cur, base) if v.metric == "speedup"]
     assert v.verdict == gate.INCONCLUSIVE and "not comparable" in v.message
-    cur.speedup_basis = "median_ms"
+    cur = replace(cur, speedup_basis="median_ms")
     (v,) = [v for v in compare(cur, base) if v.metric == "speedup"]
     assert v.verdict == gate.REGRESSION
 
@@ -199,15 +201,16 @@ def test_speedups_on_different_bases_are_not_compared():
 def test_a_re_measured_case_is_judged_on_its_pooled_runs():
     base = rec(_samples(10, seed=41))
     cur = rec(_samples(10, seed=42))  # the last run alone: unchanged
-    cur.pooled = {
+    pooled = {
         "runs": 3,
         "samples_ms": _samples(10, seed=42) + _samples(13, seed=43) + _samples(13, seed=44),
         "reference_ms": None,
         "unreliable": None,
     }
+    cur = replace(cur, pooled=pooled)
     (lat,) = [v for v in compare(cur, base) if v.metric == "latency"]
     assert lat.verdict == gate.REGRESSION  # two slow runs of three, as the session judged it
-    cur.pooled["unreliable"] = "neighbour busy in re-measurement 1"
+    cur = replace(cur, pooled={**pooled, "unreliable": "neighbour busy in re-measurement 1"})
     (lat,) = [v for v in compare(cur, base) if v.metric == "latency"]
     assert lat.verdict == gate.UNRELIABLE
 
@@ -245,12 +248,15 @@ def test_unreliable_reasons_come_from_the_gate_settings_and_telemetry():
     assert gate.unreliable_reason(cpu, GateSettings(contention_max=0.5)) is None
     gpu = rec([1.0], device="cuda:0", contention_cores=5.0)  # host load is not the GPU's unreliability
     assert gate.unreliable_reason(gpu, S) is None
-    gpu.telemetry = {
-        "clock_events": {"hw_thermal_slowdown": 0.5},
-        "gpu": {"max_sm_clock_mhz": 1980.0},
-        "busy_sm_clock_mhz": {"mean": 1000.0},
-        "gpu_other_processes_max": 1,
-    }
+    gpu = replace(
+        gpu,
+        telemetry={
+            "clock_events": {"hw_thermal_slowdown": 0.5},
+            "gpu": {"max_sm_clock_mhz": 1980.0},
+            "busy_sm_clock_mhz": {"mean": 1000.0},
+            "gpu_other_processes_max": 1,
+        },
+    )
     reason = gate.unreliable_reason(gpu, S)
     assert (
         "hw_thermal_slowdown in 50% of samples" in reason

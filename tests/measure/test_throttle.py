@@ -3,6 +3,8 @@ semantics (tests/fake_nvml_sim.py), the dropping inside perfgate.measure.core, a
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pynvml
 import pytest
 
@@ -88,7 +90,7 @@ def test_a_gpu_throttled_throughout_leaves_too_few_rounds_and_the_case_is_unreli
     assert why == (
         "8 of 8 rounds ran throttled (sm_clock_below_75% 8x); only 0 clean rounds remain: timings are not trustworthy"
     )
-    rec.unreliable = why
+    rec = replace(rec, unreliable=why)
     verdicts = gate.compare("c", rec, None, Policy())
     assert [v.verdict for v in verdicts] == [gate.UNRELIABLE]
 
@@ -106,7 +108,7 @@ def test_checked_rounds_make_the_samplers_clock_shares_moot_but_not_other_proces
         device="cuda:0", samples_ms=[1.0], telemetry=telemetry, throttle={"dropped": 4, "kept": 30, "too_few": False}
     )
     assert unreliable_reason(checked, GateSettings()) is None
-    checked.telemetry = {**telemetry, "gpu_other_processes_max": 2}
+    checked = replace(checked, telemetry={**telemetry, "gpu_other_processes_max": 2})
     assert (
         unreliable_reason(checked, GateSettings())
         == "2 other process(es) computed on the GPU: timings are not trustworthy"

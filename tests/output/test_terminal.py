@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -51,7 +52,7 @@ def verdicts() -> list[gate.Verdict]:
     fast = _rec("m-tiny-bf16", _samples(6, seed=6), speedup=1.5)
     out += gate.compare(_node("m-tiny-bf16"), fast, base, POLICY)
     busy = _rec("m-tiny-baseline", _samples(30, seed=7), contention_cores=1.4)
-    busy.unreliable = gate.unreliable_reason(busy, SETTINGS)
+    busy = replace(busy, unreliable=gate.unreliable_reason(busy, SETTINGS))
     out += gate.compare(_node("m-tiny-baseline"), busy, _rec("m-tiny-baseline", _samples(10, seed=8)), POLICY)
     out += gate.compare(_node("m-tiny-int8-dynamic"), _rec("m-tiny-int8-dynamic", _samples(9, seed=9)), None, POLICY)
     return out
@@ -161,7 +162,7 @@ def test_a_speedup_dash_says_why(tmp_path, monkeypatch):
 
     def run_case(case, opts, progress=None):
         r = _result(case, medians[case.variant], None)
-        r.record.contention_cores = contention[case.variant]
+        r.record = replace(r.record, contention_cores=contention[case.variant])
         return r
 
     monkeypatch.setattr(sess, "run_case", run_case)

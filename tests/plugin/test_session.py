@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -51,7 +52,7 @@ def test_in_run_speedup_uses_reference_normalised_medians_so_drift_between_cases
 
 def _timed(case: Case, samples_ms: list[float]) -> CaseResult:
     r = _result(case, sorted(samples_ms)[len(samples_ms) // 2], None)
-    r.record.samples_ms, r.record.reference_ms = samples_ms, [1.0] * len(samples_ms)
+    r.record = replace(r.record, samples_ms=samples_ms, reference_ms=[1.0] * len(samples_ms))
     return r
 
 
@@ -117,7 +118,7 @@ def test_the_gpu_pull_request_gate_judges_only_the_chosen_metrics_and_never_re_m
     def run_case(case, opts, progress=None):
         calls.append(1)
         r = _timed(case, [15.0] * 40)  # +50%: a latency regression the stored gate would re-measure
-        r.record.kernels_per_step, r.record.device_ms_per_step, r.record.peak_mem_mib = 12.0, 4.0, 1.0
+        r.record = replace(r.record, kernels_per_step=12.0, device_ms_per_step=4.0, peak_mem_mib=1.0)
         return r
 
     monkeypatch.setattr(sess, "run_case", run_case)
@@ -125,7 +126,7 @@ def test_the_gpu_pull_request_gate_judges_only_the_chosen_metrics_and_never_re_m
     s = sess.Session(config=sess.RunConfig(device="cpu", baselines_root=tmp_path, gate_metrics=chosen))
     case = Case(model="m", size="tiny", variant="bf16", device="cpu")
     base = _timed(case, [10.0] * 40)
-    base.record.kernels_per_step, base.record.device_ms_per_step, base.record.peak_mem_mib = 11.0, 4.0, 1.0
+    base.record = replace(base.record, kernels_per_step=11.0, device_ms_per_step=4.0, peak_mem_mib=1.0)
     monkeypatch.setattr(s, "baseline_record", lambda name: (base.record, Path("baselines/x/0001_b.json")))
     _, verdicts = s.measure_and_judge(case, "case")
     assert {v.metric: v.verdict for v in verdicts} == {
