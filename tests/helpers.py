@@ -125,7 +125,6 @@ def counted_run(
     into the record by `perfgate.counts.suite.annotate` and written back with `to_extra_info`.
     `key`: count under another key (another valgrind); `commit`: the commit the run says it measured."""
     import json
-    from dataclasses import replace
     from pathlib import Path
     from types import SimpleNamespace
 
@@ -158,8 +157,7 @@ def counted_run(
             portable_path=None,
             pass_=p,
         )
-        record = replace(b.record)
-        suite.annotate(counts, SimpleNamespace(id=b.case_id, device="cpu"), record, None)
+        record = suite.annotate(counts, SimpleNamespace(id=b.case_id, device="cpu"), b.record, None)
         raw["extra_info"] = record.to_extra_info()
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps(data))
