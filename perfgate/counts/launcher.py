@@ -284,6 +284,8 @@ def _read_manifest(result: CountPass, cases: Sequence[Any], out: Path, manifest:
             result.errors[c.id] = "the valgrind worker stopped before this case: " + (" | ".join(tail) or "no output")
         elif "error" in ln:
             result.errors[c.id] = f"counting failed under valgrind: {ln['error']}"
+        elif "skipped" in ln:
+            result.errors[c.id] = f"not counted: its fixtures skipped it in setup ({ln['skipped']})"
         else:
             found = sorted(out.glob(f"callgrind.*.{ln['dump']}"))
             if not found:

@@ -33,6 +33,10 @@ class CountWorker:
         if hasattr(config.option, "numprocesses"):  # xdist: count in this process
             config.option.numprocesses = None
             config.option.dist = "no"
+        if hasattr(config.option, "timeout"):
+            # pytest-timeout: its option wins over PYTEST_TIMEOUT and the ini file, and 0 sets no timer. A
+            # case runs 20-50x slower under valgrind than timed: the run's per-test limit would stop its count.
+            config.option.timeout = 0
 
     def pytest_configure(self, config: pytest.Config) -> None:
         worker.prepare(self.job)
@@ -65,13 +69,18 @@ class CountWorker:
         return True
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """A case whose fixtures failed is that case's reason, not a silent gap in the manifest."""
-        if report.when == "setup" and report.failed:
-            case_id = report.nodeid.rsplit("[", 1)[-1].rstrip("]")
-            if case_id in self.order:
-                crash = getattr(report.longrepr, "reprcrash", None)  # the exception's own line
-                reason = crash.message if crash else str(report.longrepr).strip().splitlines()[-1]
-                worker.write_line(self.out, {"case": case_id, "error": f"its fixtures failed in setup: {reason}"})
+        """A case whose fixtures failed or skipped it is that case's reason, not a silent gap in the
+        manifest (which reads as the worker having stopped)."""
+        case_id = report.nodeid.rsplit("[", 1)[-1].rstrip("]")
+        if report.when != "setup" or case_id not in self.order:
+            return
+        if report.skipped:  # pytest.skip() in a fixture: longrepr is (path, line, "Skipped: why")
+            why = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+            worker.write_line(self.out, {"case": case_id, "skipped": why})
+        elif report.failed:
+            crash = getattr(report.longrepr, "reprcrash", None)  # the exception's own line
+            reason = crash.message if crash else str(report.longrepr).strip().splitlines()[-1]
+            worker.write_line(self.out, {"case": case_id, "error": f"its fixtures failed in setup: {reason}"})
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self) -> None:

@@ -404,7 +404,9 @@ def step_info(config, *, batch=1, **options):
     return {"frames": float(batch)}
 
 
-for name, cls in (("probe-same", "Probe"), ("probe-site", "SiluProbe"), ("probe-fixture", "Probe")):
+PROBE_CLASSES = (("probe-same", "Probe"), ("probe-site", "SiluProbe"), ("probe-fixture", "Probe"))
+PROBE_CLASSES += (("probe-skip", "Probe"),)
+for name, cls in PROBE_CLASSES:
     register_model(ModelSpec(name=name, module=__name__, model_class=cls, default_sizes={"cpu": "tiny"}))
 """
 
@@ -529,6 +531,8 @@ def logged_linear(request):
     case = request.node.callspec.params["case"].id
     if case.startswith("probe-fixture"):
         raise RuntimeError("no GPU here")
+    if case.startswith("probe-skip"):
+        pytest.skip("needs the camera rig")
     original = torch.nn.functional.linear
 
     def linear(*args, **kwargs):
@@ -542,14 +546,59 @@ def logged_linear(request):
 """
 
 
+# pytest-timeout's per-test limit as the plugin sets it (pytest_timeout.get_env_settings: the option, else
+# PYTEST_TIMEOUT, else the ini value; 0 or none: no timer) with its default signal method: a timer
+# around each test's setup, call and teardown that fails the test when it fires. Not in the lock.
+FAKE_PYTEST_TIMEOUT = """
+import os, signal
+import pytest
+
+
+def pytest_addoption(parser):
+    parser.getgroup("timeout").addoption("--timeout", action="store", dest="timeout", type=float, default=None)
+    parser.addini("timeout", "per-test timeout in seconds")
+
+
+def pytest_configure(config):
+    timeout = config.getvalue("timeout")
+    if timeout is None and os.environ.get("PYTEST_TIMEOUT"):
+        timeout = float(os.environ["PYTEST_TIMEOUT"])
+    if timeout is None and config.getini("timeout"):
+        timeout = float(config.getini("timeout"))
+    config._env_timeout = timeout or 0
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item):
+    timeout = item.config._env_timeout
+    if timeout > 0:
+        def handler(signum, frame):
+            pytest.fail("Timeout >%ss" % timeout)
+        signal.signal(signal.SIGALRM, handler)
+        signal.setitimer(signal.ITIMER_REAL, timeout)
+    yield
+    signal.setitimer(signal.ITIMER_REAL, 0)
+"""
+
+
 def test_the_count_worker_runs_the_jobs_cases_in_its_order_inside_the_runs_fixtures(pytester):
     """The run's own session, natively: only the job's cases are counted, in the job's order (not
     collection's), each inside the run's conftest fixture (it saw every counted step), a case
-    whose fixture fails says so, and nothing of the run's (its test bodies, files) happens."""
-    pytester.makepyfile(test_models=(ROOT / "benchmarks" / "test_models.py").read_text(), probes=PROBES)
+    whose fixture fails or skips it says so, the run's pytest-timeout limit (1 us: it would stop
+    every case) is lifted, and nothing of the run's (its test bodies, files) happens."""
+    pytester.makepyfile(
+        test_models=(ROOT / "benchmarks" / "test_models.py").read_text(),
+        probes=PROBES,
+        fake_timeout=FAKE_PYTEST_TIMEOUT,
+    )
     pytester.makeconftest(FIXTURES)
     pytester.makefile(".toml", pyproject='[tool.perfgate]\nmodel_files = ["probes.py"]\n')
-    ids = ["probe-site-tiny-baseline", "probe-same-tiny-baseline", "probe-fixture-tiny-baseline"]
+    ids = [
+        "probe-site-tiny-baseline",
+        "probe-same-tiny-baseline",
+        "probe-fixture-tiny-baseline",
+        "probe-skip-tiny-baseline",
+    ]
     manifest = pytester.path / "out" / "manifest.jsonl"
     manifest.parent.mkdir()
     job = {
@@ -559,7 +608,8 @@ def test_the_count_worker_runs_the_jobs_cases_in_its_order_inside_the_runs_fixtu
         "manifest": str(manifest),
         "out": str(manifest.parent),
         "sys_path": [str(pytester.path), *sys.path],
-        "pytest_args": ["-p", "perfgate.plugin.hooks", "test_models.py", "--perfgate-device", "cpu"],
+        "pytest_args": ["-p", "perfgate.plugin.hooks", "-p", "fake_timeout", "-o", "timeout=0.000001"]
+        + ["test_models.py", "--perfgate-device", "cpu"],
     }
     run = subprocess.run(
         [sys.executable, "-c", NATIVE_WORKER],
@@ -573,8 +623,16 @@ def test_the_count_worker_runs_the_jobs_cases_in_its_order_inside_the_runs_fixtu
     lines = [json.loads(ln) for ln in manifest.read_text().splitlines()]
     assert "virtual_cpu" in lines[0], run.stdout[-2000:] + run.stderr[-2000:]
     assert [ln["case"] for ln in lines[1:]] == ids, lines
-    assert [ln.get("dump") for ln in lines[1:]] == [1, 2, None]
+    assert [ln.get("dump") for ln in lines[1:]] == [1, 2, None, None]
     assert "its fixtures failed in setup: RuntimeError: no GPU here" in lines[3]["error"]
+    assert lines[4] == {"case": "probe-skip-tiny-baseline", "skipped": "Skipped: needs the camera rig"}
+    from types import SimpleNamespace
+
+    read = instructions.CountPass()  # what the launcher makes of those lines: each case's reason
+    instructions._read_manifest(read, [SimpleNamespace(id=i) for i in ids], manifest.parent, manifest, [])
+    failed = "counting failed under valgrind: its fixtures failed in setup: RuntimeError: no GPU here"
+    assert read.errors[ids[2]] == failed
+    assert read.errors[ids[3]] == "not counted: its fixtures skipped it in setup (Skipped: needs the camera rig)"
     calls = (pytester.path / "linear-calls.txt").read_text().split()
     assert calls.count(ids[0]) == calls.count(ids[1]) >= 2 * 12  # two F.linear in each warm-up and counted step
     assert not (pytester.path / ".benchmarks").exists() and not list(pytester.path.glob("baselines/*"))
