@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 
+from perfgate.ab.job import Job
 from perfgate.measure.core import make_timer
 from perfgate.measure.memory import MemoryTracker
 from perfgate.measure.rounds import timed_rounds
@@ -218,28 +219,6 @@ def all_cases(device: str) -> list[Any]:
         for size in sizes(spec)
         for c in expand_cases(device, models=[name], sizes_=[size])
     ]
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Job:
-    """One worker process's job: both revisions' roots, where the result goes, the cases."""
-
-    base: Path
-    head: Path
-    out: Path
-    cases: list[str]
-    device: str | None = None
-    budget_s: float = 3.0  # timed seconds per case
-
-    def write(self, path: Path) -> Path:
-        fields = {**dataclasses.asdict(self), "base": str(self.base), "head": str(self.head), "out": str(self.out)}
-        path.write_text(json.dumps(fields), encoding="utf8")
-        return path
-
-    @classmethod
-    def read(cls, path: Path) -> Job:
-        d = json.loads(path.read_text(encoding="utf8"))
-        return cls(**{**d, "base": Path(d["base"]), "head": Path(d["head"]), "out": Path(d["out"])})
 
 
 def main(argv: list[str] | None = None) -> int:

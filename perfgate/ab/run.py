@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from perfgate.ab import verdicts as ab
+from perfgate.ab.job import Job
 from perfgate.counts.suite import NO_COUNTS_ENV
 from perfgate.gate.policy import Policy
 from perfgate.gate.verdicts import INCONCLUSIVE, Verdict
@@ -288,8 +289,6 @@ def run_interleaved(
 ) -> ABResult:
     """Interleaved mode: fresh processes of the head's checkout, each measuring both revisions' model
     code round by round (perfgate.ab.interleave), until every case is decided or a budget runs out."""
-    from perfgate.ab import interleave  # torch, for the worker's job type only: imported when used
-
     result = ABResult(base=base.label, head=head.label, mode="interleaved")
     undecided = list(cases)
     t0 = time.perf_counter()
@@ -298,7 +297,7 @@ def run_interleaved(
             break
         with tempfile.TemporaryDirectory(prefix="perfgate-ab-") as tmp:
             out = Path(tmp) / "interleaved.json"
-            job = interleave.Job(
+            job = Job(
                 base=base.root, head=head.root, out=out, cases=list(undecided), device=device, budget_s=case_budget_s
             ).write(Path(tmp) / "job.json")
             cmd = [sys.executable, "-m", "perfgate.ab.interleave", str(job)]

@@ -15,7 +15,7 @@ import torch
 from perfgate import gate
 from perfgate.ab import run as ab_run
 from perfgate.ab import verdicts as ab
-from perfgate.ab.interleave import Job
+from perfgate.ab.job import Job
 from perfgate.gate.policy import Policy
 from perfgate.gate.settings import GateSettings
 from perfgate.quality import inject
