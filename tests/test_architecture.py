@@ -1,7 +1,7 @@
 """Import direction: perfgate's packages are stages, and a stage imports only the stages below it.
 
 The order, bottom first (docs/architecture.md explains each): the root's record, results, files and
-exitcodes; measure; cases; gate; quality; ab; history; output; profile; dist; plugin; commands;
+exitcodes; measure; cases; gate; quality; counts; ab; history; output; profile; run; dist; plugin; commands;
 cli. An import of a later stage from an earlier one is an up-arrow and fails this test; imports
 inside one stage are free. Every import counts: module level, inside functions and under
 TYPE_CHECKING (a type-only import is still a dependency a reader must follow). No two modules
@@ -47,6 +47,7 @@ STAGES = (
     ("history",),
     ("output",),
     ("profile",),
+    ("run",),
     ("dist",),
     ("plugin",),
     ("commands",),

@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from perfgate import gate
@@ -31,6 +32,16 @@ from perfgate.gate.verdict_file import VerdictSet
 from perfgate.results import RunInfo, benchmarks, with_benchmarks
 
 ALLOW_OPTION = "--perfgate-allow-shared-device"
+
+
+@dataclass(frozen=True, kw_only=True)
+class MergedRun:
+    """A run that other processes measured (xdist workers), merged: the result file's content, the
+    verdicts, and why it must not be recorded (a worker lost), if so."""
+
+    data: dict[str, Any]
+    verdicts: VerdictSet
+    not_recordable: str | None = None
 
 
 class MergeError(ValueError):

@@ -11,7 +11,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from perfgate import gate
-from perfgate.gate.verdict_file import VerdictSet
 from perfgate.history.runs import Run, Series, build_series, gather, metric_value, unit_of
 from perfgate.record import CaseRecord
 from perfgate.results import Benchmark, RunInfo
@@ -195,35 +194,24 @@ def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-# ----------------------------------------------------------------------------- a live pytest session
+# ----------------------------------------------------------------------------- a live run
 
 
-def session_run(session: Any, commit_info: Mapping[str, Any] | None = None) -> Run:
-    """This pytest session's records as a loaded run, so every output reads one shape."""
+def records_run(
+    records: Mapping[str, CaseRecord],
+    fingerprint: Mapping[str, Any],
+    fingerprint_id: str,
+    commit_info: Mapping[str, Any] | None = None,
+) -> Run:
+    """A live run's records (by pytest node id) as a loaded run, so every output reads one shape."""
     entries = [
-        Benchmark(name.split("::")[-1], name, r.record, stats=None, has_record=True, raw={})
-        for name, r in session.results.items()
+        Benchmark(name.split("::")[-1], name, rec, stats=None, has_record=True, raw={}) for name, rec in records.items()
     ]
     top = {
         "commit_info": dict(commit_info or {}),
-        "perfgate": {"fingerprint_id": session.fingerprint_id, "fingerprint": session.fingerprint},
+        "perfgate": {"fingerprint_id": fingerprint_id, "fingerprint": dict(fingerprint)},
     }
     return Run("this run", top, benchmarks=entries, info=RunInfo.from_json(top))
-
-
-def session_verdicts(session: Any) -> VerdictSet:
-    """The session's verdicts, skips and notices: what the verdicts file holds."""
-    notices = ()
-    if session.gate_enabled and session.results and session.load_baseline() is None:
-        notices = (session.no_baseline_notice(),)
-    return VerdictSet(
-        gate.sort_verdicts(session.verdicts),
-        dict(session.skips),
-        session.fingerprint_id,
-        gate_enabled=session.gate_enabled,
-        fail_on_improvement=session.fail_on_improvement,
-        notices=notices,
-    )
 
 
 # ----------------------------------------------------------------------------- change points

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from perfgate import gate
 from perfgate.gate.metrics import METRIC_UNITS
+from perfgate.gate.verdict_file import VerdictSet
 from perfgate.history.runs import unit_of
 from perfgate.measure.stats import TAIL_MIN_SAMPLES
 from perfgate.output.report_data import group_title
@@ -246,23 +247,24 @@ def skip_summary(skips: dict[str, str]) -> dict[str, int]:
     return dict(Counter(skips.values()).most_common())
 
 
-def session_lines(session: Any, *, show_unchanged: bool = False) -> list[str]:
-    """The end of a pytest run: the verdicts (what needs attention first, the unchanged counted),
-    the no-baseline notice, per model group its table, then the skip reasons."""
+def run_lines(
+    records: Mapping[str, CaseRecord], verdicts: VerdictSet, *, no_baseline: bool = False, show_unchanged: bool = False
+) -> list[str]:
+    """The end of a pytest run (its records by node id, its verdicts): the verdicts (what needs
+    attention first, the unchanged counted), the no-baseline notice, per model group its table,
+    then the skip reasons."""
     groups: dict[str, list[CaseRecord]] = {}
-    for r in session.results.values():
-        rec = r.record
+    for rec in records.values():
         groups.setdefault(group_title(rec), []).append(rec)
-    lines = ["", "=" * 30 + " perfgate " + "=" * 30, f"fingerprint: {session.fingerprint_id}"]
-    no_baseline = session.gate_enabled and session.results and session.load_baseline() is None
+    lines = ["", "=" * 30 + " perfgate " + "=" * 30, f"fingerprint: {verdicts.fingerprint_id}"]
     # Without any baseline the notice below says it once for all cases, not per case as well.
-    verdicts = [v for v in session.verdicts if not (no_baseline and v.verdict == gate.NO_BASELINE)]
-    if verdicts:
-        lines += ["", *verdict_table(verdicts, show_unchanged=show_unchanged, hint=SHOW_UNCHANGED_HINT)]
-    if no_baseline:
-        lines += ["", session.no_baseline_notice()]
-    for title, records in groups.items():
-        lines += ["", title, *text_table(OPT_HEADERS, optimisation_rows(records)), *speedup_notes(records)]
+    shown = [v for v in verdicts.verdicts if not (no_baseline and v.verdict == gate.NO_BASELINE)]
+    if shown:
+        lines += ["", *verdict_table(shown, show_unchanged=show_unchanged, hint=SHOW_UNCHANGED_HINT)]
+    for notice in verdicts.notices:
+        lines += ["", notice]
+    for title, recs in groups.items():
+        lines += ["", title, *text_table(OPT_HEADERS, optimisation_rows(recs)), *speedup_notes(recs)]
     if any(r.p90_ms is None and r.tail_note for recs in groups.values() for r in recs):
         lines += [f"(p90 n<{TAIL_MIN_SAMPLES['p90_ms']}: {TAIL_NOTE})"]
     throttled = [r.throttle["dropped"] for recs in groups.values() for r in recs if (r.throttle or {}).get("dropped")]
@@ -271,9 +273,9 @@ def session_lines(session: Any, *, show_unchanged: bool = False) -> list[str]:
     skipped = {r.energy_skipped for recs in groups.values() for r in recs if r.energy_skipped}
     if skipped:
         lines += [f"(energy '-': {'; '.join(sorted(skipped))})"]
-    if session.skips:
+    if verdicts.skipped:
         lines += ["", "skipped variants:"]
-        lines += [f"  {n:3d} x {reason}" for reason, n in skip_summary(session.skips).items()]
+        lines += [f"  {n:3d} x {reason}" for reason, n in skip_summary(verdicts.skipped).items()]
     return lines
 
 

@@ -1,6 +1,6 @@
 """The run's configuration, built once in pytest_configure (perfgate.plugin.hooks): from the
 options and [tool.perfgate] (`run_config`), with what plugins change (`with_plugins_changes`); then
-the steps that prepare the process and the session before collection. pytest glue: every error is a
+the calls that prepare the process and the session before collection. pytest glue: every error is a
 one-line pytest.UsageError naming the option or table."""
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from perfgate.gate import policy as policy_mod
 from perfgate.gate import store as baseline_store
 from perfgate.measure.core import StopRule, WarmupRule
 from perfgate.measure.device import default_device, device_error, is_cpu, resolve
-from perfgate.plugin import timeout
-from perfgate.plugin.session import RunConfig, Session
+from perfgate.run import timeout
+from perfgate.run.config import RunConfig
+from perfgate.run.runner import Host
 
 
 def _pyproject(config: pytest.Config) -> str:
@@ -232,10 +233,10 @@ def expand(config: pytest.Config, run_config: RunConfig) -> list[Case]:
         raise pytest.UsageError(f"perfgate: {exc}") from None
 
 
-def check_baselines(session: Session) -> None:
+def check_baselines(run_config: RunConfig, host: Host) -> None:
     """The newest baseline file validated now: a broken one is a usage error before any case runs."""
-    if session.config.gate_enabled:
+    if run_config.gate_enabled:
         try:
-            session.load_baseline()
+            host.load_baseline()
         except baseline_store.BaselineError as exc:
             raise pytest.UsageError(f"perfgate: {exc}") from None

@@ -17,29 +17,32 @@ from perfgate.counts.suite import NO_COUNTS_ENV, SessionCounts, run_pass, select
 
 if TYPE_CHECKING:
     from perfgate.cases.runner import Case
-    from perfgate.plugin.session import Session
+    from perfgate.run.config import RunConfig
+    from perfgate.run.runner import Host
 
 PLUGIN_WORKER = "perfgate.plugin.count_worker"  # the valgrind process's module: pytest.main on the run's items
 
 
-def session_pass(config: pytest.Config, session: Session, items: Sequence[pytest.Item]) -> None:
-    """Before the first case is timed: count the selected CPU cases' instructions, once."""
-    run_config = session.config  # perfgate.plugin.session.RunConfig
+def session_pass(
+    config: pytest.Config, run_config: RunConfig, host: Host, items: Sequence[pytest.Item]
+) -> SessionCounts | None:
+    """Before the first case is timed: count the selected CPU cases' instructions, once. None: this
+    run counts nothing."""
     counts_config = run_config.counts_config
     if counts_config is None or config.getoption("perfgate_no_counts", False):
-        return
+        return None
     if config.getoption("collectonly", False):
-        return  # --collect-only measures nothing: no valgrind process (it took 51 s and a recount)
+        return None  # --collect-only measures nothing: no valgrind process (it took 51 s and a recount)
     if not str(run_config.device).startswith("cpu") or hasattr(config, "workerinput") or os.environ.get(NO_COUNTS_ENV):
         why = None  # a GPU run: its cases are never counted under valgrind, nothing to explain
         if hasattr(config, "workerinput"):
             why = "not counted in an xdist worker (each would start valgrind); run without -n to count"
         elif os.environ.get(NO_COUNTS_ENV):
             why = f"not counted: {NO_COUNTS_ENV} is set (perfgate ab sets it after a side's first process)"
-        session.counts = SessionCounts(
+        # ops and kernels only: a GPU run, an xdist worker (each would start valgrind), ab's later pairs
+        return SessionCounts(
             config=counts_config, fields={}, skipped={}, portable=None, portable_path=None, not_counted=why
         )
-        return  # ops and kernels only: a GPU run, an xdist worker (each would start valgrind), ab's later pairs
     cases, nodeids = [], {}
     for item in items:
         case = getattr(getattr(item, "callspec", None), "params", {}).get("case")
@@ -59,7 +62,7 @@ def session_pass(config: pytest.Config, session: Session, items: Sequence[pytest
     def baseline_of(case_id: str) -> float | None:
         if not run_config.gate_enabled or case_id not in nodeids:
             return None
-        found = session.baseline_record(nodeids[case_id])
+        found = host.baseline_record(nodeids[case_id])
         return found[0].instructions_per_step if found else None
 
     def tolerance_of(case: Case) -> float:
@@ -67,9 +70,8 @@ def session_pass(config: pytest.Config, session: Session, items: Sequence[pytest
 
     registries, model_files = run_config.counts_registries
     if not todo:
-        session.counts = SessionCounts(config=counts_config, fields={}, skipped={}, portable=None, portable_path=None)
-        return
-    session.counts = run_pass(
+        return SessionCounts(config=counts_config, fields={}, skipped={}, portable=None, portable_path=None)
+    counts = run_pass(
         todo,
         counts_config,
         baseline_of=baseline_of,
@@ -90,4 +92,5 @@ def session_pass(config: pytest.Config, session: Session, items: Sequence[pytest
     if smoke:
         for c in cases:
             if c.id not in chosen and str(c.device).startswith("cpu"):
-                session.counts.skipped.setdefault(c.id, "not counted in a smoke run ([tool.perfgate.counts] smoke)")
+                counts.skipped.setdefault(c.id, "not counted in a smoke run ([tool.perfgate.counts] smoke)")
+    return counts

@@ -5,24 +5,26 @@ from __future__ import annotations
 import datetime as dt
 import gc
 import os
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from perfgate import files, gate
+from perfgate import files
 from perfgate.cases.runner import Case
 from perfgate.counts import suite as counts_suite
 from perfgate.gate import store as baseline_store
 from perfgate.gate import verdict_file
 from perfgate.measure.fingerprint import differences
 from perfgate.output import markdown, progress, report_data, terminal
-from perfgate.plugin import benchmark_adapter, configure, counting, timeout
+from perfgate.plugin import benchmark_adapter, configure, counting
 from perfgate.plugin import progress as pytest_progress
 from perfgate.plugin.session import Session
-from perfgate.results import RunInfo
+from perfgate.results import RunInfo, benchmarks
+from perfgate.run.outcome import RunOutcome, run_outcome
+from perfgate.run.runner import Host, Runner
 
 _KEY = pytest.StashKey[Session]()
+_OUTCOME = pytest.StashKey[RunOutcome]()  # the run's outcome, built once at session finish
 _PROGRESS = pytest.StashKey[Any]()  # the run's perfgate.output.progress reporter
 
 
@@ -45,17 +47,23 @@ def pytest_configure(config: pytest.Config) -> None:
     table = configure.project_table(config)
     run_config = configure.with_plugins_changes(config, configure.run_config(config, table))
     configure.prepare_process(config, run_config)
-    session = Session(config=run_config, cases=configure.expand(config, run_config))
+    host = Host.detect(run_config)
+    session = Session(config=run_config, host=host, cases=configure.expand(config, run_config))
     config.hook.pytest_perfgate_configure_session(config=config, session=session)
     config.stash[_KEY] = session
-    configure.check_baselines(session)
-    newest = session.baselines.files[0] if run_config.gate_enabled and session.baselines.files else None
-    benchmark_adapter.point_outputs(config, session.fingerprint_id, newest)
+    configure.check_baselines(run_config, host)
+    newest = host.baselines.files[0] if run_config.gate_enabled and host.baselines.files else None
+    benchmark_adapter.point_outputs(config, host.fingerprint_id, newest)
 
 
 def session_of(config: pytest.Config) -> Session | None:
     """This run's perfgate session; None where perfgate's hooks did not configure (e.g. --help)."""
     return config.stash.get(_KEY, None)
+
+
+def outcome_of(config: pytest.Config) -> RunOutcome | None:
+    """This run's outcome, once built at session finish; None before, or where nothing ran."""
+    return config.stash.get(_OUTCOME, None)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -67,15 +75,17 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         reason = case.skip_reason(session.env)
         marks = [pytest.mark.skip(reason=f"{case.variant}: {reason}")] if reason else []
         if reason:
-            session.skips[case.id] = reason
+            session.unrunnable[case.id] = reason
         params.append(pytest.param(case, id=case.id, marks=marks))
     metafunc.parametrize("case", params)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     config = session.config
-    if config.stash.get(_KEY, None) is not None:
-        counting.session_pass(config, config.stash[_KEY], session.items)  # before any case is timed
+    s = config.stash.get(_KEY, None)
+    if s is not None:
+        counts = counting.session_pass(config, s.config, s.host, session.items)  # before any case is timed
+        s.runner = Runner(config=s.config, host=s.host, counts=counts)
         config.stash[_PROGRESS] = pytest_progress.for_pytest(config, pytest_progress.count_cases(session.items))
         # What exists now (torch and its imports, the plugins, the registries, the collected items)
         # lives as long as the process: frozen out of the collector's sight, the gc.collect() calls
@@ -129,15 +139,60 @@ def perfgate_block(session: Session, output_json: dict[str, Any]) -> dict[str, A
     }
 
 
-def _record(config: pytest.Config, session: Session) -> Path | None:
-    if not benchmark_adapter.has_results(config):
-        return None
-    return baseline_store.record(session.baseline_dir, benchmark_adapter.run_json(config), session.config.record_label)
+def _recorded(s: Session, data: dict[str, Any] | None, why_not: str | None) -> dict[str, Any]:
+    """Record the run as a baseline (and its counts) when asked to and it passed; else say why not.
+    `data`: the run's result file content (None: pytest-benchmark kept no results)."""
+    if not s.config.record_label:
+        return {}
+    if why_not:  # a failing run (accuracy, build error, ...) must not become the reference
+        return {
+            "record_refused": f"perfgate: not recording a baseline: the run failed ({why_not}); fix it and record again"
+        }
+    if data is None or not (entries := benchmarks(data)):
+        return {}
+    recorded = baseline_store.record(s.host.baseline_dir, data, s.config.record_label)
+    counts = s.runner.counts if s.runner is not None else None
+    if counts is None:
+        return {"recorded": recorded}
+    records = {b.case_id: b.record for b in entries}
+    return {"recorded": recorded, "recorded_counts": counts_suite.write_portable(counts, records)}
 
 
-def _judged_anything(s: Session) -> bool:
-    """Whether the run measured a case or gave one a verdict (an error counts): else it wrote nothing."""
-    return bool(s.results or s.verdicts)
+def build_outcome(config: pytest.Config, s: Session, exitstatus: int) -> RunOutcome:
+    """The run's outcome, once: from this process's cases, or from the run other processes measured
+    (`pytest_perfgate_merged_run`: xdist workers); recorded as a baseline if asked to."""
+    merged = config.hook.pytest_perfgate_merged_run(config=config)
+    failed = f"exit {int(exitstatus)}" if exitstatus else None
+    if merged is not None:
+        records = {b.fullname: b.record for b in benchmarks(merged.data)}
+        verdicts, skips = merged.verdicts.verdicts, merged.verdicts.skipped
+        data: dict[str, Any] | None = merged.data
+        failed = failed or merged.not_recordable
+    else:
+        records = {o.fullname: o.record for o in s.outcomes if o.record is not None}
+        verdicts = [v for o in s.outcomes for v in o.verdicts]
+        skips = s.skips()
+        data = benchmark_adapter.run_json(config) if benchmark_adapter.has_results(config) else None
+    gated = s.config.gate_enabled and bool(records)
+    return run_outcome(
+        fingerprint=s.host.fingerprint,
+        fingerprint_id=s.host.fingerprint_id,
+        records=records,
+        verdicts=verdicts,
+        skips=skips,
+        gate_enabled=s.config.gate_enabled,
+        fail_on_improvement=s.config.fail_on_improvement,
+        fail_unjudged=s.config.fail_unjudged,
+        no_baseline_notice=s.host.missing_baseline_notice() if gated else None,
+        compared_elsewhere=tuple(s.compared_elsewhere),
+        skipped_files=tuple(s.host.baselines.skipped),
+        **(_recorded(s, data, failed) if records else {}),
+    )
+
+
+def _ran(outcome: RunOutcome | None) -> bool:
+    """Whether the run measured or skipped a case: else it has nothing to say."""
+    return outcome is not None and bool(outcome.records or outcome.verdicts.skipped or outcome.verdicts.verdicts)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -146,122 +201,99 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if reporter is not None:
         reporter.close()
     s = config.stash.get(_KEY, None)
-    if s is None or not s.results and not s.skips:
+    if s is None:
         return
-    if s.config.record_label and s.results:
-        if exitstatus == 0:
-            s.recorded = _record(config, s)
-            if s.recorded and s.counts is not None:
-                records = {r.case.id: r.record for r in s.results.values()}
-                s.recorded_counts = counts_suite.write_portable(s.counts, records)
-        else:  # a failing run (accuracy, build error, ...) must not become the reference
-            s.record_refused = (
-                f"perfgate: not recording a baseline: the run failed (exit {int(exitstatus)}); fix it and record again"
-            )
-    unjudged = gate.unjudged_latency(s.verdicts) if s.config.gate_enabled else None
-    if unjudged:
-        counts = ", ".join(f"{n} {kind}" for kind, n in unjudged.items())
-        s.unjudged = f"perfgate: no case's latency could be judged ({counts}): this run gated no latency"
-        if s.config.fail_unjudged:
-            s.unjudged += " (failing the run: --perfgate-fail-unjudged)"
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
-    if not _judged_anything(s):
+    outcome = build_outcome(config, s, int(exitstatus))
+    config.stash[_OUTCOME] = outcome
+    if outcome.unjudged_fails:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    config.hook.pytest_perfgate_run_outcome(config=config, outcome=outcome)
+    if not outcome.measured:
         return  # --benchmark-skip, or every case skipped: the previous run's verdicts stay as they were
-    verdicts = report_data.session_verdicts(s)
     if s.config.verdict_file is not None:
-        files.write_json(s.config.verdict_file, verdict_file.verdicts_json(verdicts, s.fingerprint))
+        files.write_json(s.config.verdict_file, verdict_file.verdicts_json(outcome.verdicts, outcome.fingerprint))
     step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if step_summary:
         commit = config.hook.pytest_benchmark_generate_commit_info(config=config)
         with open(step_summary, "a", encoding="utf8") as fh:
-            run = report_data.session_run(s, commit)
-            fh.write(markdown.job_summary([run], verdicts, policy=s.config.policy) + "\n")
+            run = report_data.records_run(outcome.records, outcome.fingerprint, outcome.fingerprint_id, commit)
+            fh.write(markdown.job_summary([run], outcome.verdicts, policy=s.config.policy) + "\n")
 
 
 @pytest.hookimpl(trylast=True)  # after pytest-benchmark's table, whichever loaded first: the verdicts end the run
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    s = config.stash.get(_KEY, None)
-    if s is None or not s.results and not s.skips:
+    s, outcome = config.stash.get(_KEY, None), outcome_of(config)
+    if s is None or outcome is None or not _ran(outcome):
         return
     tr = terminalreporter
     show = config.getoption("perfgate_show_unchanged") or config.getoption("verbose") > 1
-    for line in terminal.session_lines(s, show_unchanged=show):
+    for line in terminal.run_lines(
+        outcome.records, outcome.verdicts, no_baseline=outcome.no_baseline, show_unchanged=show
+    ):
         tr.write_line(line)
-    if s.recorded:
-        tr.write_line(f"perfgate: recorded baseline {s.recorded}")
-    if s.record_refused:
-        tr.write_line(s.record_refused)
-    if s.recorded_counts:
-        tr.write_line(f"perfgate: recorded instruction counts {s.recorded_counts} (keyed by what counts depend on)")
-    verdict_file = s.config.verdict_file
-    if verdict_file is not None and _judged_anything(s):
-        tr.write_line(f"perfgate: verdicts written to {verdict_file}")
-    elif verdict_file is not None:
-        tr.write_line(f"perfgate: no case was measured; {verdict_file} left as it was")
-    if s.unjudged:
-        tr.write_line(s.unjudged)
-    if s.baselines.skipped:
-        names = ", ".join(str(p) for p in s.baselines.skipped)
+    if outcome.recorded:
+        tr.write_line(f"perfgate: recorded baseline {outcome.recorded}")
+    if outcome.record_refused:
+        tr.write_line(outcome.record_refused)
+    if outcome.recorded_counts:
         tr.write_line(
-            f"perfgate: skipped {len(s.baselines.skipped)} entr(ies) named like baselines that are no regular "
+            f"perfgate: recorded instruction counts {outcome.recorded_counts} (keyed by what counts depend on)"
+        )
+    verdicts_path = s.config.verdict_file
+    if verdicts_path is not None and outcome.measured:
+        tr.write_line(f"perfgate: verdicts written to {verdicts_path}")
+    elif verdicts_path is not None:
+        tr.write_line(f"perfgate: no case was measured; {verdicts_path} left as it was")
+    if outcome.unjudged:
+        tr.write_line(outcome.unjudged)
+    if outcome.skipped_files:
+        names = ", ".join(str(p) for p in outcome.skipped_files)
+        tr.write_line(
+            f"perfgate: skipped {len(outcome.skipped_files)} entr(ies) named like baselines that are no regular "
             f"files: {names}"
         )
-    sources = s.baseline_sources()
+    sources = outcome.baseline_sources()
     if sources:
         tr.write_line(
             "perfgate: the gate judged each case against the newest baseline holding it: "
             + "; ".join(f"{n} case(s) against {path}" for path, n in sources.items())
         )
-    compared = terminal.compare_line(benchmark_adapter.compared_files(config), s.compared_elsewhere)
+    compared = terminal.compare_line(benchmark_adapter.compared_files(config), outcome.compared_elsewhere)
     if compared:
         tr.write_line(compared)
-    for name, r in s.results.items():
-        ev = r.record.evidence
-        if ev:
-            tr.write_line(
-                f"perfgate: evidence for {name.split('::')[-1]}: {ev['trace']}; reproduce: {ev['reproduce']['pytest']}"
-            )
-    recap = terminal.recap_line(s.verdicts)
+    for name, ev in outcome.evidence.items():
+        tr.write_line(
+            f"perfgate: evidence for {name.split('::')[-1]}: {ev['trace']}; reproduce: {ev['reproduce']['pytest']}"
+        )
+    recap = terminal.recap_line(outcome.verdicts.verdicts)
     if recap:
         tr.write_line(recap)
 
 
 def run_benchmark(case: Case, benchmark: Any, request: pytest.FixtureRequest) -> dict[str, Any]:
-    """The body of a benchmark test: measure, feed pytest-benchmark, then assert accuracy and the gate."""
-    import torch
-
-    from perfgate.cases.conversions import VariantError
-
+    """The body of a benchmark test: the runner measures and judges the case; its outcome feeds
+    pytest-benchmark, then becomes pytest's skip, failure or pass."""
     session: Session = request.config.stash[_KEY]
+    assert session.runner is not None, "perfgate: the runner is built at the end of collection"
     verbose = request.config.getoption("verbose") > 0
     reporter = request.config.stash.get(_PROGRESS, None) or progress.NoProgress()
-    fullname = request.node.nodeid
-
-    def error(message: str) -> None:
-        """The case could not be measured: a verdict that says why (the verdict file and summary
-        show it), then one line; the traceback only with -v."""
-        session.verdicts.append(gate.Verdict(case=fullname, metric="run", verdict=gate.ERROR, message=message))
+    try:
+        with reporter.case(case.id) as note:
+            outcome = session.runner.run(case, request.node.nodeid, note)
+    except baseline_store.BaselineError as exc:  # an older baseline file, read only now that a case needs it
+        pytest.fail(f"{case.id}: {exc}", pytrace=False)
+    session.outcomes.append(outcome)
+    if outcome.skipped is not None:
+        pytest.skip(f"{case.variant}: {outcome.skipped}")
+    if outcome.error is not None or outcome.record is None:
         # Marked used (as feeding it does): else pytest-benchmark adds a "fixture was not used
         # at all" warning, a warnings summary of four lines, to a failure already said in one.
         benchmark_adapter.mark_used(benchmark)
-        pytest.fail(f"{case.id}: {message}", pytrace=verbose)
-
-    try:
-        with reporter.case(case.id) as note, timeout.limit(session.config.case_timeout_s):
-            result, verdicts = session.measure_and_judge(case, fullname, note)
-    except VariantError as exc:
-        session.skips[case.id] = str(exc)
-        pytest.skip(f"{case.variant}: {exc}")
-    except baseline_store.BaselineError as exc:  # an older baseline file, read only now that a case needs it
-        pytest.fail(f"{case.id}: {exc}", pytrace=False)
-    except timeout.CaseTimeout as exc:
-        error(f"{exc} (--perfgate-case-timeout-s / [tool.perfgate] case_timeout_s)")
-    except torch.OutOfMemoryError as exc:
-        error(f"out of memory on {case.device}: {str(exc).splitlines()[0]}")
-    except Exception as exc:  # noqa: BLE001 - a model that fails to build or run is this case's failure, not the suite's
-        error(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} (the traceback with -v)")
-    benchmark_adapter.feed(benchmark, result.measurement.samples_ms, result.extra_info)
-    problems = [f"{v.metric} {v.verdict}: {v.message}" for v in session.failing(verdicts, case)]
-    if problems:
+        trace = f"\n{outcome.traceback}" if verbose and outcome.traceback else ""
+        pytest.fail(f"{case.id}: {outcome.error}{trace}", pytrace=False)
+    extra_info = outcome.record.to_extra_info()
+    benchmark_adapter.feed(benchmark, outcome.record.samples_ms, extra_info)
+    if outcome.failing:
+        problems = [f"{v.metric} {v.verdict}: {v.message}" for v in outcome.failing]
         pytest.fail(f"{case.id}: " + "; ".join(problems), pytrace=False)
-    return result.extra_info
+    return extra_info

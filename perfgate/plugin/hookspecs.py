@@ -4,7 +4,9 @@ implementations `@pytest.hookimpl(optionalhook=True)` when perfgate.plugin.hooks
 
 The run's configuration (`RunConfig`) is frozen and built once, in pytest_configure: a plugin changes
 it in `pytest_perfgate_run_config`, before it is built, and adjusts the run's state (the selected
-cases) in `pytest_perfgate_configure_session`."""
+cases) in `pytest_perfgate_configure_session`. At the end, a plugin whose processes measured the
+cases hands the merged run over in `pytest_perfgate_merged_run`; the run's outcome, built once,
+is handed to every plugin in `pytest_perfgate_run_outcome`."""
 
 from __future__ import annotations
 
@@ -13,7 +15,10 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from perfgate.plugin.session import RunConfig, Session
+    from perfgate.dist.workers import MergedRun
+    from perfgate.plugin.session import Session
+    from perfgate.run.config import RunConfig
+    from perfgate.run.outcome import RunOutcome
 
 
 @pytest.hookspec(firstresult=True)
@@ -38,3 +43,15 @@ def pytest_perfgate_configure_session(config: pytest.Config, session: Session) -
     """Called once the Session is built from the final configuration (`session.config`, frozen), before
     collection. An implementation may narrow the run's selection (`session.cases`) or read what the
     session derived (`session.fingerprint`, `session.baselines`)."""
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_perfgate_merged_run(config: pytest.Config) -> MergedRun | None:
+    """At session finish: the run measured by other processes (xdist workers), merged; the run's
+    outcome is built from it instead of this process's cases. None: this process measured them."""
+
+
+@pytest.hookspec
+def pytest_perfgate_run_outcome(config: pytest.Config, outcome: RunOutcome) -> None:
+    """At session finish, once the run's outcome is built (after recording, before the terminal
+    summary): e.g. a worker ships it, a shard writes its files."""

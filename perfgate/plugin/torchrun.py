@@ -29,7 +29,7 @@ from perfgate.measure import topology as topo_mod
 from perfgate.output import ranks as ranks_text
 
 if TYPE_CHECKING:
-    from perfgate.plugin.session import RunConfig
+    from perfgate.run.config import RunConfig
 
 _STATE = pytest.StashKey["DistState"]()
 

@@ -28,7 +28,11 @@ import pytest
 from perfgate.dist import shard
 from perfgate.dist import workers as parallel
 from perfgate.dist.workers import ALLOW_OPTION
+from perfgate.gate.verdict_file import VerdictSet
+from perfgate.plugin.session import Session
 from perfgate.results import benchmarks
+from perfgate.run.config import RunConfig
+from perfgate.run.outcome import RunOutcome
 
 _STATE = pytest.StashKey["ParallelState"]()
 
@@ -42,8 +46,8 @@ class ParallelState:
     devices: dict[str, str] = field(default_factory=dict)  # controller: worker id -> device
     outputs: dict[str, dict[str, Any]] = field(default_factory=dict)  # controller: worker id -> what it shipped
     lost: list[str] = field(default_factory=list)  # controller: workers that ended without results
-    record_label: str | None = None  # controller: --perfgate-record, applied to the merged run
     merged: dict[str, Any] | None = None  # controller: the merged results
+    merged_verdicts: VerdictSet | None = None  # controller: the workers' verdicts, merged
     checked: bool = False
     lines: list[str] = field(default_factory=list)
 
@@ -86,7 +90,7 @@ def _controller(config: pytest.Config) -> bool:
     return not _worker(config) and config.getoption("dist", "no") != "no"
 
 
-def _session(config: pytest.Config) -> Any:
+def _session(config: pytest.Config) -> Session | None:
     from perfgate.plugin.hooks import session_of
 
     return session_of(config)
@@ -134,23 +138,20 @@ def pytest_perfgate_device(config: pytest.Config) -> str | None:
 
 
 @pytest.hookimpl(optionalhook=True)
-def pytest_perfgate_run_config(config: pytest.Config, run_config: Any) -> Any:
-    """The controller records, writes the verdicts and the job summary, once: a worker does none of
-    these; the controller records the merged run itself (`_merge_workers`), not its own empty one."""
+def pytest_perfgate_run_config(config: pytest.Config, run_config: RunConfig) -> RunConfig | None:
+    """The controller records, writes the verdicts and the job summary, once, from the merged run
+    (`pytest_perfgate_merged_run`): a worker does none of these."""
     state = config.stash.get(_STATE, None)
     if state is None:
         return None
     if _worker(config):
         os.environ.pop("GITHUB_STEP_SUMMARY", None)
         return replace(run_config, record_label=None, verdict_file=None, fail_unjudged=False)
-    if _controller(config):
-        state.record_label = run_config.record_label
-        return replace(run_config, record_label=None)
     return None
 
 
 @pytest.hookimpl(optionalhook=True)
-def pytest_perfgate_configure_session(config: pytest.Config, session: Any) -> None:
+def pytest_perfgate_configure_session(config: pytest.Config, session: Session) -> None:
     """A shard keeps its share of the cases, split by the recorded case times where there are any."""
     state = config.stash.get(_STATE, None)
     if state is None or state.spec is None:
@@ -257,10 +258,10 @@ def _worker_order(wid: str) -> tuple[int, str]:
     return (int(digits) if digits else 0, wid)
 
 
-def _merge_workers(config: pytest.Config, state: ParallelState, s: Any, exitstatus: int) -> None:
-    """The workers' results and verdicts into the controller's session; the merged run to the
-    files the user asked for."""
-    from perfgate.gate import store
+def _merge_workers(config: pytest.Config, state: ParallelState) -> None:
+    """The workers' results and verdicts, merged into this plugin's state (`pytest_perfgate_merged_run`
+    hands them to perfgate.plugin.hooks, which builds the run's outcome and records it); the merged
+    run to the files the user asked pytest-benchmark for."""
     from perfgate.gate.verdict_file import verdicts_from_json
     from perfgate.plugin import benchmark_adapter
 
@@ -268,82 +269,83 @@ def _merge_workers(config: pytest.Config, state: ParallelState, s: Any, exitstat
     runs = [(wid, json.loads(state.outputs[wid]["results"])) for wid in order]
     vsets = [(wid, verdicts_from_json(json.loads(state.outputs[wid]["verdicts"]), wid)) for wid in order]
     merged = parallel.merge_runs(runs)
-    vs = parallel.merge_verdicts(vsets)
+    state.merged_verdicts = parallel.merge_verdicts(vsets)
     merged["perfgate"]["workers"] = {
         wid: {"device": state.outputs[wid]["device"], "cases": [b.case_id for b in benchmarks(run)]}
         for wid, run in runs
     }
-    s.verdicts, s.skips = list(vs.verdicts), dict(vs.skipped)
-    # A worker's case in the controller's session: its typed entry (the outputs read `.record`).
-    s.results = {b.fullname: b for b in benchmarks(merged)}
     state.merged = merged
     written = benchmark_adapter.write_requested(config, merged)
     if written is not None:
         state.lines.append(f"perfgate: the {len(order)} workers' results merged into {written}")
-    if state.record_label and s.results:
-        if exitstatus == 0 and not state.lost:
-            s.recorded = store.record(s.baseline_dir, merged, state.record_label)
-        else:
-            why = f"exit {int(exitstatus)}" if exitstatus else "; ".join(state.lost)
-            s.record_refused = f"perfgate: not recording a baseline: the run failed ({why}); fix it and record again"
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    # Before perfgate.plugin.hooks's: it writes the verdicts, the job summary and the tables from the
-    # session this fills with the workers' results.
+    # Before perfgate.plugin.hooks's, which builds the run's outcome from the merged run.
     config = session.config
-    state, s = config.stash.get(_STATE, None), _session(config)
-    if state is None or s is None:
+    state = config.stash.get(_STATE, None)
+    if state is None or not _controller(config) or not state.outputs:
+        return
+    try:
+        _merge_workers(config, state)
+    except parallel.MergeError as exc:
+        state.lines.append(f"perfgate: cannot merge the workers' results: {exc}")
+        session.exitstatus = pytest.ExitCode.USAGE_ERROR
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_perfgate_merged_run(config: pytest.Config) -> parallel.MergedRun | None:
+    """The controller's run is the workers' runs, merged (a worker lost makes it unrecordable)."""
+    state = config.stash.get(_STATE, None)
+    if state is None or state.merged is None or state.merged_verdicts is None:
+        return None
+    return parallel.MergedRun(
+        data=state.merged, verdicts=state.merged_verdicts, not_recordable="; ".join(state.lost) or None
+    )
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_perfgate_run_outcome(config: pytest.Config, outcome: RunOutcome) -> None:
+    """A worker ships its outcome to the controller; a shard writes its files."""
+    state = config.stash.get(_STATE, None)
+    if state is None:
         return
     if _worker(config):
-        _ship(config, s)
+        _ship(config, outcome)
         return
-    if _controller(config) and state.outputs:
-        try:
-            _merge_workers(config, state, s, int(exitstatus))
-        except parallel.MergeError as exc:
-            state.lines.append(f"perfgate: cannot merge the workers' results: {exc}")
-            session.exitstatus = pytest.ExitCode.USAGE_ERROR
-            return
     state.lines += state.lost
     if state.spec is not None:
-        _write_shard(config, state, s)
+        _write_shard(config, state, outcome)
 
 
-def _ship(config: pytest.Config, s: Any) -> None:
+def _ship(config: pytest.Config, outcome: RunOutcome) -> None:
     """A worker's results and verdicts to the controller, as JSON text (execnet carries only
     built-in types; the results hold whatever pytest-benchmark's machine_info does)."""
     from perfgate.gate.verdict_file import verdicts_json
-    from perfgate.output import report_data
     from perfgate.plugin.benchmark_adapter import run_json
 
-    if not s.results and not s.skips and not s.verdicts:  # a worker that ran no case (more workers than groups)
-        return
-    data = run_json(config)
-    verdicts = verdicts_json(report_data.session_verdicts(s), s.fingerprint)
+    if not outcome.records and not outcome.verdicts.skipped and not outcome.verdicts.verdicts:
+        return  # a worker that ran no case (more workers than groups)
     config.workeroutput["perfgate"] = {  # type: ignore[attr-defined]
-        "results": json.dumps(data, default=str),
-        "verdicts": json.dumps(verdicts, default=str),
-        "device": s.config.device,
+        "results": json.dumps(run_json(config), default=str),
+        "verdicts": json.dumps(verdicts_json(outcome.verdicts, outcome.fingerprint), default=str),
+        "device": session.config.device if (session := _session(config)) is not None else "?",
     }
 
 
-def _write_shard(config: pytest.Config, state: ParallelState, s: Any) -> None:
+def _write_shard(config: pytest.Config, state: ParallelState, outcome: RunOutcome) -> None:
     """The shard's results and verdicts, written even when it measured nothing, so that
     `perfgate aggregate` can tell a shard without cases from a missing one."""
     from perfgate import files
     from perfgate.gate.verdict_file import verdicts_json
-    from perfgate.output import report_data
     from perfgate.plugin.benchmark_adapter import run_json
 
     assert state.spec is not None
     data = state.merged if state.merged is not None else run_json(config)
     data.setdefault("perfgate", {})["shard"] = state.block
     results = files.write_json(state.shard_dir / state.spec.results_name, data)
-    files.write_json(
-        state.shard_dir / state.spec.verdicts_name, verdicts_json(report_data.session_verdicts(s), s.fingerprint)
-    )
+    files.write_json(state.shard_dir / state.spec.verdicts_name, verdicts_json(outcome.verdicts, outcome.fingerprint))
     n = len(state.block["cases"]) if state.block else 0
     state.lines.append(
         f"perfgate: shard {state.spec.label}: {n} of {state.block['selected'] if state.block else '?'} case(s); "

@@ -269,7 +269,7 @@ class GateRule:
 def sequential_verdict(
     baselines: Sequence[ChainRun], currents: Sequence[ChainRun], rule: GateRule
 ) -> tuple[str | None, int]:
-    """What `Session.measure_and_judge` would say under `rule` with these runs: `gate.decide` on the
+    """What `Runner.run` (perfgate.run.runner) would say under `rule` with these runs: `gate.decide` on the
     current runs one by one, as the session re-measures. Returns (latency verdict, current runs
     used), or (None, n) when another current run (or baseline run) is needed to decide. A contended
     baseline is unreliable too: nobody should gate against it, and it says nothing about the gate."""

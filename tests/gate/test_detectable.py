@@ -85,7 +85,8 @@ def test_the_cases_that_cannot_detect_five_percent() -> None:
 
 
 def _session(tmp_path: Path, earlier: list[float]):
-    from perfgate.plugin.session import RunConfig, Session
+    from perfgate.run.config import RunConfig
+    from perfgate.run.runner import Host, Runner
 
     path = tmp_path / "pass-1.json"
     entries = [
@@ -94,7 +95,7 @@ def _session(tmp_path: Path, earlier: list[float]):
     ]
     path.write_text(json.dumps({"benchmarks": entries}))
     config = RunConfig(device="cpu", baselines_root=tmp_path, gate_enabled=False, earlier_passes=(path,) * 2)
-    return Session(config=config)
+    return Runner(config=config, host=Host.detect(config))
 
 
 CASE = SimpleNamespace(model="m", variant="baseline", device="cpu")  # the default policy: 5% tolerance
@@ -107,7 +108,7 @@ def _result(median_ms: float):
 def test_recording_in_passes_keeps_the_noise_and_remeasures_a_disagreeing_case(tmp_path: Path) -> None:
     session = _session(tmp_path, [10.0])
     reruns = iter([_result(10.1)])
-    session.run = lambda case, progress=None: next(reruns)  # the re-measurement
+    session.measure = lambda case, progress=None: next(reruns)  # the re-measurement
     kept = session.with_pass_noise(CASE, "b::t[c]", _result(13.0), None)  # this pass caught a slow phase
     assert kept.record.median_ms == 10.1 and kept.record.remeasured == 1 and kept.record.unreliable is None
     assert kept.record.pass_noise["latency"]["passes"] == 3
@@ -116,7 +117,7 @@ def test_recording_in_passes_keeps_the_noise_and_remeasures_a_disagreeing_case(t
 
 def test_passes_that_still_disagree_are_recorded_flagged(tmp_path: Path) -> None:
     session = _session(tmp_path, [10.0])
-    session.run = lambda case, progress=None: _result(12.5)
+    session.measure = lambda case, progress=None: _result(12.5)
     kept = session.with_pass_noise(CASE, "b::t[c]", _result(13.0), None)
     assert kept.record.unreliable and "disagree" in kept.record.unreliable
 
@@ -150,12 +151,13 @@ def test_a_slow_earlier_pass_is_left_out_when_the_others_agree(tmp_path: Path) -
     kept, dropped = detectable.without_slow_pass([_rec(11.0), _rec(10.0), _rec(10.05)])
     assert [r.median_ms for r in kept] == [10.0, 10.05] and dropped == 0
     assert detectable.without_slow_pass([_rec(10.0), _rec(10.05), _rec(11.0)])[1] is None
-    from perfgate.plugin.session import RunConfig, Session
+    from perfgate.run.config import RunConfig
+    from perfgate.run.runner import Host, Runner
 
     earlier = (_write(tmp_path, 11.0), _write(tmp_path, 10.0, "p2"))
     config = RunConfig(device="cpu", baselines_root=tmp_path, gate_enabled=False, earlier_passes=earlier)
-    session = Session(config=config)
-    session.run = lambda case, progress=None: _result(10.05)
+    session = Runner(config=config, host=Host.detect(config))
+    session.measure = lambda case, progress=None: _result(10.05)
     rec = session.with_pass_noise(CASE, "b::t[c]", _result(12.0), None).record
     assert rec.unreliable is None and rec.median_ms == 10.05
     assert rec.pass_noise["latency"]["passes"] == 2 and rec.pass_noise["latency"]["dropped_pass"] == 1

@@ -272,10 +272,10 @@ def test_the_optimisation_table_says_when_a_p90_has_too_few_samples():
 
 
 def test_the_end_of_run_table_shows_energy_and_explains_dashes_and_dropped_rounds():
-    from types import SimpleNamespace
 
+    from perfgate.gate.verdict_file import VerdictSet
     from perfgate.measure.stats import tail_note
-    from perfgate.output.terminal import energy_cell, session_lines
+    from perfgate.output.terminal import energy_cell, run_lines
     from perfgate.record import CaseRecord
 
     base = bench("a", [1.0] * 17)["extra_info"]
@@ -288,14 +288,8 @@ def test_the_end_of_run_table_shows_energy_and_explains_dashes_and_dropped_round
     }
     assert energy_cell(CaseRecord.from_extra_info(gpu)) == "41.7 frames/J"
     assert energy_cell(CaseRecord.from_extra_info({**base, "energy_j_per_step": 2.5})) == "2.5 J/step"
-    session = SimpleNamespace(
-        results={k: SimpleNamespace(record=CaseRecord.from_extra_info(v)) for k, v in (("g", gpu), ("c", cpu))},
-        fingerprint_id="fp",
-        verdicts=[],
-        gate_enabled=False,
-        skips={},
-    )
-    text = "\n".join(session_lines(session))
+    records = {k: CaseRecord.from_extra_info(v) for k, v in (("g", gpu), ("c", cpu))}
+    text = "\n".join(run_lines(records, VerdictSet([], {}, "fp", gate_enabled=False)))
     assert "(p90 n<64: too few timed rounds for a p90 (MLPerf LoadGen's floor: 64 samples, p99 662)" in text
     assert "(GPU: 3 throttled round(s) dropped in 1 case(s); see `throttle`)" in text
     assert "(energy '-': no RAPL energy counter on this CPU)" in text

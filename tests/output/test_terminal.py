@@ -16,11 +16,14 @@ from perfgate.cases.runner import Case
 from perfgate.gate.metrics import NORMALISED, RAW_MS
 from perfgate.gate.policy import Policy
 from perfgate.gate.settings import GateSettings
+from perfgate.gate.verdict_file import VerdictSet
 from perfgate.output import terminal
-from perfgate.plugin import session as sess
 from perfgate.record import CaseRecord
+from perfgate.run import runner as runner_mod
+from perfgate.run.config import RunConfig
+from perfgate.run.runner import Host, Runner
 from tests.helpers import bench
-from tests.plugin.test_session import _result
+from tests.run.test_runner import _result
 
 POLICY = Policy()
 SETTINGS = GateSettings()
@@ -165,19 +168,21 @@ def test_a_speedup_dash_says_why(tmp_path, monkeypatch):
         r.record = replace(r.record, contention_cores=contention[case.variant])
         return r
 
-    monkeypatch.setattr(sess, "run_case", run_case)
-    s = sess.Session(config=sess.RunConfig(device="cpu", baselines_root=tmp_path))
+    monkeypatch.setattr(runner_mod, "run_case", run_case)
+    config = RunConfig(device="cpu", baselines_root=tmp_path)
+    runner = Runner(config=config, host=Host.detect(config))
+    records = {}
     for model in ("m", "n"):
         for variant in ("baseline", "bf16") if model == "m" else ("bf16",):
             case = Case(model=model, size="tiny", variant=variant, device="cpu")
-            s.results[case.id] = s.run(case)
-    infos = {k: v.extra_info for k, v in s.results.items()}
+            records[case.id] = runner.measure(case).record
+    infos = {k: v.to_extra_info() for k, v in records.items()}
     assert infos["m-tiny-baseline"]["unreliable"] and "speedup" not in infos["m-tiny-bf16"]
     assert (
         infos["m-tiny-bf16"]["speedup_note"] == "the eager baseline of this run was unreliable (its verdict says why)"
     )
     assert infos["n-tiny-bf16"]["speedup_note"] == "no eager baseline of this model ran before it in this run"
-    lines = terminal.session_lines(s)
+    lines = terminal.run_lines(records, VerdictSet([], {}, "fp"))
     assert "  speedup -: the eager baseline of this run was unreliable (its verdict says why)" in lines
     assert "  speedup -: no eager baseline of this model ran before it in this run" in lines
 

@@ -13,7 +13,9 @@ from perfgate.gate.policy import Policy
 from perfgate.gate.settings import GateSettings
 from perfgate.measure.core import StopRule
 from perfgate.plugin import configure
-from perfgate.plugin.session import RunConfig, Session
+from perfgate.plugin.session import Session
+from perfgate.run.config import RunConfig
+from perfgate.run.runner import Host
 
 
 def _config(tmp_path: Path, **changes) -> RunConfig:
@@ -31,17 +33,16 @@ def test_a_configuration_field_cannot_be_assigned(tmp_path):
     assert dataclasses.replace(cfg, record_label=None).record_label is None and cfg.record_label == "main"
 
 
-def test_the_session_refuses_configuration_and_keeps_its_state_mutable(tmp_path):
-    s = Session(config=_config(tmp_path, gate_enabled=False))
+def test_the_session_refuses_configuration_and_keeps_only_the_adapters_state(tmp_path):
+    config = _config(tmp_path, gate_enabled=False)
+    s = Session(config=config, host=Host.detect(config))
     for name, value in (("record_label", None), ("verdict_file", None), ("policy", Policy()), ("gate_enabled", True)):
         with pytest.raises(AttributeError, match="pytest_perfgate_run_config"):
             setattr(s, name, value)
     with pytest.raises(AttributeError, match="built once"):
         s.config = _config(tmp_path)
-    assert s.gate_enabled is False  # the outputs read it through the session
-    s.skips["a"] = "why"
-    s.recorded, s.unjudged = tmp_path / "0001_a.json", "no latency judged"  # the run's state
-    assert (s.skips, s.recorded.name) == ({"a": "why"}, "0001_a.json")
+    s.unrunnable["a"] = "why"  # the adapter's state: what collection found, the outcomes
+    assert s.skips() == {"a": "why"} and s.fingerprint_id == s.host.fingerprint_id
     state = {f.name for f in dataclasses.fields(Session)} - {"config"}
     assert not state & {f.name for f in dataclasses.fields(RunConfig)}  # no field is in both
 

@@ -447,31 +447,36 @@ def test_suite_integration_telemetry_flops_and_evidence(tmp_path: Path, monkeypa
     from perfgate import gate
     from perfgate.cases.runner import RunOptions
     from perfgate.measure.stats import StopRule
-    from perfgate.plugin.session import RunConfig, Session
+    from perfgate.run.config import RunConfig
+    from perfgate.run.runner import Host, Runner
 
     opts = RunOptions(
         stop=StopRule(min_rounds=3, max_rounds=3, budget_s=1.0), warm_compile=False, telemetry_interval_s=0.02
     )
-    session = Session(
-        config=RunConfig(
-            device="cpu",
-            baselines_root=tmp_path / "baselines",
-            run_options=opts,
-            gate_enabled=False,
-            trace="regressed",
-            evidence_dir=tmp_path / "evidence",
-        )
+    config = RunConfig(
+        device="cpu",
+        baselines_root=tmp_path / "baselines",
+        run_options=opts,
+        gate_enabled=False,
+        trace="regressed",
+        evidence_dir=tmp_path / "evidence",
     )
+    runner = Runner(config=config, host=Host.detect(config))
+    from perfgate.run import runner as runner_mod
+
+    released, release = [], runner_mod._release
+    monkeypatch.setattr(runner_mod, "_release", lambda result: (released.append(result.step), release(result)))
     case = Case(model="physicsnemo-block", size="tiny", variant="baseline", device="cpu")
     fullname = f"benchmarks/test_models.py::test_step[{case.id}]"
     regression = Verdict(case=fullname, metric="latency", verdict=gate.REGRESSION, message="median 9 ms vs 1 ms")
     monkeypatch.setattr(gate, "absolute_checks", lambda *args, **kwargs: [regression])  # a failed budget, say
-    result, verdicts = session.measure_and_judge(case, fullname)
-    info = result.extra_info
+    outcome = runner.run(case, fullname)
+    assert outcome.record is not None, outcome.traceback
+    info, verdicts = outcome.record.to_extra_info(), outcome.verdicts
     assert info["telemetry"]["source"] == "psutil" and info["telemetry"]["n_samples"] >= 1
     assert info["gflop_per_step"] == pytest.approx(0.014680064) and fp32_roofline(info)
     ev = info["evidence"]
     assert json.loads(Path(ev["trace"]).read_text())["traceEvents"]
     (v,) = verdicts
     assert ev["trace"] in v.message and "reproduce: python -m pytest" in v.message
-    assert result.step is None  # the model is not kept alive past the case
+    assert released and released[-1] is not None  # the step (the model) is released past the case

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from perfgate.plugin import timeout
+from perfgate.run import timeout
 
 
 def test_a_limit_interrupts_python_code_and_is_cleared_after():
