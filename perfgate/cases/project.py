@@ -31,7 +31,7 @@ TABLE_KEYS = (
     "case_timeout_s",
     "counts",  # instructions under callgrind, op and kernel counts: perfgate.counts.suite
     "known_defect",  # upstream defects named with their workaround: perfgate.gate.known_defects
-    "accepted_changes",  # intended steps in the history: perfgate.history.changepoints (not read by the gate)
+    "accepted_changes",  # intended level shifts in the history: perfgate.history.changepoints (not read by the gate)
     "history_store",  # the kept main runs' folder: perfgate.history.store
 )
 

@@ -47,14 +47,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--change-points",
         action="store_true",
         help="mark where each case's level changed (PELT via ruptures; [tool.perfgate] accepted_changes marks "
-        "intended steps); on the CPU follow the gate's quantity with --metric normalised_median",
+        "intended shifts); on the CPU follow the gate's quantity with --metric normalised_median",
     )
     p.add_argument(
         "--min-change",
         type=float,
         default=5.0,
         metavar="PCT",
-        help="smallest step reported by --change-points, in %% (default 5)",
+        help="smallest level shift reported by --change-points, in %% (default 5)",
     )
     p.add_argument(
         "--pyproject",
@@ -217,7 +217,7 @@ def _change_points(hist, args: argparse.Namespace) -> list:
     from perfgate.history.changepoints import AcceptedChangeError, annotate, load_accepted
 
     if not 0 < args.min_change < 1000:
-        raise CommandError(f"--min-change {args.min_change:g}: give a step in %, e.g. 5")
+        raise CommandError(f"--min-change {args.min_change:g}: give a shift in %, e.g. 5")
     try:
         accepted = load_accepted(args.pyproject)
     except AcceptedChangeError as exc:

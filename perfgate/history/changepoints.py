@@ -1,21 +1,21 @@
 """Change points in a case's history: where the quantity the gate judges changed level, and which
-of those steps were intended.
+of those shifts were intended.
 
-The gate compares a run with one recorded baseline; a slow drift of small steps, or a step that
+The gate compares a run with one recorded baseline; a slow drift of small shifts, or a shift that
 landed while nobody looked, shows only across many runs. `perfgate history --change-points` finds
-those steps in the series `perfgate.history.runs` builds (one value per saved run, in commit order).
+those shifts in the series `perfgate.history.runs` builds (one value per saved run, in commit order).
 
-Detection: PELT (ruptures) with an L2 cost on the logarithm of the values, so a step is a relative
+Detection: PELT (ruptures) with an L2 cost on the logarithm of the values, so a shift is a relative
 change and 10 ms -> 11 ms weighs what 100 ms -> 110 ms does. Penalty: 3 sigma^2 log n, a modified
-BIC (a step's location is searched, so it costs more than the one parameter of plain BIC's
-2 sigma^2 log n: on 200 simulated 20-run series with 5% lognormal noise, 2 found a false step in
-24 and 3 in 12, and both found an exact 15% step at its place 148 and 157 times; with 3% noise 2
+BIC (a shift's location is searched, so it costs more than the one parameter of plain BIC's
+2 sigma^2 log n: on 200 simulated 20-run series with 5% lognormal noise, 2 found a false shift in
+24 and 3 in 12, and both found an exact 15% shift at its place 148 and 157 times; with 3% noise 2
 and 1 false, 185 and 189 found), with sigma the series' own noise estimated robustly from
-successive differences (a step moves only one difference; median absolute difference / sqrt(2),
+successive differences (a shift moves only one difference; median absolute difference / sqrt(2),
 scaled to a standard deviation), floored at a quarter of the minimum change so that a perfectly
-flat series is not cut at every rounding. Then steps smaller than `min_change` (default 5%)
+flat series is not cut at every rounding. Then shifts smaller than `min_change` (default 5%)
 between the medians of neighbouring segments are merged away, smallest first. A segment has at
-least `min_size` (2) runs: one odd run is an outlier, not a level, so a step is reported once two
+least `min_size` (2) runs: one odd run is an outlier, not a level, so a shift is reported once two
 runs confirm it.
 
 Why ruptures: of the well-kept implementations, ruptures 1.1.10 installs as a wheel beside
@@ -26,13 +26,13 @@ would downgrade numpy to 2.2.0 and scipy to 1.16.3 and add BigQuery, Postgres an
 PELT with a BIC penalty is the textbook exact search for mean shifts; e-divisive's permutation
 test needs more runs than a benchmark history usually has.
 
-Intended steps: `[[tool.perfgate.accepted_changes]]` in pyproject.toml, each `case` (a glob on the
+Intended shifts: `[[tool.perfgate.accepted_changes]]` in pyproject.toml, each `case` (a glob on the
 test name or the readable label), `commit` (a hash prefix, at least 7 hex digits: the first run of
-the new level) and `reason`; optional `metric` (a glob, default every metric). An accepted step is
+the new level) and `reason`; optional `metric` (a glob, default every metric). An accepted shift is
 a fixed boundary: each side is searched on its own, so the level after it is judged only from the
-runs after it, and the step is listed as accepted with its reason. The gate does not read these
+runs after it, and the shift is listed as accepted with its reason. The gate does not read these
 entries: it judges against the newest baseline file, and recording a new baseline
-(`--perfgate-record`) is how a gate comparison starts from an intended step.
+(`--perfgate-record`) is how a gate comparison starts from an intended shift.
 """
 
 from __future__ import annotations
@@ -48,12 +48,12 @@ import numpy as np
 
 from perfgate.extras import need
 
-MIN_CHANGE = 0.05  # the smallest relative step reported: the gate's own default latency tolerance
+MIN_CHANGE = 0.05  # the smallest relative shift reported: the gate's own default latency tolerance
 MIN_SIZE = 2  # runs per segment: a level needs two runs to be told from one noisy run
 PENALTY = 3.0  # x sigma^2 log n: the modified BIC (module docstring)
 _MAD_TO_SD = 1.4826
 # PELT's time grows about as n^2 here (4,000 runs: a minute a case): a longer series is searched on
-# the medians of BUCKETS stretches, each step then placed at its exact run (_long_segment_starts).
+# the medians of BUCKETS stretches, each shift then placed at its exact run (_long_segment_starts).
 LONG, BUCKETS = 600, 300  # median absolute deviation to standard deviation, for normal noise
 
 
@@ -122,11 +122,11 @@ class ChangePoint:
     commit: str | None
     run_time: str | None
     source: str
-    before: float  # median of the segment before the step
+    before: float  # median of the segment before the shift
     after: float  # median of the segment after it
     change_pct: float
     direction: str  # "worse", "better" or "" (a metric without a direction)
-    accepted: str | None = None  # the reason, when the step was annotated as intended
+    accepted: str | None = None  # the reason, when the shift was annotated as intended
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -134,7 +134,7 @@ class ChangePoint:
 
 def noise_sd(log_values: np.ndarray, min_change: float, fixed: Sequence[int] = ()) -> float:
     """Robust noise of a log series from its successive differences (those across a `fixed`
-    boundary left out: an accepted step is no noise), floored at log(1 + min_change) / 4."""
+    boundary left out: an accepted shift is no noise), floored at log(1 + min_change) / 4."""
     floor = math.log1p(min_change) / 4
     diffs = np.delete(np.diff(log_values), [i - 1 for i in fixed if 0 < i < log_values.size])
     if diffs.size < 2:
@@ -157,10 +157,10 @@ def _pelt(log_values: np.ndarray, sd: float, min_size: int) -> list[int]:
     return [b for b in algo.predict(pen=pen) if b < n]
 
 
-def _step(values: np.ndarray, bounds: Sequence[int], k: int, *, conservative: bool = False) -> float:
+def _shift(values: np.ndarray, bounds: Sequence[int], k: int, *, conservative: bool = False) -> float:
     """Relative change between the medians of the segments either side of bounds[k]. Conservative:
     each side's median of an even count taken as the middle value nearer the other side, so that a
-    two-run segment of one outlier and one normal run makes no step (their mean would)."""
+    two-run segment of one outlier and one normal run makes no shift (their mean would)."""
     before = values[bounds[k - 1] : bounds[k]]
     after = values[bounds[k] : bounds[k + 1]]
     if not conservative:
@@ -180,7 +180,7 @@ def segment_starts(
     min_size: int = MIN_SIZE,
 ) -> list[int]:
     """Indexes where a new level starts: PELT within each stretch between the `fixed` boundaries
-    (accepted steps), then detected steps below `min_change` merged away, smallest first."""
+    (accepted shifts), then detected shifts below `min_change` merged away, smallest first."""
     v = np.asarray(values, dtype=float)
     if v.size == 0 or not np.all(v > 0) or not np.all(np.isfinite(v)):
         raise ValueError("change points need positive finite values")
@@ -196,8 +196,8 @@ def segment_starts(
     bounds = [0, *sorted(found), v.size]
     while True:
         free = [k for k in range(1, len(bounds) - 1) if bounds[k] not in fixed]
-        steps = {k: abs(_step(v, bounds, k, conservative=True)) for k in free}
-        small = [(size, k) for k, size in steps.items() if size < min_change]
+        shifts = {k: abs(_shift(v, bounds, k, conservative=True)) for k in free}
+        small = [(size, k) for k, size in shifts.items() if size < min_change]
         if not small:
             return bounds[1:-1]
         del bounds[min(small)[1]]
@@ -210,8 +210,8 @@ def _split_cost(cs: np.ndarray, cs2: np.ndarray, a: int, b: int) -> float:
 
 def _long_segment_starts(v: np.ndarray, *, fixed: Sequence[int], min_change: float, min_size: int) -> list[int]:
     """segment_starts of a long series: PELT on the medians of BUCKETS consecutive stretches
-    (accepted steps are stretch edges), then each step placed at the run where splitting the raw
-    log values between its neighbouring steps costs least, searched within a stretch either side."""
+    (accepted shifts are stretch edges), then each shift placed at the run where splitting the raw
+    log values between its neighbouring shifts costs least, searched within a stretch either side."""
     n = v.size
     fixed = sorted({i for i in fixed if 0 < i < n})
     edges = sorted({i * n // BUCKETS for i in range(BUCKETS)} | set(fixed) | {n})
@@ -255,7 +255,7 @@ def change_points(
     bounds = [0, *starts, len(values)]
     out = []
     for k, i in enumerate(starts, start=1):
-        change = _step(values, bounds, k)
+        change = _shift(values, bounds, k)
         direction = "" if not better else ("worse" if (change > 0) == (better == "lower") else "better")
         p = points[i]
         out.append(

@@ -39,7 +39,7 @@ _COUNT_FIELDS = ("instructions_per_step", "instructions")  # what a portable cou
 ATTENTION = (
     "regression",  # the newest run's gate verdict failed (regression, error or missed budget)
     "beyond tolerance",  # the newest level is worse than the baseline by more than the tolerance
-    "step for the worse",  # an unaccepted change point for the worse
+    "shift for the worse",  # an unaccepted change point for the worse
     "better than tolerance",  # better than the baseline by more than the tolerance: re-record it
     "no baseline",
     "within tolerance",
@@ -210,7 +210,7 @@ def figures(
     elif newest_change is not None and newest_change > tol_pct:
         attention = "beyond tolerance"
     elif worse_step:
-        attention = "step for the worse"
+        attention = "shift for the worse"
     elif newest_change is not None and newest_change < -tol_pct:
         attention = "better than tolerance"
     elif base is None:

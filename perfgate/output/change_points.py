@@ -1,4 +1,4 @@
-"""`perfgate history --change-points`: the steps found in each case's history, as text."""
+"""`perfgate history --change-points`: the level shifts found in each case's history, as text."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from perfgate.output.text import text_table, value_format
 
 
 def change_point_lines(history: Any, *, min_change: float, unplaced: list[Any] = ()) -> list[str]:
-    """Per case with a step: where (commit, run, file), the level before and after, the change and
+    """Per case with a level shift: where (commit, run, file), the level before and after, the change and
     whether it was accepted; then how many cases had none and how many were too short to tell."""
     m = history.metric
     short = [s for s in history.series if len(s.points) < 2 * MIN_SIZE]
     with_steps = [s for s in history.series if s.change_points]
     lines = [
         "",
-        f"change points of {m.name} (PELT on log values, BIC penalty from the series' own noise; steps of at "
+        f"change points of {m.name} (PELT on log values, BIC penalty from the series' own noise; shifts of at "
         f"least {min_change:.0%}, each level at least {MIN_SIZE} runs):",
     ]
     rows = []
@@ -57,7 +57,7 @@ def case_id(name: str) -> str:
 
 
 def bisect_ranges(history: Any) -> list[dict[str, Any]]:
-    """Per unaccepted step for the worse: the last commit at the old level (good), the first at the
+    """Per unaccepted shift for the worse: the last commit at the old level (good), the first at the
     new one (bad), the case and the device; only where both runs name a commit and the two differ."""
     out = []
     for s in history.series:
@@ -86,11 +86,11 @@ def bisect_ranges(history: Any) -> list[dict[str, Any]]:
 
 
 def bisect_lines(history: Any) -> list[str]:
-    """The `perfgate bisect` command for each step for the worse, with its commit range."""
+    """The `perfgate bisect` command for each shift for the worse, with its commit range."""
     ranges = bisect_ranges(history)
     if not ranges:
         return []
-    lines = ["", "to find the commit that made a step (git bisect on A/B verdicts, on a machine like the run's):"]
+    lines = ["", "to find the commit that made a shift (git bisect on A/B verdicts, on a machine like the run's):"]
     for r in ranges:
         on = f" on {r['branch']}" if r["branch"] else ""
         lines.append(

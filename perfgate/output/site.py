@@ -1,10 +1,10 @@
 """`perfgate report --site DIR`: the history dashboard as static pages, pure (returns {path: html}).
 
 index.html: every case on every machine, what needs attention first (a failing verdict of the
-newest run, a newest level beyond the tolerance, an unaccepted step for the worse), each headed by
+newest run, a newest level beyond the tolerance, an unaccepted shift for the worse), each headed by
 the figure that gates it (instructions per step on a CPU that counted them, milliseconds beside;
 the median ms on a GPU, GPU busy time and kernel launches beside where recorded) with its change from the baseline;
-then the steps for the worse with their bisect command and the newest run per machine.
+then the shifts for the worse with their bisect command and the newest run per machine.
 m/<model>.html: the optimisation history (each variant's speedup over eager in the newest run), then
 one chart per model group (machine, size, options) with its variants together, in percent change
 from each variant's baseline, the tolerance band and the baselines' measured noise on the axis,
