@@ -29,7 +29,7 @@ import torch
 
 from perfgate.measure.memory import MemoryTracker, PeakMemory
 from perfgate.measure.rounds import gc_paused, timed_rounds
-from perfgate.measure.stats import StopRule, summarize
+from perfgate.measure.stats import StopRule, TimingSummary, summarize
 
 
 class CpuTimer:
@@ -143,7 +143,7 @@ class Measurement:
     output: Any = field(default=None, repr=False)
 
     @property
-    def summary(self) -> dict[str, float]:
+    def summary(self) -> TimingSummary:
         return summarize(self.samples_ms)
 
 
