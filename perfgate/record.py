@@ -260,7 +260,7 @@ class CaseRecord:
     energy_j_per_step: float | None = _f(None, history=("energy per step", "lower"), unit="J")
     energy_j_per_frame: float | None = _f(None, history=("energy per frame", "lower"), unit="J")
     frames_per_j: float | None = _f(None, history=("frames per joule", "higher"), unit="frames/J")
-    energy: dict[str, Any] | None = _f()  # the window: source, joules, window_s, steps, error_bound_pct
+    energy: EnergyWindow | None = _f()
     energy_skipped: str | None = _f()
     # FLOPs and the roofline.
     gflop_per_step: float | None = _f()
@@ -439,24 +439,26 @@ def _plan(cls: type) -> _Plan:
 
 
 def _decode(block: type[RecordBlock], table: bool, value: Any) -> Any:
-    """`value` as read from a file as its field's block (or table of blocks), or _UNREADABLE."""
-    if value is None:
-        return None
+    """`value` as read from a file as its field's block (or table of blocks), or _UNREADABLE. A block
+    given already (a producer's fields) is taken as it is."""
+    if value is None or isinstance(value, block):
+        return value
     try:
         if not table:
             return block.from_json(value) if isinstance(value, Mapping) else _UNREADABLE
-        if isinstance(value, Mapping) and all(isinstance(v, Mapping) for v in value.values()):
-            return {k: block.from_json(v) for k, v in value.items()}
+        if isinstance(value, Mapping) and all(isinstance(v, (Mapping, block)) for v in value.values()):
+            return {k: v if isinstance(v, block) else block.from_json(v) for k, v in value.items()}
     except TypeError:  # a block without one of its fields: not perfgate's
         pass
     return _UNREADABLE
 
 
-def _encode(value: Any) -> Any:
+def as_json(value: object) -> Any:
+    """A field's value as the files hold it: a block (or a table of them) as its JSON object."""
     if isinstance(value, RecordBlock):
         return value.to_json()
     if isinstance(value, dict) and any(isinstance(v, RecordBlock) for v in value.values()):
-        return {k: _encode(v) for k, v in value.items()}
+        return {k: as_json(v) for k, v in value.items()}
     return value
 
 
@@ -493,7 +495,7 @@ def _write(obj: object, extra: Mapping[str, Any], written: tuple[str, ...] | Non
             *(k for k, (f, _, _) in plan.items() if k not in written and getattr(obj, f.name) is not None),
         ]
     out = {
-        k: extra[k] if k in extra else _encode(getattr(obj, plan[k][0].name)) for k in keys if k in plan or k in extra
+        k: extra[k] if k in extra else as_json(getattr(obj, plan[k][0].name)) for k in keys if k in plan or k in extra
     }
     return {**out, **{k: v for k, v in extra.items() if k not in out}}
 
