@@ -296,7 +296,7 @@ class CaseRecord:
     # Telemetry summary (sampler's own schema) and reliability.
     telemetry: dict[str, Any] | None = _f()
     contention_cores: float | None = _f()
-    throttle: dict[str, Any] | None = _f()  # GPU: rounds dropped as throttled, why, how many remain
+    throttle: ThrottledRounds | None = _f()  # GPU: rounds dropped as throttled, why, how many remain
     unreliable: str | None = _f()
     # In-run comparisons and the gate's bookkeeping.
     speedup: float | None = _f(None, history=("speedup over eager baseline", "higher"), unit="x")

@@ -82,12 +82,12 @@ def unreliable_reason(record: CaseRecord, settings: GateSettings) -> str | None:
         )
     if record.telemetry:
         problems.append(telemetry_reason(record.telemetry, clocks=record.throttle is None))
-    throttle = record.throttle or {}
-    if throttle.get("too_few"):
+    throttle = record.throttle
+    if throttle is not None and throttle.too_few:
         problems.append(
-            f"{throttle['dropped']} of {throttle['dropped'] + throttle['kept']} rounds ran throttled "
-            f"({', '.join(f'{k} {v}x' for k, v in throttle.get('reasons', {}).items())}); "
-            f"only {throttle['kept']} clean rounds remain: timings are not trustworthy"
+            f"{throttle.dropped} of {throttle.dropped + throttle.kept} rounds ran throttled "
+            f"({', '.join(f'{k} {v}x' for k, v in throttle.reasons.items())}); "
+            f"only {throttle.kept} clean rounds remain: timings are not trustworthy"
         )
     return "; ".join(p for p in problems if p) or None
 

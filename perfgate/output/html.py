@@ -138,11 +138,11 @@ def _energy_notes(r: Any) -> list[dict[str, str]]:
 
 def _throttle_notes(r: Any) -> list[dict[str, str]]:
     """GPU: how many timed rounds were dropped as throttled (perfgate.measure.throttle), why on hover."""
-    t = r.throttle or {}
-    if not t.get("dropped"):
+    t = r.throttle
+    if t is None or not t.dropped:
         return []
-    why = ", ".join(f"{k} {v}x" for k, v in (t.get("reasons") or {}).items())
-    return [{"text": f"{t['dropped']} throttled round(s) dropped", "title": why, "badge": "muted"}]
+    why = ", ".join(f"{k} {v}x" for k, v in t.reasons.items())
+    return [{"text": f"{t.dropped} throttled round(s) dropped", "title": why, "badge": "muted"}]
 
 
 def optimisation_rows(entries: Sequence[Entry]) -> list[dict[str, Any]]:
