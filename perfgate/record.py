@@ -268,7 +268,7 @@ class CaseRecord:
     peak_tflops: float | None = _f()
     peak_dtype: str | None = _f()
     peak_share: float | None = _f()
-    peak_basis: dict[str, Any] | None = _f()
+    peak_basis: dict[str, PeakBasis] | None = _f()  # by op family ("linear", "bmm", "conv")
     peak_note: str | None = _f()
     attention_gflop: float | None = _f()
     flops_method: str | None = _f()
