@@ -276,7 +276,7 @@ class CaseRecord:
     # Counts (perfgate.counts): instructions of a window of steps under callgrind (CPU), aten op
     # calls and CUDA kernel launches per step (torch profiler); or why a case has none.
     instructions_per_step: float | None = _f(None, history=("instructions per step (callgrind)", "lower"))
-    instructions: dict[str, Any] | None = _f()  # total, steps, valgrind, virtual_cpu, key, repeat, spread_pct
+    instructions: InstructionCount | None = _f()
     instructions_skipped: str | None = _f()
     instructions_functions: dict[str, list[int]] | None = _f()  # {function: [self, inclusive]} of the window
     aten_ops_per_step: dict[str, float] | None = _f()
