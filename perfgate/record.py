@@ -294,7 +294,7 @@ class CaseRecord:
     # spread between its passes, the passes, and the smallest change the gate can tell from it.
     pass_noise: dict[str, Any] | None = _f()
     # Telemetry summary (sampler's own schema) and reliability.
-    telemetry: dict[str, Any] | None = _f()
+    telemetry: Telemetry | None = _f()
     contention_cores: float | None = _f()
     throttle: ThrottledRounds | None = _f()  # GPU: rounds dropped as throttled, why, how many remain
     unreliable: str | None = _f()

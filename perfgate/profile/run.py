@@ -186,7 +186,7 @@ def profile_point(
         "benchmark": benchmark_section(rec),
         "flops": flops_section(rec, built),
         "flops_error": rec.flops_error,
-        "telemetry": rec.telemetry,
+        "telemetry": as_json(rec.telemetry),
         "telemetry_timeline": result.timeline,
         "unreliable": rec.unreliable,
     }

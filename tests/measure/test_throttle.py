@@ -15,7 +15,7 @@ from perfgate.gate.settings import GateSettings
 from perfgate.measure.core import measure
 from perfgate.measure.stats import StopRule
 from perfgate.measure.throttle import ClockProbe, ThrottleRule, open_probe
-from perfgate.record import CaseRecord, ThrottledRounds
+from perfgate.record import CaseRecord, MinMeanMax, Telemetry, TelemetryGpu, ThrottledRounds
 from tests.fake_nvml_sim import FakeNvml, SimClock
 
 FAST = ThrottleRule(recovery_delay_s=0.0)  # no real pause in tests; the default is nvbench's 50 ms
@@ -102,17 +102,17 @@ def _rounds(*, dropped: int, kept: int) -> ThrottledRounds:
 
 
 def test_checked_rounds_make_the_samplers_clock_shares_moot_but_not_other_processes():
-    telemetry = {
-        "clock_events": {"hw_slowdown": 0.5},
-        "gpu": {"max_sm_clock_mhz": 2000.0},
-        "busy_sm_clock_mhz": {"mean": 1000.0},
-        "gpu_other_processes_max": 0,
-    }
+    telemetry = Telemetry(
+        clock_events={"hw_slowdown": 0.5},
+        gpu=TelemetryGpu(max_sm_clock_mhz=2000.0),
+        busy_sm_clock_mhz=MinMeanMax(min=900.0, mean=1000.0, max=1100.0),
+        gpu_other_processes_max=0,
+    )
     unchecked = CaseRecord(device="cuda:0", samples_ms=[1.0], telemetry=telemetry)
     assert "GPU clocks were slowed" in unreliable_reason(unchecked, GateSettings())
     checked = CaseRecord(device="cuda:0", samples_ms=[1.0], telemetry=telemetry, throttle=_rounds(dropped=4, kept=30))
     assert unreliable_reason(checked, GateSettings()) is None
-    checked = replace(checked, telemetry={**telemetry, "gpu_other_processes_max": 2})
+    checked = replace(checked, telemetry=replace(telemetry, gpu_other_processes_max=2))
     assert (
         unreliable_reason(checked, GateSettings())
         == "2 other process(es) computed on the GPU: timings are not trustworthy"
