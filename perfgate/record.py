@@ -293,7 +293,7 @@ class CaseRecord:
     # The noise the record was taken with (perfgate.gate.detectable): per metric the relative
     # spread between its passes, the passes, and the smallest change the gate can tell from it.
     pass_noise: dict[str, Any] | None = _f()
-    # Telemetry summary (sampler's own schema) and reliability.
+    # Telemetry summary and reliability.
     telemetry: Telemetry | None = _f()
     contention_cores: float | None = _f()
     throttle: ThrottledRounds | None = _f()  # GPU: rounds dropped as throttled, why, how many remain

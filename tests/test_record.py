@@ -11,11 +11,13 @@ import pytest
 
 from perfgate.record import (
     CaseRecord,
+    EnergyWindow,
     InstructionCount,
     MinMeanMax,
     PeakBasis,
     Telemetry,
     TelemetryGpu,
+    ThrottledRounds,
     speedup,
     speedup_basis,
 )
@@ -84,6 +86,27 @@ def test_every_committed_result_file_round_trips_through_the_record(path: Path) 
         assert out == info, b.name
         in_field_order = sorted(info, key=lambda k: _KEY_ORDER.get(k, len(_KEY_ORDER)))
         assert json.dumps(out) == json.dumps({k: info[k] for k in in_field_order}), b.name
+
+
+def test_the_committed_files_read_as_typed_blocks() -> None:
+    records = [b.record for path in RESULT_FILES for b in benchmarks(read_benchmark_json(path))]
+    assert any(isinstance(r.energy, EnergyWindow) and r.energy.error_bound_pct > 0 for r in records)
+    assert any(isinstance(r.throttle, ThrottledRounds) and r.throttle.kept > 0 for r in records)
+    assert any(r.peak_basis and all(isinstance(p, PeakBasis) for p in r.peak_basis.values()) for r in records)
+    tel = [r.telemetry for r in records if r.telemetry is not None]
+    assert tel and all(isinstance(t, Telemetry) and not t.extra for t in tel)
+    assert any(t.gpu is not None and t.gpu.max_sm_clock_mhz for t in tel)
+    assert all(isinstance(m, MinMeanMax) for t in tel for m in (t.metrics or {}).values())
+    assert not any(k in r.extra for r in records for k in ("energy", "throttle", "peak_basis", "telemetry"))
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "baselines" / "counts").glob("*.json")), ids=lambda p: p.name)
+def test_the_portable_count_baselines_round_trip_through_the_record(path: Path) -> None:
+    """baselines/counts/<key>.json keeps each case's count fields as the record writes them."""
+    for entry in json.loads(path.read_text())["cases"].values():
+        rec = CaseRecord.from_extra_info(entry)
+        assert isinstance(rec.instructions, InstructionCount) and rec.instructions.key and not rec.extra
+        assert json.dumps({k: v for k, v in rec.to_extra_info().items() if k in entry}) == json.dumps(entry)
 
 
 def test_a_block_keeps_what_it_was_read_with() -> None:
