@@ -5,19 +5,27 @@ that are set (a CPU run has no CUDA figure, an eager case no compile keys), `fro
 reads any file perfgate ever wrote, keeping keys it does not know in `extra`. The lists other
 modules used to keep by hand (the keys a smoke run must record, the metrics `perfgate history`
 offers, the per-rank figures that are no metrics) derive from the fields' metadata here.
+
+The record's JSON objects (the energy window, the throttled rounds, the roofline's peaks, the
+instruction count, the telemetry summary) are small typed blocks (`RecordBlock`), read and written
+by the same rules as the record itself: a field's type says whether its value is a block (or a
+table of blocks), `_f`'s metadata whether a None is written, keys a block does not know stay in
+its `extra`, and a block read from a file writes back the keys the file held, in its order.
 """
 
 from __future__ import annotations
 
 import math
+import types
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, field, fields
-from typing import Any
+from dataclasses import MISSING, Field, dataclass, field, fields
+from typing import Any, Self, Union, get_args, get_origin, get_type_hints
 
 # Field metadata: required (every measured case records it: the smoke check asks for these),
 # always (written even when None: the runner sets it for every case), history (label, better:
 # "lower" or "higher") for the metrics `perfgate history` and the report offer, unit where the
-# name cannot say it.
+# name cannot say it, key (the files' key, where it is not the field's name), with (a block's
+# field written, None too, whenever the named field is set: a pair the producer writes together).
 
 
 def _f(
@@ -28,10 +36,13 @@ def _f(
     history: tuple[str, str] | None = None,
     unit: str | None = None,
     key: str | None = None,
+    with_: str | None = None,
 ) -> Any:
     meta: dict[str, Any] = {"required": required, "always": always or required}
     if key is not None:
         meta["key"] = key  # the result files' key, where it is not the field's name
+    if with_ is not None:
+        meta["with"] = with_
     if history:
         meta["history"] = history
     if unit is not None:
@@ -39,6 +50,146 @@ def _f(
     if isinstance(default, (dict, list)):
         return field(default_factory=lambda: type(default)(default), metadata=meta)
     return field(default=default, metadata=meta)
+
+
+# --- the record's JSON objects, typed ------------------------------------------------------------
+
+_UNREADABLE = object()  # a value whose shape is not its field's type: kept as read, in `extra`
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecordBlock:
+    """A JSON object inside a record, typed. `extra`: keys this version does not know, kept as they
+    were; `written`: the keys of the object a file held, in its order (None: built here; then the
+    fields' metadata decide, as for the record), not compared: a block read back from a file equals
+    the one that was written."""
+
+    extra: dict[str, Any] = field(default_factory=dict)
+    written: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> Self:
+        known, extra = _read(cls, obj)
+        return cls(**known, extra=extra, written=tuple(obj))
+
+    def to_json(self) -> dict[str, Any]:
+        return _write(self, self.extra, self.written)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnergyWindow(RecordBlock):
+    """The energy counter's window after the timed rounds (`CaseRecord.energy`, perfgate.measure.energy):
+    its source ("nvml" or "rapl"), the joules over `window_s` seconds and `steps` steps, and the
+    error bound of the per-step figure (one step over the steps in the window, in %)."""
+
+    source: str
+    joules: float
+    window_s: float
+    steps: int
+    error_bound_pct: float
+
+    @property
+    def j_per_step(self) -> float:
+        return self.joules / self.steps
+
+
+@dataclass(frozen=True, kw_only=True)
+class ThrottledRounds(RecordBlock):
+    """The timed rounds a GPU ran throttled (`CaseRecord.throttle`, perfgate.measure.throttle): how
+    many were dropped and kept, the clock-event reasons with their round counts, whether too few
+    clean rounds remain, and the rule (the SM clock's least share of its maximum, the pause after
+    a throttled round in seconds)."""
+
+    dropped: int
+    kept: int
+    reasons: dict[str, int]
+    too_few: bool
+    clock_ratio_min: float
+    recovery_delay_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class PeakBasis(RecordBlock):
+    """One family of the step's ops in the roofline (`CaseRecord.peak_basis`, by family; perfgate.cases.flops):
+    its GFLOP per step and the peak measured for it: TFLOP/s, dtype, op family, the problem timed,
+    its best time of one call in seconds, the device, and whether fp32 ran as TF32 (None where that
+    does not apply; written as null)."""
+
+    gflop: float
+    tflops: float
+    dtype: str
+    op: str
+    shape: str
+    seconds: float
+    device: str
+    tf32: bool | None = _f(None, always=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class InstructionCount(RecordBlock):
+    """The callgrind window behind `instructions_per_step` (`CaseRecord.instructions`, perfgate.counts):
+    instructions in `steps` steps, the valgrind version, the virtual CPU and the count key (counts
+    compare only under one key), the count pass's cases, wall seconds and processes; for a suspect
+    recounted in a second process its count per step and the spread between the two in % (or why
+    it was not recounted). Every field may be missing from a file's block: None."""
+
+    total: int | None = None
+    steps: int | None = None
+    valgrind: str | None = _f(None, always=True)
+    virtual_cpu: dict[str, Any] | None = None
+    key: str | None = None
+    pass_cases: int | None = None
+    pass_wall_s: float | None = None
+    pass_processes: int | None = None
+    repeat_per_step: float | None = None
+    spread_pct: float | None = None
+    repeat_error: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class MinMeanMax(RecordBlock):
+    """One telemetry metric over the samples (its unit is in the metric's name: `_pct`, `_mhz`, `_mib`)."""
+
+    min: float
+    mean: float
+    max: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class TelemetryGpu(RecordBlock):
+    """The GPU the telemetry sampler read through NVML (`Telemetry.gpu`): None where a figure could
+    not be read (the reason is in `unsupported`, by figure)."""
+
+    index: int | None = _f(None, always=True)
+    name: str | None = _f(None, always=True)
+    max_sm_clock_mhz: float | None = _f(None, always=True)
+    total_mem_mib: float | None = _f(None, always=True)
+    unsupported: dict[str, str] | None = _f(None, always=True)
+    n_samples: int | None = _f(None, always=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Telemetry(RecordBlock):
+    """The telemetry sampler's summary while the case was timed (`CaseRecord.telemetry`,
+    perfgate.measure.telemetry): the sampling interval in seconds, the samples taken, the source
+    ("psutil" or "nvml+psutil") and each metric's min / mean / max. On a CUDA device also the GPU
+    read (or why none could be: `gpu_unavailable`, the two written together); where the GPU
+    reported clock-event masks, each reason's share of them, the busy samples and the SM clock
+    while busy; the most other processes seen computing on the GPU."""
+
+    interval_s: float | None = None
+    n_samples: int | None = None
+    source: str | None = None
+    metrics: dict[str, MinMeanMax] | None = None
+    gpu: TelemetryGpu | None = _f(None, with_="gpu_unavailable")
+    gpu_unavailable: str | None = _f(None, with_="gpu")
+    clock_events: dict[str, float] | None = None
+    busy_samples: int | None = None
+    busy_sm_clock_mhz: MinMeanMax | None = None
+    gpu_other_processes_max: int | None = None
+
+    def metric(self, name: str) -> MinMeanMax | None:
+        return (self.metrics or {}).get(name)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,7 +260,7 @@ class CaseRecord:
     energy_j_per_step: float | None = _f(None, history=("energy per step", "lower"), unit="J")
     energy_j_per_frame: float | None = _f(None, history=("energy per frame", "lower"), unit="J")
     frames_per_j: float | None = _f(None, history=("frames per joule", "higher"), unit="frames/J")
-    energy: dict[str, Any] | None = _f()  # the window: source, joules, window_s, steps, error_bound_pct
+    energy: EnergyWindow | None = _f()
     energy_skipped: str | None = _f()
     # FLOPs and the roofline.
     gflop_per_step: float | None = _f()
@@ -117,7 +268,7 @@ class CaseRecord:
     peak_tflops: float | None = _f()
     peak_dtype: str | None = _f()
     peak_share: float | None = _f()
-    peak_basis: dict[str, Any] | None = _f()
+    peak_basis: dict[str, PeakBasis] | None = _f()  # by op family ("linear", "bmm", "conv")
     peak_note: str | None = _f()
     attention_gflop: float | None = _f()
     flops_method: str | None = _f()
@@ -125,7 +276,7 @@ class CaseRecord:
     # Counts (perfgate.counts): instructions of a window of steps under callgrind (CPU), aten op
     # calls and CUDA kernel launches per step (torch profiler); or why a case has none.
     instructions_per_step: float | None = _f(None, history=("instructions per step (callgrind)", "lower"))
-    instructions: dict[str, Any] | None = _f()  # total, steps, valgrind, virtual_cpu, key, repeat, spread_pct
+    instructions: InstructionCount | None = _f()
     instructions_skipped: str | None = _f()
     instructions_functions: dict[str, list[int]] | None = _f()  # {function: [self, inclusive]} of the window
     aten_ops_per_step: dict[str, float] | None = _f()
@@ -142,10 +293,10 @@ class CaseRecord:
     # The noise the record was taken with (perfgate.gate.detectable): per metric the relative
     # spread between its passes, the passes, and the smallest change the gate can tell from it.
     pass_noise: dict[str, Any] | None = _f()
-    # Telemetry summary (sampler's own schema) and reliability.
-    telemetry: dict[str, Any] | None = _f()
+    # Telemetry summary and reliability.
+    telemetry: Telemetry | None = _f()
     contention_cores: float | None = _f()
-    throttle: dict[str, Any] | None = _f()  # GPU: rounds dropped as throttled, why, how many remain
+    throttle: ThrottledRounds | None = _f()  # GPU: rounds dropped as throttled, why, how many remain
     unreliable: str | None = _f()
     # In-run comparisons and the gate's bookkeeping.
     speedup: float | None = _f(None, history=("speedup over eager baseline", "higher"), unit="x")
@@ -179,22 +330,12 @@ class CaseRecord:
 
     @classmethod
     def from_extra_info(cls, info: Mapping[str, Any]) -> CaseRecord:
-        return cls(
-            **{_FIELD_OF_KEY[k]: v for k, v in info.items() if k in _FIELD_OF_KEY},
-            extra={k: v for k, v in info.items() if k not in _FIELD_OF_KEY},
-        )
+        known, extra = _read(cls, info)
+        return cls(**known, extra=extra)
 
     def to_extra_info(self) -> dict[str, Any]:
         """The keys that are set, in field order, then the unknown ones."""
-        out: dict[str, Any] = {}
-        for f in fields(self):
-            if f.name == "extra":
-                continue
-            value = getattr(self, f.name)
-            if value is None and not f.metadata.get("always"):
-                continue
-            out[f.metadata.get("key", f.name)] = value
-        return {**out, **self.extra}
+        return _write(self, self.extra, None)
 
     @property
     def throughput_primary(self) -> float | None:
@@ -267,6 +408,96 @@ class Straggler:
 
     def to_json(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+# --- reading and writing the record and its blocks: one mechanism ------------------------------------
+
+
+_Plan = dict[str, tuple[Field[Any], type["RecordBlock"] | None, bool]]
+_PLANS: dict[type, _Plan] = {}
+
+
+def _plan(cls: type) -> _Plan:
+    """A record's or block's file keys -> (field, block type, whether a table of them by name):
+    from the fields' types (`EnergyWindow | None`, `dict[str, PeakBasis] | None`)."""
+    if cls in _PLANS:
+        return _PLANS[cls]
+    hints = get_type_hints(cls)
+    out = {}
+    for f in fields(cls):
+        if f.name in ("extra", "written"):
+            continue
+        t = hints[f.name]
+        if get_origin(t) in (Union, types.UnionType):
+            t = next((a for a in get_args(t) if a is not type(None)), t)
+        table = get_origin(t) is dict
+        inner = get_args(t)[1] if table and len(get_args(t)) == 2 else t
+        block = inner if isinstance(inner, type) and issubclass(inner, RecordBlock) else None
+        out[f.metadata.get("key", f.name)] = (f, block, table)
+    _PLANS[cls] = out
+    return out
+
+
+def _decode(block: type[RecordBlock], table: bool, value: Any) -> Any:
+    """`value` as read from a file as its field's block (or table of blocks), or _UNREADABLE. A block
+    given already (a producer's fields) is taken as it is."""
+    if value is None or isinstance(value, block):
+        return value
+    try:
+        if not table:
+            return block.from_json(value) if isinstance(value, Mapping) else _UNREADABLE
+        if isinstance(value, Mapping) and all(isinstance(v, (Mapping, block)) for v in value.values()):
+            return {k: v if isinstance(v, block) else block.from_json(v) for k, v in value.items()}
+    except TypeError:  # a block without one of its fields: not perfgate's
+        pass
+    return _UNREADABLE
+
+
+def as_json(value: object) -> Any:
+    """A field's value as the files hold it: a block (or a table of them) as its JSON object."""
+    if isinstance(value, RecordBlock):
+        return value.to_json()
+    if isinstance(value, dict) and any(isinstance(v, RecordBlock) for v in value.values()):
+        return {k: as_json(v) for k, v in value.items()}
+    return value
+
+
+def _read(cls: type, obj: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A JSON object's fields by name (blocks read as their type) and the keys `cls` does not know,
+    or whose value does not have its field's shape (those kept as they were)."""
+    plan, known, extra = _plan(cls), {}, {}
+    for k, v in obj.items():
+        f, block, table = plan.get(k, (None, None, False))
+        value = v if f is None or block is None else _decode(block, table, v)
+        if f is None or value is _UNREADABLE:
+            extra[k] = v
+        else:
+            known[f.name] = value
+    return known, extra
+
+
+def _write(obj: object, extra: Mapping[str, Any], written: tuple[str, ...] | None) -> dict[str, Any]:
+    """A record's or block's JSON object: the keys a file held in its order (`written`) and any
+    field set since, or (built here) the fields that are set or `always` written, in field order;
+    then the keys it did not know."""
+    plan = _plan(type(obj))
+
+    def wanted(f: Field[Any]) -> bool:
+        if getattr(obj, f.name) is not None or f.metadata.get("always"):
+            return True
+        return "with" in f.metadata and getattr(obj, f.metadata["with"]) is not None
+
+    if written is None:
+        keys = [k for k, (f, _, _) in plan.items() if wanted(f)]
+    else:
+        keys = [
+            *written,
+            *(k for k, (f, _, _) in plan.items() if k not in written and getattr(obj, f.name) is not None),
+        ]
+    out = {
+        k: extra[k] if k in extra else as_json(getattr(obj, plan[k][0].name)) for k in keys if k in plan or k in extra
+    }
+    return {**out, **{k: v for k, v in extra.items() if k not in out}}
 
 
 # The result files' keys of the record's fields (a field's name unless its metadata names the key).

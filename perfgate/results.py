@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfgate.record import CaseRecord, RankBlock
+from perfgate.record import CaseRecord, RankBlock, as_json
 
 
 class ResultFileError(Exception):
@@ -219,7 +219,7 @@ class Benchmark:
         """A record field or a figure inside one ('throughput.frames', 'telemetry.metrics.x.mean');
         keys the record does not know are looked up in its `extra`. None when absent."""
         head, *rest = dotted.split(".")
-        value: Any = getattr(self.record, head) if head in _RECORD_FIELDS else self.record.extra.get(head)
+        value: Any = as_json(getattr(self.record, head)) if head in _RECORD_FIELDS else self.record.extra.get(head)
         for part in rest:
             if not isinstance(value, Mapping) or part not in value:
                 return None

@@ -236,11 +236,11 @@ KEY_READ_EXCEPTIONS = {
     "perfgate/output/html.py": 3,  # the profile section's rows and a record's peak_basis table
     # The interleaved A/B worker's per-round lines (ab.interleave), a protocol of their own.
     "perfgate/ab/verdicts.py": 6,
-    # The portable instruction-count file and the [tool.perfgate.counts] table.
-    "perfgate/counts/suite.py": 6,
+    # The [tool.perfgate.counts] table (its `instructions` globs and `ops`).
+    "perfgate/counts/suite.py": 2,
     "perfgate/counts/worker.py": 1,  # a Case sent to the valgrind process
-    # A record's dict fields read inside: the pooled re-measurement, the telemetry summary.
-    "perfgate/gate/decide.py": 4,
+    # A record's dict field read inside: the pooled re-measurement.
+    "perfgate/gate/decide.py": 3,
     # The gate-quality experiment's own --json report and rows.
     "perfgate/quality/experiment.py": 5,
     "perfgate/commands/gate_quality.py": 3,

@@ -129,8 +129,8 @@ class CountsAB:
 def _pass_s(contents: Mapping[str, Any]) -> float | None:
     """The count pass's wall time as the counted cases' blocks recorded it (pass_wall_s)."""
     for entry in (contents.get("cases") or {}).values():
-        block = CaseRecord(**entry).instructions
-        seconds = block.get("pass_wall_s") if isinstance(block, Mapping) else None
+        block = CaseRecord.from_extra_info(entry).instructions
+        seconds = block.pass_wall_s if block else None
         if isinstance(seconds, (int, float)):
             return float(seconds)
     return None

@@ -25,11 +25,13 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
+
+from perfgate.record import PeakBasis
 
 SHORT = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
@@ -150,8 +152,18 @@ class Peak:
     device: str
     tf32: bool | None = None  # fp32 on CUDA: whether this family ran with TF32
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def basis(self, gflop: float) -> PeakBasis:
+        """The record's roofline entry for a family doing `gflop` per step at this peak."""
+        return PeakBasis(
+            gflop=gflop,
+            tflops=self.tflops,
+            dtype=self.dtype,
+            op=self.op,
+            shape=self.shape,
+            seconds=self.seconds,
+            device=self.device,
+            tf32=self.tf32,
+        )
 
 
 _PEAKS: dict[tuple[str, torch.dtype, str, bool | None], Peak] = {}
@@ -309,7 +321,7 @@ def roofline(count: FlopCount, median_ms: float, peaks: Mapping[str, Peak] | str
     ideal_s = sum(n / (peaks[c].tflops * 1e12) for c, n in by_class.items())
     share = ideal_s / seconds
     label = "+".join(sorted({peaks[c].dtype + (" tf32" if peaks[c].tf32 else "") for c in by_class}))
-    basis = {c: {"gflop": n / 1e9, **peaks[c].as_dict()} for c, n in by_class.items()}
+    basis = {c: peaks[c].basis(n / 1e9) for c, n in by_class.items()}
     if share > 1.0:
         # A peak timed while the machine was busy, or kernels faster than the peak's problem (a
         # conv1d path beside the conv2d timed): the peak does not bound this step, so no share.

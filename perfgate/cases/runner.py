@@ -31,7 +31,7 @@ from perfgate.measure import energy, telemetry, throttle
 from perfgate.measure.core import Measurement, StopRule, WarmupRule, measure, reference_step
 from perfgate.measure.device import bind
 from perfgate.measure.stats import ratios, tail_note
-from perfgate.record import CaseRecord
+from perfgate.record import CaseRecord, Telemetry
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -250,9 +250,7 @@ def measure_sampled(
     return m, sampler
 
 
-def case_record(
-    built: BuiltCase, m: Measurement, opts: RunOptions, telemetry_summary: dict[str, Any] | None
-) -> CaseRecord:
+def case_record(built: BuiltCase, m: Measurement, opts: RunOptions, telemetry_summary: Telemetry | None) -> CaseRecord:
     """The typed record of one measurement: what ran, timings, memory, accuracy, throughput, FLOPs."""
     case, wl, conv, device, variant = built.case, built.workload, built.converted, built.device, built.variant
     tol = tolerance_for(case.variant, opts.tolerances)

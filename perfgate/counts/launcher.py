@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.measure import callgrind
+from perfgate.record import InstructionCount
 
 STEPS = 10  # at least 10: an every-Nth slowdown must not fall between the counted steps
 # Python 3.11 quickens a code object after 8 calls: a window after fewer warm-up steps counts the
@@ -138,19 +139,19 @@ class CountPass:
     def key(self) -> str:
         return key(self.virtual_cpu, self.torch, self.python, self.valgrind)
 
-    def block(self, case: str) -> dict[str, Any]:
+    def block(self, case: str) -> InstructionCount:
         """The record's `instructions` block for one counted case."""
         c = self.counts[case]
-        return {
-            "total": c.instructions,
-            "steps": c.steps,
-            "valgrind": self.valgrind,
-            "virtual_cpu": self.virtual_cpu,
-            "key": self.key,
-            "pass_cases": len(self.counts) + len(self.errors),
-            "pass_wall_s": round(self.wall_s, 1),
-            "pass_processes": self.processes,
-        }
+        return InstructionCount(
+            total=c.instructions,
+            steps=c.steps,
+            valgrind=self.valgrind,
+            virtual_cpu=self.virtual_cpu,
+            key=self.key,
+            pass_cases=len(self.counts) + len(self.errors),
+            pass_wall_s=round(self.wall_s, 1),
+            pass_processes=self.processes,
+        )
 
 
 DIRECT_WORKER = "perfgate.counts.worker"  # counts the job's cases outside pytest

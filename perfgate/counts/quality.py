@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 from perfgate.gate.instructions import judge_instructions, spread
 from perfgate.gate.settings import GateSettings
 from perfgate.gate.verdicts import REGRESSION, UNCHANGED
-from perfgate.record import CaseRecord
+from perfgate.record import CaseRecord, InstructionCount
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -84,7 +84,7 @@ def plan(calibration: dict[str, dict[str, Any]], slowdowns: Sequence[str], targe
 
 
 def _record(entry: dict[str, Any]) -> CaseRecord:
-    return CaseRecord(instructions_per_step=entry["per_step"], instructions={"key": entry.get("key")})
+    return CaseRecord(instructions_per_step=entry["per_step"], instructions=InstructionCount(key=entry.get("key")))
 
 
 def judge(base: dict[str, Any], cur: dict[str, Any], tolerance: float) -> str:

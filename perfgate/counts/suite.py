@@ -36,7 +36,7 @@ from typing import Any
 
 from perfgate.counts import launcher as instr
 from perfgate.gate.instructions import judge_instructions, spread
-from perfgate.record import CaseRecord
+from perfgate.record import CaseRecord, InstructionCount, as_json
 
 TABLE = "counts"
 NO_COUNTS_ENV = "PERFGATE_NO_COUNTS"  # set: no instruction pass in this process (perfgate ab's later pairs)
@@ -207,13 +207,12 @@ def run_pass(
     portable = load_portable(ppath) if ppath else None
     suspects = []
     for c in cases:
-        f = fields.get(c.id)
-        if f is None:
+        if c.id not in first.counts:
             continue
         base = baseline_of(c.id)
         if base is None and portable:
-            base = (portable["cases"].get(c.id) or {}).get("instructions_per_step")
-        if base and abs(f["instructions_per_step"] / base - 1) > tolerance_of(c):
+            base = CaseRecord.from_extra_info(portable["cases"].get(c.id) or {}).instructions_per_step
+        if base and abs(first.counts[c.id].per_step / base - 1) > tolerance_of(c):
             suspects.append(c)
     say(
         f"perfgate: counted {len(first.counts)} case(s) in {first.wall_s:.0f} s"
@@ -231,13 +230,15 @@ def run_pass(
                 again_groups.append(g[: max(mine) + 1])
         second = instr.count_parallel(again_groups, out_dir=out_dir / "pass2", **kw)
         for c in suspects:
-            block = fields[c.id]["instructions"]
+            block = first.block(c.id)
             if c.id in second.counts:
                 again = second.counts[c.id].per_step
-                block["repeat_per_step"] = again
-                block["spread_pct"] = spread(fields[c.id]["instructions_per_step"], again) * 100
+                block = replace(
+                    block, repeat_per_step=again, spread_pct=spread(first.counts[c.id].per_step, again) * 100
+                )
             else:
-                block["repeat_error"] = second.errors.get(c.id, "not recounted")
+                block = replace(block, repeat_error=second.errors.get(c.id, "not recounted"))
+            fields[c.id] = {**fields[c.id], "instructions": block}
     return SessionCounts(
         config=config, fields=fields, skipped=skipped, portable=portable, portable_path=ppath, pass_=first
     )
@@ -291,7 +292,7 @@ def portable_record(counts: SessionCounts | None, case_id: str) -> CaseRecord | 
     entry = counts.portable["cases"].get(case_id)
     if not entry:
         return None
-    return CaseRecord(**{k: v for k, v in entry.items() if k in _PORTABLE_FIELDS})
+    return CaseRecord.from_extra_info({k: v for k, v in entry.items() if k in _PORTABLE_FIELDS})
 
 
 _PORTABLE_FIELDS = ("instructions_per_step", "instructions", "instructions_functions", "aten_ops_per_step")
@@ -334,7 +335,7 @@ def portable_content(
     for cid, rec in records.items():
         if rec.instructions_per_step is None:
             continue
-        merged[cid] = {k: getattr(rec, k) for k in _PORTABLE_FIELDS if getattr(rec, k) is not None}
+        merged[cid] = {k: as_json(getattr(rec, k)) for k in _PORTABLE_FIELDS if getattr(rec, k) is not None}
     return {
         "schema": 1,
         "key": key,
@@ -353,18 +354,22 @@ def portable_from_run(data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     info = RunInfo.from_json(data)
     fp = info.fingerprint or {}
     by_key: dict[str, dict[str, CaseRecord]] = {}
-    blocks: dict[str, Mapping[str, Any]] = {}
+    blocks: dict[str, InstructionCount] = {}
     for cid, rec in case_records(data).items():
-        block = rec.instructions if isinstance(rec.instructions, Mapping) else {}
-        k = block.get("key")
-        if rec.instructions_per_step is None or not isinstance(k, str):
+        block = rec.instructions
+        if rec.instructions_per_step is None or block is None or not isinstance(block.key, str):
             continue
-        by_key.setdefault(k, {})[cid] = rec
-        blocks.setdefault(k, block)
+        by_key.setdefault(block.key, {})[cid] = rec
+        blocks.setdefault(block.key, block)
     return {
         k: portable_content(
             k,
-            {**blocks[k], "torch": fp.get("torch"), "python": fp.get("python")},
+            {
+                "virtual_cpu": blocks[k].virtual_cpu,
+                "valgrind": blocks[k].valgrind,
+                "torch": fp.get("torch"),
+                "python": fp.get("python"),
+            },
             recs,
             host_cpu=str(fp.get("cpu_model") or "unknown"),
             commit=info.commit,

@@ -22,7 +22,7 @@ from perfgate.gate.settings import GateSettings
 from perfgate.gate.verdicts import BUDGET, INCONCLUSIVE, NO_BASELINE, REGRESSION, UNCHANGED, UNRELIABLE, Verdict
 from perfgate.measure.stats import TAIL_MIN_SAMPLES
 from perfgate.measure.telemetry import SLOWDOWN_REASONS
-from perfgate.record import CaseRecord
+from perfgate.record import CaseRecord, Telemetry
 
 # --- reliability --------------------------------------------------------------------------------
 
@@ -45,26 +45,24 @@ class TelemetryRule:
     other_gpu_processes_max: int = 0
 
 
-def telemetry_reason(
-    summary: Mapping[str, Any], rule: TelemetryRule = TelemetryRule(), *, clocks: bool = True
-) -> str | None:
-    """Why a measurement with this telemetry summary (the sampler's schema) is not trustworthy, or
-    None. `clocks=False`: the rounds were checked for throttling one by one (perfgate.measure.throttle), so
-    the sampler's clock shares say nothing about the samples kept."""
+def telemetry_reason(summary: Telemetry, rule: TelemetryRule = TelemetryRule(), *, clocks: bool = True) -> str | None:
+    """Why a measurement with this telemetry summary is not trustworthy, or None. `clocks=False`:
+    the rounds were checked for throttling one by one (perfgate.measure.throttle), so the sampler's
+    clock shares say nothing about the samples kept."""
     reasons = []
-    events = (summary.get("clock_events") or {}) if clocks else {}
+    events = (summary.clock_events or {}) if clocks else {}
     slow = {r: events[r] for r in SLOWDOWN_REASONS if events.get(r, 0.0) > rule.slowdown_share_max}
     if slow:
         listed = ", ".join(f"{r} in {share:.0%} of samples" for r, share in slow.items())
         reasons.append(f"GPU clocks were slowed ({listed})")
-    gpu = summary.get("gpu") or {}
-    busy_clock, max_clock = (summary.get("busy_sm_clock_mhz") or {}).get("mean"), gpu.get("max_sm_clock_mhz")
+    busy_clock = summary.busy_sm_clock_mhz.mean if summary.busy_sm_clock_mhz else None
+    max_clock = summary.gpu.max_sm_clock_mhz if summary.gpu else None
     if clocks and busy_clock and max_clock and busy_clock < rule.clock_ratio_min * max_clock:
         reasons.append(
             f"mean SM clock while busy {busy_clock:.0f} MHz is {busy_clock / max_clock:.0%} of the maximum "
             f"{max_clock:.0f} MHz (< {rule.clock_ratio_min:.0%})"
         )
-    others = summary.get("gpu_other_processes_max")
+    others = summary.gpu_other_processes_max
     if others is not None and others > rule.other_gpu_processes_max:
         reasons.append(f"{others} other process(es) computed on the GPU")
     return "; ".join(reasons) + ": timings are not trustworthy" if reasons else None
@@ -82,12 +80,12 @@ def unreliable_reason(record: CaseRecord, settings: GateSettings) -> str | None:
         )
     if record.telemetry:
         problems.append(telemetry_reason(record.telemetry, clocks=record.throttle is None))
-    throttle = record.throttle or {}
-    if throttle.get("too_few"):
+    throttle = record.throttle
+    if throttle is not None and throttle.too_few:
         problems.append(
-            f"{throttle['dropped']} of {throttle['dropped'] + throttle['kept']} rounds ran throttled "
-            f"({', '.join(f'{k} {v}x' for k, v in throttle.get('reasons', {}).items())}); "
-            f"only {throttle['kept']} clean rounds remain: timings are not trustworthy"
+            f"{throttle.dropped} of {throttle.dropped + throttle.kept} rounds ran throttled "
+            f"({', '.join(f'{k} {v}x' for k, v in throttle.reasons.items())}); "
+            f"only {throttle.kept} clean rounds remain: timings are not trustworthy"
         )
     return "; ".join(p for p in problems if p) or None
 

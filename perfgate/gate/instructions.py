@@ -28,7 +28,8 @@ def judge_instructions(case: str, cur: CaseRecord, base: CaseRecord, s: GateSett
             baseline=baseline,
             message=f"the baseline has an instruction count, this run none: {why}",
         )
-    info, binfo = cur.instructions or {}, base.instructions or {}
+    key = cur.instructions.key if cur.instructions else None
+    base_key = base.instructions.key if base.instructions else None
     kw = dict(
         case=case,
         metric="instructions",
@@ -37,14 +38,14 @@ def judge_instructions(case: str, cur: CaseRecord, base: CaseRecord, s: GateSett
         change_pct=(current / baseline - 1) * 100,
         compared="instructions per step (callgrind)",
     )
-    if info.get("key") and binfo.get("key") and info["key"] != binfo["key"]:
+    if key and base_key and key != base_key:
         return Verdict(
             **kw,
             verdict=INCONCLUSIVE,
-            message=f"counted under {info['key']}, the baseline under {binfo['key']}: counts are not comparable "
+            message=f"counted under {key}, the baseline under {base_key}: counts are not comparable "
             "across virtual CPUs, torch builds or Pythons; record a baseline under this one",
         )
-    repeat = info.get("repeat_per_step")
+    repeat = cur.instructions.repeat_per_step if cur.instructions else None
     if repeat is not None and spread(current, repeat) > s.instructions_nondeterministic:
         return Verdict(
             **kw,

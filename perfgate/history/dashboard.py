@@ -76,14 +76,19 @@ def _iqr_half(values: Sequence[float]) -> float | None:
     return (q[2] - q[0]) / 2 / mid if mid > 0 else None
 
 
+def _count_noise(rec: CaseRecord) -> float | None:
+    """A count's noise: the spread of its repeat in a second process, where one was recorded."""
+    spread = rec.instructions.spread_pct if rec.instructions else None
+    return spread / 100 if isinstance(spread, (int, float)) and spread > 0 else None
+
+
 def _noise(bench: Benchmark, metric: str) -> float | None:
     """Half the interquartile range of the baseline's timed rounds, relative to their median, of
     the figure itself (per-round step/reference ratios for the ratio); counts have none (a
     repeat's spread where one was recorded)."""
     rec = bench.record
     if metric == INSTRUCTIONS:
-        spread = (rec.instructions or {}).get("spread_pct")
-        return spread / 100 if isinstance(spread, (int, float)) and spread > 0 else None
+        return _count_noise(rec)
     samples = [float(x) for x in rec.samples_ms or [] if isinstance(x, (int, float))]
     if metric == NORMALISED:
         refs = [float(x) for x in rec.reference_ms or [] if isinstance(x, (int, float))]
@@ -121,7 +126,7 @@ class Baselines:
     def _counts_baseline(self, fp: str, newest: Benchmark, tol: float) -> Baseline:
         """As the gate takes it (perfgate.counts.suite.with_portable): the machine's own baseline
         where it counted under the same key, else the portable count baseline of that key."""
-        key = str((newest.record.instructions or {}).get("key") or "")
+        key = str(newest.record.instructions.key or "") if newest.record.instructions else ""
         machine = self._machine(fp)
         try:
             found = machine.entry(newest.fullname) if machine else None
@@ -130,16 +135,14 @@ class Baselines:
         if found is not None:
             path, bench = found
             rec = bench.record
-            if rec.instructions_per_step and (rec.instructions or {}).get("key") == key:
+            if rec.instructions_per_step and rec.instructions and rec.instructions.key == key:
                 return Baseline(rec.instructions_per_step, f"{fp}/{path.name}", tol, _noise(bench, INSTRUCTIONS))
         data = self._count_file(key) if key else None
         entry = (data or {}).get("cases", {}).get(newest.case_id)
         if isinstance(entry, Mapping):
-            rec = CaseRecord(**{k: v for k, v in entry.items() if k in _COUNT_FIELDS})
+            rec = CaseRecord.from_extra_info({k: v for k, v in entry.items() if k in _COUNT_FIELDS})
             if rec.instructions_per_step and rec.instructions_per_step > 0:
-                spread = (rec.instructions or {}).get("spread_pct")
-                noise = spread / 100 if isinstance(spread, (int, float)) and spread > 0 else None
-                return Baseline(float(rec.instructions_per_step), f"counts/{key}.json", tol, noise)
+                return Baseline(float(rec.instructions_per_step), f"counts/{key}.json", tol, _count_noise(rec))
         return Baseline(None, f"no count baseline under the key {key or '?'}", tol)
 
     def for_case(self, fp: str, newest: Benchmark, metric: str) -> Baseline:

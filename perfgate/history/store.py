@@ -201,10 +201,10 @@ def _check_counts(path: Path, entries: list[Benchmark]) -> None:
         )
     keys: set[str] = set()
     for b in counted:
-        block = b.record.instructions if isinstance(b.record.instructions, Mapping) else {}
-        if not isinstance(block.get("key"), str):
+        key = b.record.instructions.key if b.record.instructions else None
+        if not isinstance(key, str):
             raise StoreError(f"{path}: {b.fullname!r} has an instruction count without its count key; not perfgate's")
-        keys.add(block["key"])
+        keys.add(key)
     if len(keys) > 1:
         raise StoreError(f"{path}: counts under {len(keys)} keys ({', '.join(sorted(keys))}); one run counts under one")
 

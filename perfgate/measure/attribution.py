@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from perfgate.record import InstructionCount
+
 
 def _m(n: float) -> str:
     """A count of instructions in short: 3.9M, 120k, 512."""
@@ -74,12 +76,17 @@ def op_changes(base: Mapping[str, float], cur: Mapping[str, float], *, top: int 
     return [f"{n} {base.get(n, 0.0):g} -> {cur.get(n, 0.0):g}" for _, n in rows[:top]]
 
 
+def _steps(block: InstructionCount | None) -> int:
+    """The steps in a record's counted window (1 where it does not say)."""
+    return (block.steps if block else None) or 1
+
+
 def cause(base_record: object, cur_record: object, *, top: int = 5) -> str:
     """One line naming what changed between two records' counts (functions, then ops), or ''."""
     parts = []
     bf, cf = getattr(base_record, "instructions_functions", None), getattr(cur_record, "instructions_functions", None)
     if bf and cf:
-        steps = [((getattr(r, "instructions", None) or {}).get("steps") or 1) for r in (base_record, cur_record)]
+        steps = [_steps(getattr(r, "instructions", None)) for r in (base_record, cur_record)]
         fns = function_changes(bf, cf, base_steps=steps[0], cur_steps=steps[1], top=top)
         if fns:
             parts.append(f"functions per {steps[1]} steps: " + "; ".join(fns))

@@ -29,7 +29,8 @@ import torch
 
 from perfgate.measure.memory import MemoryTracker, PeakMemory
 from perfgate.measure.rounds import gc_paused, timed_rounds
-from perfgate.measure.stats import StopRule, summarize
+from perfgate.measure.stats import StopRule, TimingSummary, summarize
+from perfgate.record import ThrottledRounds
 
 
 class CpuTimer:
@@ -137,13 +138,13 @@ class Measurement:
     timer: str
     contention_cores: float = 0.0
     reference_ms: list[float] | None = None  # the reference workload's time in each round (CPU)
-    throttle: dict[str, Any] | None = (
+    throttle: ThrottledRounds | None = (
         None  # GPU: rounds dropped as throttled (perfgate.measure.throttle.throttle_block)
     )
     output: Any = field(default=None, repr=False)
 
     @property
-    def summary(self) -> dict[str, float]:
+    def summary(self) -> TimingSummary:
         return summarize(self.samples_ms)
 
 
@@ -223,7 +224,7 @@ def measure(
         from perfgate.measure.throttle import throttle_block
 
         throttle = throttle_block(r.drop_reasons, r.dropped, len(samples), stop.min_rounds, probe.rule)
-        if throttle["too_few"]:
+        if throttle.too_few:
             samples = r.all_ms["step"]  # too few clean rounds: report them all; the case is unreliable
     return Measurement(
         samples_ms=samples,

@@ -27,9 +27,10 @@ import glob
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from perfgate.record import EnergyWindow
 
 RAPL_ROOT = "/sys/class/powercap"
 _TICK_WAIT_S = 0.5  # the counter updates every 20-100 ms: no tick in half a second means it is stuck
@@ -122,22 +123,6 @@ def open_rapl_counter(root: str | os.PathLike[str] = RAPL_ROOT) -> RaplCounter:
         raise EnergyUnavailable(f"RAPL energy counter unreadable ({exc}; root only since Linux 5.10)") from None
 
 
-@dataclass(frozen=True, kw_only=True)
-class EnergyWindow:
-    source: str  # "nvml" or "rapl"
-    joules: float
-    window_s: float
-    steps: int
-    error_bound_pct: float  # one step over the steps in the window
-
-    @property
-    def j_per_step(self) -> float:
-        return self.joules / self.steps
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
 def _wait_tick(counter: Any, start_j: float, clock: Callable[[], float], idle: Callable[[], None]) -> float:
     t0 = clock()
     while (now := counter.read_j()) == start_j:
@@ -184,7 +169,7 @@ def measure_window(
 def energy_fields(window: EnergyWindow, items_per_step: dict[str, float]) -> dict[str, Any]:
     """The record's energy figures: joules per step, per frame and frames per joule (when the
     model counts frames), and the window they come from."""
-    out: dict[str, Any] = {"energy_j_per_step": window.j_per_step, "energy": window.as_dict()}
+    out: dict[str, Any] = {"energy_j_per_step": window.j_per_step, "energy": window}
     frames = items_per_step.get("frames")
     if frames:
         out["energy_j_per_frame"] = window.j_per_step / frames

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypedDict
 
 import numpy as np
 
@@ -116,7 +117,24 @@ def tail_note(n: int) -> str | None:
     return f"insufficient samples for tails: {', '.join(missing)} (MLPerf LoadGen), have {n}"
 
 
-def summarize(samples_ms: Sequence[float], confidence: float = 0.95) -> dict[str, float | None]:
+class TimingSummary(TypedDict):
+    """`summarize`'s figures, each named as the record's field it fills (perfgate.record.CaseRecord)."""
+
+    n: int
+    mean_ms: float
+    std_ms: float
+    min_ms: float
+    max_ms: float
+    median_ms: float
+    p90_ms: float | None
+    p99_ms: float | None
+    iqr_ms: float
+    noise_iqr_rel: float
+    median_ci_lo_ms: float
+    median_ci_hi_ms: float
+
+
+def summarize(samples_ms: Sequence[float], confidence: float = 0.95) -> TimingSummary:
     """Summary of samples in ms: location, spread and the tail real-time users care about (p90 and
     p99 None where too few samples support them: `tail_note`)."""
     x = np.asarray(samples_ms, dtype=float)

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from perfgate.measure.nvml import NvmlUnavailable, import_pynvml, open_device
+from perfgate.record import MinMeanMax, Telemetry, TelemetryGpu
 
 log = logging.getLogger("perfgate.measure.telemetry")
 
@@ -253,8 +254,8 @@ class _Aggregate:
         self.total += v
         self.lo, self.hi = min(self.lo, v), max(self.hi, v)
 
-    def as_dict(self) -> dict[str, float]:
-        return {"min": self.lo, "mean": self.total / self.n, "max": self.hi}
+    def summary(self) -> MinMeanMax:
+        return MinMeanMax(min=self.lo, mean=self.total / self.n, max=self.hi)
 
 
 class TelemetrySampler:
@@ -358,42 +359,39 @@ class TelemetrySampler:
 
     # -- results --
 
-    def summary(self) -> dict[str, Any]:
-        """Min / mean / max per metric and clock-event shares: what lands in extra_info."""
+    def summary(self) -> Telemetry:
+        """Min / mean / max per metric and clock-event shares: the record's `telemetry`. A CUDA
+        device's summary names the GPU read, or why none could be (`gpu_unavailable`)."""
         with self._lock:
             n = self._agg["rss_mib"].n  # every sample reads RSS
             gpu_n = max(self._agg[m].n for m in ("gpu_util_pct", "sm_clock_mhz"))
             masks = self._busy_samples + self._reasons.get("gpu_idle", 0)  # samples with a clock-event mask
-            out: dict[str, Any] = {
-                "interval_s": self.interval_s,
-                "n_samples": n,
-                "source": "nvml+psutil" if self.gpu is not None else "psutil",
-                "metrics": {m: a.as_dict() for m, a in self._agg.items() if a.n},
-            }
-            if self.device.type == "cuda":
-                out["gpu"] = (
-                    {
-                        "index": self.gpu.index,
-                        "name": self.gpu.name,
-                        "max_sm_clock_mhz": self.gpu.max_sm_clock_mhz,
-                        "total_mem_mib": self.gpu.total_mem_mib,
-                        "unsupported": dict(self.gpu.unsupported),
-                        "n_samples": gpu_n,
-                    }
-                    if self.gpu is not None
-                    else None
+            gpu = self.gpu
+            return Telemetry(
+                interval_s=self.interval_s,
+                n_samples=n,
+                source="nvml+psutil" if gpu is not None else "psutil",
+                metrics={m: a.summary() for m, a in self._agg.items() if a.n},
+                gpu=TelemetryGpu(
+                    index=gpu.index,
+                    name=gpu.name,
+                    max_sm_clock_mhz=gpu.max_sm_clock_mhz,
+                    total_mem_mib=gpu.total_mem_mib,
+                    unsupported=dict(gpu.unsupported),
+                    n_samples=gpu_n,
                 )
-                out["gpu_unavailable"] = self.gpu_unavailable
-            if masks:
-                out["clock_events"] = {
+                if gpu is not None
+                else None,
+                gpu_unavailable=self.gpu_unavailable if self.device.type == "cuda" else None,
+                clock_events={
                     name: self._reasons[name] / masks for name in CLOCK_EVENT_REASONS if name in self._reasons
                 }
-                out["busy_samples"] = self._busy_samples
-                if self._busy_clock.n:
-                    out["busy_sm_clock_mhz"] = self._busy_clock.as_dict()
-            if self._other_procs_max is not None:
-                out["gpu_other_processes_max"] = self._other_procs_max
-            return out
+                if masks
+                else None,
+                busy_samples=self._busy_samples if masks else None,
+                busy_sm_clock_mhz=self._busy_clock.summary() if masks and self._busy_clock.n else None,
+                gpu_other_processes_max=self._other_procs_max,
+            )
 
     def timeline(self) -> list[dict[str, Any]]:
         """The stored samples as dicts (for reports), fields that were never read left out."""

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from perfgate.measure.telemetry import SLOWDOWN_REASONS, decode_clock_events
+from perfgate.record import ThrottledRounds
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,13 +87,15 @@ def open_probe(cuda_index: int = 0, nvml: Any = None, rule: ThrottleRule = Throt
     return probe, None
 
 
-def throttle_block(dropped: dict[str, int], n_dropped: int, kept: int, min_rounds: int, rule: ThrottleRule) -> dict:
+def throttle_block(
+    dropped: dict[str, int], n_dropped: int, kept: int, min_rounds: int, rule: ThrottleRule
+) -> ThrottledRounds:
     """What the record keeps (`throttle`): rounds dropped, why, how many remain, and whether too few do."""
-    return {
-        "dropped": n_dropped,
-        "kept": kept,
-        "reasons": dict(dropped),
-        "too_few": kept < min_rounds,
-        "clock_ratio_min": rule.clock_ratio_min,
-        "recovery_delay_s": rule.recovery_delay_s,
-    }
+    return ThrottledRounds(
+        dropped=n_dropped,
+        kept=kept,
+        reasons=dict(dropped),
+        too_few=kept < min_rounds,
+        clock_ratio_min=rule.clock_ratio_min,
+        recovery_delay_s=rule.recovery_delay_s,
+    )

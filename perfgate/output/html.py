@@ -129,7 +129,7 @@ def _energy_notes(r: Any) -> list[dict[str, str]]:
     figure as a dash whose hover says why, never a zero (perfgate.measure.energy)."""
     if r.energy_j_per_step is not None:
         value = f"{r.frames_per_j:.3g} frames/J" if r.frames_per_j is not None else f"{r.energy_j_per_step:.3g} J/step"
-        bound = (r.energy or {}).get("error_bound_pct")
+        bound = r.energy.error_bound_pct if r.energy else None
         return [{"text": value + (f" (±{bound:.1f}%)" if bound is not None else ""), "title": "", "badge": ""}]
     if r.energy_skipped:
         return [{"text": "energy -", "title": r.energy_skipped, "badge": "muted"}]
@@ -138,11 +138,11 @@ def _energy_notes(r: Any) -> list[dict[str, str]]:
 
 def _throttle_notes(r: Any) -> list[dict[str, str]]:
     """GPU: how many timed rounds were dropped as throttled (perfgate.measure.throttle), why on hover."""
-    t = r.throttle or {}
-    if not t.get("dropped"):
+    t = r.throttle
+    if t is None or not t.dropped:
         return []
-    why = ", ".join(f"{k} {v}x" for k, v in (t.get("reasons") or {}).items())
-    return [{"text": f"{t['dropped']} throttled round(s) dropped", "title": why, "badge": "muted"}]
+    why = ", ".join(f"{k} {v}x" for k, v in t.reasons.items())
+    return [{"text": f"{t.dropped} throttled round(s) dropped", "title": why, "badge": "muted"}]
 
 
 def optimisation_rows(entries: Sequence[Entry]) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ from typing import Any
 
 from perfgate import gate
 from perfgate.history.runs import Run, Series, build_series, gather, metric_value, unit_of
-from perfgate.record import CaseRecord
+from perfgate.record import CaseRecord, Telemetry
 from perfgate.results import Benchmark, RunInfo
 
 
@@ -154,16 +154,13 @@ class TelemetryRow:
     max: float
 
 
-def telemetry_rows(telemetry: Mapping[str, Any] | None) -> list[TelemetryRow]:
-    """The sampler's summary (perfgate.measure.telemetry.TelemetrySampler.summary(): `metrics` maps each
-    metric to its min / mean / max) as rows; metrics without three numbers are left out."""
-    metrics = (telemetry or {}).get("metrics")
-    if not isinstance(metrics, Mapping):
-        return []
+def telemetry_rows(telemetry: Telemetry | None) -> list[TelemetryRow]:
+    """The sampler's summary (perfgate.measure.telemetry.TelemetrySampler.summary(): each metric's
+    min / mean / max) as rows; metrics without three numbers are left out."""
     rows = []
-    for name, agg in metrics.items():
-        vals = [agg.get(k) for k in ("min", "mean", "max")] if isinstance(agg, Mapping) else []
-        if len(vals) == 3 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
+    for name, agg in ((telemetry.metrics if telemetry else None) or {}).items():
+        vals = [agg.min, agg.mean, agg.max]
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
             rows.append(TelemetryRow(str(name), _unit(str(name)), *map(float, vals)))
     return rows
 

@@ -21,6 +21,7 @@ from perfgate.output.report_data import (
 )
 from perfgate.output.terminal import skip_summary
 from perfgate.output.text import fmt_num
+from perfgate.record import Telemetry
 
 # Verdict kinds listed row by row, open: what needs a look. The others are folded under their count
 # with what they mean (a full run has ~300 unchanged rows: the old page was 14,000 px of them).
@@ -238,18 +239,18 @@ def telemetry_block(title: str, entries: Sequence[Entry]) -> dict[str, Any] | No
     table = []
     for e, rows in cases:
         by = {r.metric: r for r in rows}
-        tel = e.record.telemetry or {}
+        tel = e.record.telemetry or Telemetry()
         cells = [
             f"{fmt_num(by[m].mean, 3)} ({fmt_num(by[m].min, 3)}–{fmt_num(by[m].max, 3)})" if m in by else "-"
             for m in metrics
         ]
-        notes = [str(x) for x in (e.record.unreliable, tel.get("gpu_unavailable")) if x]
+        notes = [str(x) for x in (e.record.unreliable, tel.gpu_unavailable) if x]
         table.append(
             {
                 "label": e.label,
-                "source": str(tel.get("source", "-")),
-                "samples": str(tel.get("n_samples", "-")),
-                "interval": "-" if tel.get("interval_s") is None else f"{float(tel['interval_s']) * 1e3:g} ms",
+                "source": "-" if tel.source is None else str(tel.source),
+                "samples": "-" if tel.n_samples is None else str(tel.n_samples),
+                "interval": "-" if tel.interval_s is None else f"{float(tel.interval_s) * 1e3:g} ms",
                 "cells": cells,
                 "note": "; ".join(notes),
                 "unreliable": bool(e.record.unreliable),

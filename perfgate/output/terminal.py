@@ -267,7 +267,7 @@ def run_lines(
         lines += ["", title, *text_table(OPT_HEADERS, optimisation_rows(recs)), *speedup_notes(recs)]
     if any(r.p90_ms is None and r.tail_note for recs in groups.values() for r in recs):
         lines += [f"(p90 n<{TAIL_MIN_SAMPLES['p90_ms']}: {TAIL_NOTE})"]
-    throttled = [r.throttle["dropped"] for recs in groups.values() for r in recs if (r.throttle or {}).get("dropped")]
+    throttled = [r.throttle.dropped for recs in groups.values() for r in recs if r.throttle and r.throttle.dropped]
     if throttled:
         lines += [f"(GPU: {sum(throttled)} throttled round(s) dropped in {len(throttled)} case(s); see `throttle`)"]
     skipped = {r.energy_skipped for recs in groups.values() for r in recs if r.energy_skipped}

@@ -49,7 +49,7 @@ from perfgate.profile.layers import layer_breakdown
 from perfgate.profile.memory import memory_profile
 from perfgate.profile.precision import precision_comparison
 from perfgate.profile.trace import nvtx_section, torch_trace_section, trace_steps
-from perfgate.record import CaseRecord
+from perfgate.record import CaseRecord, as_json
 
 # The record's FLOPs and roofline fields, as flops.flops_extra_info fills them.
 ROOFLINE_FIELDS = (
@@ -137,7 +137,7 @@ def flops_section(rec: CaseRecord, built: runner.BuiltCase) -> dict[str, Any] | 
     if count is None:
         return None
     return {
-        **{k: getattr(rec, k) for k in ROOFLINE_FIELDS if getattr(rec, k) is not None},
+        **{k: as_json(getattr(rec, k)) for k in ROOFLINE_FIELDS if getattr(rec, k) is not None},
         "by_module_gflop": {k: v / 1e9 for k, v in count.by_module.items()},
         "by_op_gflop": {k: v / 1e9 for k, v in count.by_op.items()},
         "method": count.method,
@@ -186,7 +186,7 @@ def profile_point(
         "benchmark": benchmark_section(rec),
         "flops": flops_section(rec, built),
         "flops_error": rec.flops_error,
-        "telemetry": rec.telemetry,
+        "telemetry": as_json(rec.telemetry),
         "telemetry_timeline": result.timeline,
         "unreliable": rec.unreliable,
     }

@@ -47,7 +47,7 @@ class FakePytest:
         if "--perfgate-no-gate" not in args:
             baselines = Path(args[args.index("--perfgate-baselines") + 1])
             for cid, rec in case_records(read_benchmark_json(results)).items():
-                path = suite.portable_path(baselines, rec.instructions["key"])
+                path = suite.portable_path(baselines, rec.instructions.key)
                 counts = suite.SessionCounts(
                     config=suite.CountsConfig(),
                     fields={},

@@ -117,11 +117,11 @@ def test_the_workers_environment_is_the_runs_with_the_pinned_variables_replaced_
 def _records(change: float = 0.0, **info) -> tuple[CaseRecord, CaseRecord]:
     data = _committed_counts()
     entry = data["cases"]["physicsnemo-block-tiny-baseline"]
-    base = CaseRecord(**entry)
+    base = CaseRecord.from_extra_info(entry)
     cur = replace(
         base,
         instructions_per_step=base.instructions_per_step * (1 + change),
-        instructions={**base.instructions, **info},
+        instructions=replace(base.instructions, **info),
     )
     return base, cur
 
@@ -147,10 +147,10 @@ def test_two_processes_further_apart_than_a_tenth_of_a_percent_mark_the_case_non
     per_step = cur.instructions_per_step
     v = judge_instructions("c", cur, base, GateSettings())
     assert v.verdict == REGRESSION
-    cur = replace(cur, instructions={**cur.instructions, "repeat_per_step": per_step * 1.002})
+    cur = replace(cur, instructions=replace(cur.instructions, repeat_per_step=per_step * 1.002))
     v = judge_instructions("c", cur, base, GateSettings())
     assert v.verdict == INCONCLUSIVE and v.message.startswith("nondeterministic") and "0.200%" in v.message
-    cur = replace(cur, instructions={**cur.instructions, "repeat_per_step": per_step * 1.0005})
+    cur = replace(cur, instructions=replace(cur.instructions, repeat_per_step=per_step * 1.0005))
     v = judge_instructions("c", cur, base, GateSettings())
     assert v.verdict == REGRESSION and "confirmed by a second process" in v.message
 
@@ -365,7 +365,7 @@ def test_groups_are_counted_in_separate_processes_and_merged(monkeypatch, tmp_pa
     merged = instructions.count_parallel([["a", "b"], ["c"]], out_dir=tmp_path)
     assert sorted(seen) == [(("a", "b"), "process1"), (("c",), "process2")]
     assert sorted(merged.counts) == ["a", "b", "c"] and merged.processes == 2
-    assert merged.block("c")["pass_processes"] == 2 and merged.virtual_cpu == {"brand": "v", "simd": []}
+    assert merged.block("c").pass_processes == 2 and merged.virtual_cpu == {"brand": "v", "simd": []}
 
 
 # --- end to end under valgrind (slow: torch loads under valgrind in each process) ----------------
@@ -723,7 +723,7 @@ def test_a_host_without_its_own_baseline_is_gated_on_the_committed_counts(tmp_pa
     data = _committed_counts()
     counts = _session_counts(tmp_path, data)
     case_id, entry = next(iter(data["cases"].items()))
-    cur = CaseRecord(**entry)
+    cur = CaseRecord.from_extra_info(entry)
     same = suite.portable_verdicts(counts, case_id, "c", cur, GateSettings())
     assert [v.verdict for v in same] == [UNCHANGED] and same[0].baseline_file.endswith(f"{data['key']}.json")
     grown = replace(cur, instructions_per_step=cur.instructions_per_step * 1.02)
@@ -746,7 +746,7 @@ def test_recording_merges_into_the_file_atomically_keeping_other_cases(tmp_path)
     counts.pass_ = p
     case_id, entry = next(iter(data["cases"].items()))
     counts.fields = {case_id: {}}
-    rec = replace(CaseRecord(**entry), instructions_per_step=entry["instructions_per_step"] + 1)
+    rec = replace(CaseRecord.from_extra_info(entry), instructions_per_step=entry["instructions_per_step"] + 1)
     written = suite.write_portable(counts, {case_id: rec, "uncounted": CaseRecord()})
     again = json.loads(written.read_text())
     assert again["cases"][case_id]["instructions_per_step"] == entry["instructions_per_step"] + 1

@@ -7,7 +7,7 @@ from perfgate import gate
 from perfgate.gate import metrics
 from perfgate.gate.policy import METRIC_NAMES, Policy, parse
 from perfgate.gate.settings import GateSettings
-from perfgate.record import CaseRecord
+from perfgate.record import CaseRecord, MinMeanMax, Telemetry, TelemetryGpu
 from tests.helpers import bench
 
 S = GateSettings()
@@ -250,12 +250,12 @@ def test_unreliable_reasons_come_from_the_gate_settings_and_telemetry():
     assert gate.unreliable_reason(gpu, S) is None
     gpu = replace(
         gpu,
-        telemetry={
-            "clock_events": {"hw_thermal_slowdown": 0.5},
-            "gpu": {"max_sm_clock_mhz": 1980.0},
-            "busy_sm_clock_mhz": {"mean": 1000.0},
-            "gpu_other_processes_max": 1,
-        },
+        telemetry=Telemetry(
+            clock_events={"hw_thermal_slowdown": 0.5},
+            gpu=TelemetryGpu(max_sm_clock_mhz=1980.0),
+            busy_sm_clock_mhz=MinMeanMax(min=900.0, mean=1000.0, max=1100.0),
+            gpu_other_processes_max=1,
+        ),
     )
     reason = gate.unreliable_reason(gpu, S)
     assert (

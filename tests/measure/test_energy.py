@@ -4,6 +4,7 @@ skipped cases with their reasons (never a zero), and the gate's energy verdict."
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pynvml
@@ -14,7 +15,7 @@ from perfgate.gate.metrics import judge_energy
 from perfgate.gate.settings import GateSettings
 from perfgate.measure import energy
 from perfgate.measure.energy import EnergyUnavailable, case_energy, energy_fields, measure_window, open_rapl_counter
-from perfgate.record import CaseRecord
+from perfgate.record import CaseRecord, ThrottledRounds
 from tests.fake_nvml_sim import FakeNvml, SimClock
 
 
@@ -64,7 +65,7 @@ def test_the_record_gets_joules_per_frame_and_frames_per_joule_from_a_counted_wi
     assert f["energy_j_per_step"] == w.j_per_step
     assert f["energy_j_per_frame"] == pytest.approx(w.j_per_step / 2)
     assert f["frames_per_j"] == pytest.approx(2 / w.j_per_step)
-    assert f["energy"]["steps"] == w.steps and f["energy"]["source"] == "nvml"
+    assert f["energy"] is w and w.to_json()["steps"] == w.steps  # the record's block, as the file holds it
     assert set(energy_fields(w, {"examples": 4.0})) == {"energy_j_per_step", "energy"}  # no frames, no per-frame
     rec = CaseRecord.from_extra_info({**f, "samples_ms": [1.0]})
     assert rec.frames_per_j == f["frames_per_j"] and not rec.extra  # every key is a record field
@@ -83,7 +84,7 @@ def test_case_energy_on_a_gpu_with_the_counter_and_nvml_released_after(monkeypat
         idle=lambda: clock.advance(0.001),
         sync=lambda: syncs.append(1),
     )
-    assert out["energy_j_per_frame"] == pytest.approx(250.0 * 0.02, rel=out["energy"]["error_bound_pct"] / 100)
+    assert out["energy_j_per_frame"] == pytest.approx(250.0 * 0.02, rel=out["energy"].error_bound_pct / 100)
     assert syncs and nvml.inits == 0  # every step synchronised; nvmlInit balanced by nvmlShutdown
 
 
@@ -157,8 +158,12 @@ def test_the_report_notes_energy_with_its_bound_a_skip_with_its_reason_and_dropp
     assert note["text"] == f"{measured.frames_per_j:.3g} frames/J (±{w.error_bound_pct:.1f}%)"
     skipped = CaseRecord(energy_skipped="no RAPL energy counter on this CPU")
     assert _energy_notes(skipped) == [{"text": "energy -", "title": skipped.energy_skipped, "badge": "muted"}]
-    assert _energy_notes(CaseRecord()) == [] and _throttle_notes(CaseRecord(throttle={"dropped": 0})) == []
-    (dropped,) = _throttle_notes(CaseRecord(throttle={"dropped": 3, "reasons": {"hw_thermal_slowdown": 3}}))
+    none_dropped = ThrottledRounds(
+        dropped=0, kept=30, reasons={}, too_few=False, clock_ratio_min=0.75, recovery_delay_s=0.05
+    )
+    assert _energy_notes(CaseRecord()) == [] and _throttle_notes(CaseRecord(throttle=none_dropped)) == []
+    three = replace(none_dropped, dropped=3, reasons={"hw_thermal_slowdown": 3})
+    (dropped,) = _throttle_notes(CaseRecord(throttle=three))
     assert dropped["text"] == "3 throttled round(s) dropped" and dropped["title"] == "hw_thermal_slowdown 3x"
 
 

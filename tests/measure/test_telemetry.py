@@ -13,6 +13,7 @@ import pytest
 from perfgate.gate.decide import telemetry_reason as unreliable_reason
 from perfgate.measure import telemetry
 from perfgate.measure.telemetry import TelemetrySampler, decode_clock_events
+from perfgate.record import MinMeanMax, Telemetry
 
 MIB = 1024 * 1024
 
@@ -121,7 +122,7 @@ def test_stand_in_nvml_is_sampled_and_summarised() -> None:
     s = TelemetrySampler("cuda", nvml=nvml)
     for _ in range(3):
         s.sample()
-    out = s.summary()
+    out = s.summary().to_json()  # as the record's JSON holds it
     assert out["source"] == "nvml+psutil" and out["gpu_unavailable"] is None
     m = out["metrics"]
     assert m["gpu_util_pct"] == {"min": 20.0, "mean": 60.0, "max": 100.0}
@@ -157,7 +158,7 @@ def test_old_driver_temperature_falls_back_and_unsupported_fields_are_dropped_on
     s = TelemetrySampler("cuda", nvml=nvml)
     for _ in range(4):
         s.sample()
-    out = s.summary()
+    out = s.summary().to_json()  # as the record's JSON holds it
     assert out["metrics"]["gpu_temp_c"]["mean"] == 71.0  # the deprecated call stood in
     assert "gpu_power_w" not in out["metrics"]
     assert nvml.calls["power"] == 1  # not retried every sample
@@ -170,7 +171,7 @@ def test_without_nvml_it_samples_the_cpu_only_and_says_so_once(caplog: pytest.Lo
         a = TelemetrySampler("cuda", nvml=nvml)
         b = TelemetrySampler("cuda", nvml=nvml)
     a.sample()
-    out = a.summary()
+    out = a.summary().to_json()
     assert out["source"] == "psutil" and out["gpu"] is None
     assert "no NVIDIA driver" in out["gpu_unavailable"]
     assert "gpu_util_pct" not in out["metrics"] and "rss_mib" in out["metrics"]
@@ -192,7 +193,7 @@ def test_a_cpu_device_never_asks_nvml() -> None:
     nvml = FakeNvml(init_error=AssertionError("NVML must not be touched for a CPU run"))
     s = TelemetrySampler("cpu", nvml=nvml)
     s.sample()
-    assert "gpu" not in s.summary() and s.summary()["source"] == "psutil"
+    assert "gpu" not in s.summary().to_json() and s.summary().source == "psutil"
 
 
 def test_background_thread_samples_until_stopped() -> None:
@@ -204,7 +205,7 @@ def test_background_thread_samples_until_stopped() -> None:
     assert n >= 4  # three ticks plus the tail sample at stop
     time.sleep(0.05)
     assert len(s.samples) == n  # stopped means stopped
-    assert s.summary()["n_samples"] == n
+    assert s.summary().n_samples == n
 
 
 def test_thinning_the_timeline_keeps_summaries_exact() -> None:
@@ -213,8 +214,8 @@ def test_thinning_the_timeline_keeps_summaries_exact() -> None:
     for _ in range(10):
         s.sample()
     assert len(s.samples) <= 4
-    assert s.summary()["metrics"]["gpu_util_pct"] == {"min": 0.0, "mean": 4.5, "max": 9.0}
-    assert s.summary()["n_samples"] == 10
+    assert s.summary().metric("gpu_util_pct") == MinMeanMax(min=0.0, mean=4.5, max=9.0)
+    assert s.summary().n_samples == 10
 
 
 def test_clock_event_masks_decode() -> None:
@@ -228,23 +229,30 @@ def test_clock_event_masks_decode() -> None:
     ]
 
 
-def _summary(**kw: Any) -> dict[str, Any]:
-    return {"metrics": {}, "gpu": {"max_sm_clock_mhz": 2000.0}, **kw}
+def _summary(**kw: Any) -> Telemetry:
+    """A summary as a file holds it (busy_sm_clock_mhz: its min / mean / max)."""
+    return Telemetry.from_json({"metrics": {}, "gpu": {"max_sm_clock_mhz": 2000.0}, **kw})
+
+
+def _clock(mean: float) -> dict[str, float]:
+    return {"min": mean - 100.0, "mean": mean, "max": mean + 100.0}
 
 
 def test_thermal_slowdown_makes_the_case_unreliable_power_cap_alone_does_not() -> None:
-    assert unreliable_reason(_summary(clock_events={"sw_power_cap": 1.0}, busy_sm_clock_mhz={"mean": 1900.0})) is None
+    assert unreliable_reason(_summary(clock_events={"sw_power_cap": 1.0}, busy_sm_clock_mhz=_clock(1900.0))) is None
     msg = unreliable_reason(_summary(clock_events={"hw_thermal_slowdown": 0.5}))
     assert msg and "hw_thermal_slowdown in 50% of samples" in msg
     assert unreliable_reason(_summary(clock_events={"hw_slowdown": 0.04})) is None  # below 5%
 
 
 def test_low_busy_clock_and_gpu_neighbours_are_unreliable() -> None:
-    msg = unreliable_reason(_summary(busy_sm_clock_mhz={"mean": 1000.0}))
+    msg = unreliable_reason(_summary(busy_sm_clock_mhz=_clock(1000.0)))
     assert msg and "50% of the maximum" in msg
     assert "1 other process" in (unreliable_reason(_summary(gpu_other_processes_max=1)) or "")
     cpu = {"metrics": {"other_cpu_cores": {"min": 0.5, "mean": 0.9, "max": 1.0}}}
-    assert unreliable_reason(cpu) is None  # CPU contention is the measurement's own figure (gate.unreliable_reason)
+    assert (
+        unreliable_reason(Telemetry.from_json(cpu)) is None
+    )  # CPU contention is the measurement's own figure (gate.unreliable_reason)
 
 
 def test_samples_from_the_stand_in_feed_the_verdict() -> None:

@@ -15,7 +15,7 @@ from perfgate.gate.settings import GateSettings
 from perfgate.measure.core import measure
 from perfgate.measure.stats import StopRule
 from perfgate.measure.throttle import ClockProbe, ThrottleRule, open_probe
-from perfgate.record import CaseRecord
+from perfgate.record import CaseRecord, MinMeanMax, Telemetry, TelemetryGpu, ThrottledRounds
 from tests.fake_nvml_sim import FakeNvml, SimClock
 
 FAST = ThrottleRule(recovery_delay_s=0.0)  # no real pause in tests; the default is nvbench's 50 ms
@@ -66,14 +66,14 @@ def test_throttled_rounds_are_dropped_and_counted_the_rest_kept():
     stop = StopRule(min_rounds=12, max_rounds=12, budget_s=60)
     m = measure(lambda: sum(range(200)), "cpu", stop=stop, probe=probe)
     assert len(m.samples_ms) == 12 and m.stop == "max_rounds"
-    assert m.throttle == {
-        "dropped": 3,
-        "kept": 12,
-        "reasons": {"sm_clock_below_75%": 3},
-        "too_few": False,
-        "clock_ratio_min": 0.75,
-        "recovery_delay_s": 0.0,
-    }
+    assert m.throttle == ThrottledRounds(
+        dropped=3,
+        kept=12,
+        reasons={"sm_clock_below_75%": 3},
+        too_few=False,
+        clock_ratio_min=0.75,
+        recovery_delay_s=0.0,
+    )
     assert nvml.calls["clock"] == 1 + 15  # one read per round, after its sample
     rec = CaseRecord(device="cuda:0", samples_ms=m.samples_ms, throttle=m.throttle)
     assert unreliable_reason(rec, GateSettings()) is None  # dropped, not a reason to distrust the rest
@@ -83,7 +83,7 @@ def test_a_gpu_throttled_throughout_leaves_too_few_rounds_and_the_case_is_unreli
     probe, _ = _probe(sm_clock_mhz=900)
     stop = StopRule(min_rounds=5, max_rounds=8, budget_s=60)
     m = measure(lambda: sum(range(200)), "cpu", stop=stop, probe=probe)
-    assert m.stop == "throttled" and m.throttle["too_few"] and m.throttle["kept"] == 0
+    assert m.stop == "throttled" and m.throttle is not None and m.throttle.too_few and m.throttle.kept == 0
     assert len(m.samples_ms) == 8  # every round reported, as none was clean
     rec = CaseRecord(device="cuda:0", samples_ms=m.samples_ms, throttle=m.throttle)
     why = unreliable_reason(rec, GateSettings())
@@ -95,20 +95,24 @@ def test_a_gpu_throttled_throughout_leaves_too_few_rounds_and_the_case_is_unreli
     assert [v.verdict for v in verdicts] == [gate.UNRELIABLE]
 
 
+def _rounds(*, dropped: int, kept: int) -> ThrottledRounds:
+    return ThrottledRounds(
+        dropped=dropped, kept=kept, reasons={}, too_few=False, clock_ratio_min=0.75, recovery_delay_s=0.05
+    )
+
+
 def test_checked_rounds_make_the_samplers_clock_shares_moot_but_not_other_processes():
-    telemetry = {
-        "clock_events": {"hw_slowdown": 0.5},
-        "gpu": {"max_sm_clock_mhz": 2000.0},
-        "busy_sm_clock_mhz": {"mean": 1000.0},
-        "gpu_other_processes_max": 0,
-    }
+    telemetry = Telemetry(
+        clock_events={"hw_slowdown": 0.5},
+        gpu=TelemetryGpu(max_sm_clock_mhz=2000.0),
+        busy_sm_clock_mhz=MinMeanMax(min=900.0, mean=1000.0, max=1100.0),
+        gpu_other_processes_max=0,
+    )
     unchecked = CaseRecord(device="cuda:0", samples_ms=[1.0], telemetry=telemetry)
     assert "GPU clocks were slowed" in unreliable_reason(unchecked, GateSettings())
-    checked = CaseRecord(
-        device="cuda:0", samples_ms=[1.0], telemetry=telemetry, throttle={"dropped": 4, "kept": 30, "too_few": False}
-    )
+    checked = CaseRecord(device="cuda:0", samples_ms=[1.0], telemetry=telemetry, throttle=_rounds(dropped=4, kept=30))
     assert unreliable_reason(checked, GateSettings()) is None
-    checked = replace(checked, telemetry={**telemetry, "gpu_other_processes_max": 2})
+    checked = replace(checked, telemetry=replace(telemetry, gpu_other_processes_max=2))
     assert (
         unreliable_reason(checked, GateSettings())
         == "2 other process(es) computed on the GPU: timings are not trustworthy"

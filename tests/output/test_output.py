@@ -279,7 +279,9 @@ def test_the_end_of_run_table_shows_energy_and_explains_dashes_and_dropped_round
     from perfgate.record import CaseRecord
 
     base = bench("a", [1.0] * 17)["extra_info"]
-    gpu = {**base, "frames_per_j": 41.7, "energy_j_per_step": 0.024, "throttle": {"dropped": 3, "kept": 17}}
+    throttle = {"dropped": 3, "kept": 17, "reasons": {"hw_slowdown": 3}, "too_few": False}
+    throttle |= {"clock_ratio_min": 0.75, "recovery_delay_s": 0.05}  # as perfgate.measure.throttle writes it
+    gpu = {**base, "frames_per_j": 41.7, "energy_j_per_step": 0.024, "throttle": throttle}
     cpu = {
         **base,
         "variant": "bf16",

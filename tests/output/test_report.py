@@ -18,7 +18,7 @@ from perfgate.measure import telemetry
 from perfgate.output import charts, html
 from perfgate.output.report_data import telemetry_rows, timeline_series
 from perfgate.output.text import fmt_num
-from perfgate.record import CaseRecord
+from perfgate.record import CaseRecord, Telemetry
 from tests.browser import chromium, colour_counts, png_pixels, render_page
 from tests.helpers import needs_ruptures
 from tests.report_helpers import CASE, info, render, section
@@ -191,14 +191,16 @@ def test_telemetry_rows_and_timeline_from_a_live_sampler():
             sum(i * i for i in range(1000))
     summary, timeline = sampler.summary(), sampler.timeline()
     rows = {r.metric: r for r in telemetry_rows(summary)}
-    assert set(rows) == set(summary["metrics"]) and rows["rss_mib"].unit == "MiB" and rows["cpu_util_pct"].unit == "%"
+    assert (
+        set(rows) == set(summary.metrics or {}) and rows["rss_mib"].unit == "MiB" and rows["cpu_util_pct"].unit == "%"
+    )
     assert all(r.min <= r.mean <= r.max for r in rows.values())
     groups = timeline_series(timeline)
     assert "value" not in groups and {n for n, _, _ in groups["%"]} >= {"cpu_util_pct"}
     (name, xs, ys), *_ = groups["MiB"]
     assert name == "rss_mib" and len(xs) == len(timeline) >= 2 and xs == sorted(xs)
     # The schema the report read before it was fixed never came out of the sampler.
-    assert telemetry_rows({"samples": timeline, "summary": {"cpu_util_pct_mean": 50.0}}) == []
+    assert telemetry_rows(Telemetry.from_json({"samples": timeline, "summary": {"cpu_util_pct_mean": 50.0}})) == []
 
 
 def test_plain_pytest_benchmark_file_is_reported_from_stats(real):

@@ -314,7 +314,7 @@ def test_the_pull_request_summary_words_a_change_as_the_dashboard_does(year_site
     newest = load_run(sorted(p for p in store.rglob("*.json") if p.parent.name.startswith("cpu-"))[-1])
     bench = next(b for b in newest.benchmarks if b.case_id == "owl-image-decoder-tiny-baseline")
     counts = json.loads(history_year.COUNTS_BASELINE.read_text())["cases"][bench.case_id]
-    base = CaseRecord(instructions_per_step=counts["instructions_per_step"], instructions=counts["instructions"])
+    base = CaseRecord.from_extra_info({k: counts[k] for k in ("instructions_per_step", "instructions")})
     rec = bench.record
     settings = policy.settings(rec.model, rec.variant, "instructions", rec.device)
     verdict = judge_instructions(bench.fullname, rec, base, settings)

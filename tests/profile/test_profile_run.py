@@ -27,6 +27,7 @@ from perfgate.profile import api, evidence, run
 from perfgate.profile.config import ProfileConfig, ProfileError, ProfileUnavailable, points
 from perfgate.profile.layers import BREAKDOWN_MARGIN, layer_breakdown, layer_plan
 from perfgate.profile.trace import nvtx_section, trace_steps
+from perfgate.record import as_json
 
 
 @pytest.fixture
@@ -138,7 +139,7 @@ def test_profile_numbers_are_the_runners_record(tmp_path: Path, monkeypatch: pyt
     assert p["benchmark"]["p90_ms"] == main.p90_ms and p["benchmark"]["throughput"] == main.throughput
     assert p["flops"]["gflop_per_step"] == main.gflop_per_step and p["flops"]["achieved_tflops"] == main.achieved_tflops
     assert p["accuracy"] == main.accuracy and p["unreliable"] == main.unreliable
-    assert p["telemetry"] == main.telemetry and p["telemetry_timeline"] == seen[0].timeline
+    assert p["telemetry"] == as_json(main.telemetry) and p["telemetry_timeline"] == seen[0].timeline
     assert main.rounds == 4 and main.warmup_rounds == 1 and main.reference_ms is None  # fixed counts, no reference
     rows = p["precision"]["rows"]
     assert rows["fp32"]["median_ms"] == fp32.median_ms and rows["bf16"]["accuracy"] == bf16.accuracy
