@@ -6,12 +6,14 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from typing import Any
+from collections.abc import Sequence
+
+import pytest
 
 from perfgate.output.progress import LINES, LIVE, LineProgress, LiveProgress, NoProgress, mode
 
 
-def count_cases(items: Any) -> int:
+def count_cases(items: Sequence[pytest.Item]) -> int:
     """The parametrised cases a run will measure: items with a `case` parameter not marked skip."""
     return sum(
         1
@@ -20,7 +22,7 @@ def count_cases(items: Any) -> int:
     )
 
 
-def for_pytest(config: Any, total: int) -> LiveProgress | LineProgress | NoProgress:
+def for_pytest(config: pytest.Config, total: int) -> LiveProgress | LineProgress | NoProgress:
     """The reporter for a pytest run of `total` cases, from its options and its terminal."""
     capman = config.pluginmanager.get_plugin("capturemanager")
     suspend = capman.global_and_fixture_disabled if capman is not None else contextlib.nullcontext

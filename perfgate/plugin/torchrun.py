@@ -259,7 +259,7 @@ def _aggregate(config: pytest.Config, state: DistState, gathered: list[Any] | No
         benchmark_adapter.save(config, agg, state.save)
 
 
-def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
     state = config.stash.get(_STATE, None)
     if state is None:
         return

@@ -373,7 +373,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         benchmark_adapter.enable_in_worker(config)
 
 
-def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
     state = config.stash.get(_STATE, None)
     if state is None or _worker(config):
         return
