@@ -7,10 +7,11 @@ modules used to keep by hand (the keys a smoke run must record, the metrics `per
 offers, the per-rank figures that are no metrics) derive from the fields' metadata here.
 
 The record's JSON objects (the energy window, the throttled rounds, the roofline's peaks, the
-instruction count, the telemetry summary) are small typed blocks (`RecordBlock`), read and written
-by the same rules as the record itself: a field's type says whether its value is a block (or a
-table of blocks), `_f`'s metadata whether a None is written, keys a block does not know stay in
-its `extra`, and a block read from a file writes back the keys the file held, in its order.
+instruction count, the noise between recording passes, the telemetry summary) are small typed
+blocks (`RecordBlock`), read and written by the same rules
+as the record itself: a field's type says whether its value is a block (or a table of blocks),
+`_f`'s metadata whether a None is written, keys a block does not know stay in its `extra`, and a
+block read from a file writes back the keys the file held, in its order.
 """
 
 from __future__ import annotations
@@ -193,6 +194,19 @@ class Telemetry(RecordBlock):
 
 
 @dataclass(frozen=True, kw_only=True)
+class PassNoise(RecordBlock):
+    """One gated metric's noise between the recording passes (`CaseRecord.pass_noise`, by metric:
+    latency, device_time, instructions; perfgate.gate.detectable): the passes that had it, their
+    relative spread and the smallest change the gate tells from it (both in %); for latency the pass
+    left out as a slow phase (1-based, in recording order), where one was."""
+
+    passes: int
+    spread_pct: float
+    detects_pct: float
+    dropped_pass: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class CaseRecord:
     # What ran.
     model: str = _f("", required=True)
@@ -292,7 +306,7 @@ class CaseRecord:
     bound: str | None = _f()  # "launch-bound" or "device-bound"
     # The noise the record was taken with (perfgate.gate.detectable): per metric the relative
     # spread between its passes, the passes, and the smallest change the gate can tell from it.
-    pass_noise: dict[str, Any] | None = _f()
+    pass_noise: dict[str, PassNoise] | None = _f()  # by metric ("latency", "device_time", "instructions")
     # Telemetry summary and reliability.
     telemetry: Telemetry | None = _f()
     contention_cores: float | None = _f()

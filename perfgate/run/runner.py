@@ -264,10 +264,7 @@ class Runner:
             why = detectable.disagreement(noise, limit)
             if why is not None:
                 result.record = replace(result.record, unreliable=why)
-        block = detectable.noise_block(noise)
-        if dropped is not None and "latency" in block:
-            block["latency"]["dropped_pass"] = dropped + 1  # 1-based, in recording order
-        result.record = replace(result.record, pass_noise=block)
+        result.record = replace(result.record, pass_noise=detectable.noise_block(noise, dropped=dropped))
         return result
 
     def _attach_evidence(
