@@ -7,8 +7,8 @@ modules used to keep by hand (the keys a smoke run must record, the metrics `per
 offers, the per-rank figures that are no metrics) derive from the fields' metadata here.
 
 The record's JSON objects (the energy window, the throttled rounds, the roofline's peaks, the
-instruction count, the noise between recording passes, the telemetry summary) are small typed
-blocks (`RecordBlock`), read and written by the same rules
+instruction count, the noise between recording passes, the telemetry summary, the pooled
+re-measurement) are small typed blocks (`RecordBlock`), read and written by the same rules
 as the record itself: a field's type says whether its value is a block (or a table of blocks),
 `_f`'s metadata whether a None is written, keys a block does not know stay in its `extra`, and a
 block read from a file writes back the keys the file held, in its order.
@@ -207,6 +207,18 @@ class PassNoise(RecordBlock):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Pooled(RecordBlock):
+    """A re-measured case's runs judged once, pooled (`CaseRecord.pooled`, perfgate.gate.decide): how
+    many runs, their samples concatenated, the reference samples (None unless every run had them)
+    and why any run was unreliable (both written as null)."""
+
+    runs: int
+    samples_ms: list[float]
+    reference_ms: list[float] | None = _f(None, always=True)
+    unreliable: str | None = _f(None, always=True)
+
+
+@dataclass(frozen=True, kw_only=True)
 class CaseRecord:
     # What ran.
     model: str = _f("", required=True)
@@ -320,7 +332,7 @@ class CaseRecord:
     # The case's wall time in its process, build to verdict (re-measurements included): what
     # --perfgate-shard balances the shards by.
     case_wall_s: float | None = _f(None, unit="s")
-    pooled: dict[str, Any] | None = _f()
+    pooled: Pooled | None = _f()  # a re-measured case's runs, pooled (perfgate.gate.decide)
     evidence: dict[str, Any] | None = _f()
     # A distributed run (perfgate.dist.ranks): each rank's own block (perfgate.plugin.torchrun), and
     # on the aggregate the slowest rank, how throughput combined, per-rank figures and stragglers.
