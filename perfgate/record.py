@@ -8,10 +8,10 @@ offers, the per-rank figures that are no metrics) derive from the fields' metada
 
 The record's JSON objects (the energy window, the throttled rounds, the roofline's peaks, the
 instruction count, the noise between recording passes, the telemetry summary, the pooled
-re-measurement) are small typed blocks (`RecordBlock`), read and written by the same rules
-as the record itself: a field's type says whether its value is a block (or a table of blocks),
-`_f`'s metadata whether a None is written, keys a block does not know stay in its `extra`, and a
-block read from a file writes back the keys the file held, in its order.
+re-measurement, a failing case's evidence) are small typed blocks (`RecordBlock`), read and written
+by the same rules as the record itself: a field's type says whether its value is a block (or a
+table of blocks), `_f`'s metadata whether a None is written, keys a block does not know stay in
+its `extra`, and a block read from a file writes back the keys the file held, in its order.
 """
 
 from __future__ import annotations
@@ -219,6 +219,28 @@ class Pooled(RecordBlock):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Reproduce(RecordBlock):
+    """The command lines that re-run a failing case (`Evidence.reproduce`, perfgate.profile.evidence):
+    the pytest case alone and a full `perfgate profile` of it."""
+
+    pytest: str
+    profile: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evidence(RecordBlock):
+    """What was captured of a failing case (`CaseRecord.evidence`, perfgate.profile.evidence): its
+    profiler trace, the ops table beside it and the top operators (perfgate.profile.trace's rows),
+    on CUDA an allocator snapshot, and the commands that reproduce it."""
+
+    trace: str
+    ops_table: str
+    top_ops: list[dict[str, Any]]
+    memory_snapshot: str | None = None
+    reproduce: Reproduce | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class CaseRecord:
     # What ran.
     model: str = _f("", required=True)
@@ -333,7 +355,7 @@ class CaseRecord:
     # --perfgate-shard balances the shards by.
     case_wall_s: float | None = _f(None, unit="s")
     pooled: Pooled | None = _f()  # a re-measured case's runs, pooled (perfgate.gate.decide)
-    evidence: dict[str, Any] | None = _f()
+    evidence: Evidence | None = _f()  # a failing case's trace and how to reproduce it (--perfgate-trace)
     # A distributed run (perfgate.dist.ranks): each rank's own block (perfgate.plugin.torchrun), and
     # on the aggregate the slowest rank, how throughput combined, per-rank figures and stragglers.
     rank: int | None = _f()

@@ -276,7 +276,7 @@ class Runner:
         if progress:
             progress("writing a profiler trace as evidence")
         evidence = capture_evidence(result.step, case.device, self.config.evidence_dir / case.id)
-        evidence["reproduce"] = reproduce_commands(case, nodeid=fullname)
+        evidence = replace(evidence, reproduce=reproduce_commands(case, nodeid=fullname))
         result.record = replace(result.record, evidence=evidence)
         return [with_evidence(v, evidence) if v.verdict in gate.FAILING else v for v in verdicts]
 
