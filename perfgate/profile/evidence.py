@@ -8,13 +8,17 @@ import dataclasses
 import shlex
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from perfgate.profile.profiler import CudaMemoryTool
 from perfgate.profile.trace import trace_steps
 from perfgate.record import Evidence, Reproduce
+
+if TYPE_CHECKING:
+    from perfgate.cases.runner import Case
+    from perfgate.gate.verdicts import Verdict
 
 
 def capture_evidence(
@@ -46,9 +50,8 @@ def capture_evidence(
     )
 
 
-def reproduce_commands(case: Any, nodeid: str | None = None) -> Reproduce:
-    """The commands that re-run one benchmark case (a perfgate.cases.runner.Case): the pytest case
-    alone, and a full profile of it."""
+def reproduce_commands(case: Case, nodeid: str | None = None) -> Reproduce:
+    """The commands that re-run one benchmark case: the pytest case alone, and a full profile of it."""
     opts = dict(case.options)
     node = nodeid or f"benchmarks/test_models.py::test_step[{case.id}]"
     pytest_cmd = (
@@ -62,7 +65,7 @@ def reproduce_commands(case: Any, nodeid: str | None = None) -> Reproduce:
     return Reproduce(pytest=pytest_cmd, profile=profile_cmd)
 
 
-def with_evidence(verdict: Any, evidence: Evidence) -> Any:
+def with_evidence(verdict: Verdict, evidence: Evidence) -> Verdict:
     """The verdict with its message naming the trace and the reproduce command."""
     parts = [f"trace: {evidence.trace}"]
     if evidence.memory_snapshot:
