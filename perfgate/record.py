@@ -7,7 +7,8 @@ modules used to keep by hand (the keys a smoke run must record, the metrics `per
 offers, the per-rank figures that are no metrics) derive from the fields' metadata here.
 
 The record's JSON objects (the energy window, the throttled rounds, the roofline's peaks, the
-instruction count, the telemetry summary) are small typed blocks (`RecordBlock`), read and written
+instruction count, the noise between recording passes, the telemetry summary, the pooled
+re-measurement, a failing case's evidence) are small typed blocks (`RecordBlock`), read and written
 by the same rules as the record itself: a field's type says whether its value is a block (or a
 table of blocks), `_f`'s metadata whether a None is written, keys a block does not know stay in
 its `extra`, and a block read from a file writes back the keys the file held, in its order.
@@ -193,6 +194,53 @@ class Telemetry(RecordBlock):
 
 
 @dataclass(frozen=True, kw_only=True)
+class PassNoise(RecordBlock):
+    """One gated metric's noise between the recording passes (`CaseRecord.pass_noise`, by metric:
+    latency, device_time, instructions; perfgate.gate.detectable): the passes that had it, their
+    relative spread and the smallest change the gate tells from it (both in %); for latency the pass
+    left out as a slow phase (1-based, in recording order), where one was."""
+
+    passes: int
+    spread_pct: float
+    detects_pct: float
+    dropped_pass: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pooled(RecordBlock):
+    """A re-measured case's runs judged once, pooled (`CaseRecord.pooled`, perfgate.gate.decide): how
+    many runs, their samples concatenated, the reference samples (None unless every run had them)
+    and why any run was unreliable (both written as null)."""
+
+    runs: int
+    samples_ms: list[float]
+    reference_ms: list[float] | None = _f(None, always=True)
+    unreliable: str | None = _f(None, always=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reproduce(RecordBlock):
+    """The command lines that re-run a failing case (`Evidence.reproduce`, perfgate.profile.evidence):
+    the pytest case alone and a full `perfgate profile` of it."""
+
+    pytest: str
+    profile: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evidence(RecordBlock):
+    """What was captured of a failing case (`CaseRecord.evidence`, perfgate.profile.evidence): its
+    profiler trace, the ops table beside it and the top operators (perfgate.profile.trace's rows),
+    on CUDA an allocator snapshot, and the commands that reproduce it."""
+
+    trace: str
+    ops_table: str
+    top_ops: list[dict[str, Any]]
+    memory_snapshot: str | None = None
+    reproduce: Reproduce | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class CaseRecord:
     # What ran.
     model: str = _f("", required=True)
@@ -292,7 +340,7 @@ class CaseRecord:
     bound: str | None = _f()  # "launch-bound" or "device-bound"
     # The noise the record was taken with (perfgate.gate.detectable): per metric the relative
     # spread between its passes, the passes, and the smallest change the gate can tell from it.
-    pass_noise: dict[str, Any] | None = _f()
+    pass_noise: dict[str, PassNoise] | None = _f()  # by metric ("latency", "device_time", "instructions")
     # Telemetry summary and reliability.
     telemetry: Telemetry | None = _f()
     contention_cores: float | None = _f()
@@ -306,8 +354,8 @@ class CaseRecord:
     # The case's wall time in its process, build to verdict (re-measurements included): what
     # --perfgate-shard balances the shards by.
     case_wall_s: float | None = _f(None, unit="s")
-    pooled: dict[str, Any] | None = _f()
-    evidence: dict[str, Any] | None = _f()
+    pooled: Pooled | None = _f()  # a re-measured case's runs, pooled (perfgate.gate.decide)
+    evidence: Evidence | None = _f()  # a failing case's trace and how to reproduce it (--perfgate-trace)
     # A distributed run (perfgate.dist.ranks): each rank's own block (perfgate.plugin.torchrun), and
     # on the aggregate the slowest rank, how throughput combined, per-rank figures and stragglers.
     rank: int | None = _f()

@@ -12,9 +12,13 @@ import pytest
 from perfgate.record import (
     CaseRecord,
     EnergyWindow,
+    Evidence,
     InstructionCount,
     MinMeanMax,
+    PassNoise,
     PeakBasis,
+    Pooled,
+    Reproduce,
     Telemetry,
     TelemetryGpu,
     ThrottledRounds,
@@ -146,3 +150,39 @@ def test_a_value_of_the_wrong_shape_is_kept_as_read_and_not_typed() -> None:
     assert tel.metrics is None and tel.busy_sm_clock_mhz is None
     assert tel.extra == {"metrics": {"rss_mib": 12.0}, "busy_sm_clock_mhz": {"mean": 1.0}}
     assert json.dumps(tel.to_json()) == json.dumps(odd)
+
+
+def test_the_producers_blocks_round_trip_through_the_record(tmp_path: Path) -> None:
+    """pass_noise, pooled and evidence are in no committed file: the blocks their producers build
+    (the recording passes' noise with a slow pass left out, a re-measured case's pooled runs, a
+    failing case's trace and reproduce commands) are written, read back as the same typed blocks
+    and written again as the same JSON, key for key."""
+    import torch
+
+    from perfgate.cases.runner import Case
+    from perfgate.gate import detectable
+    from perfgate.gate.decide import pooled_block
+    from perfgate.profile.evidence import capture_evidence, reproduce_commands
+
+    passes = [
+        CaseRecord(median_ms=m, samples_ms=[m] * 5, device_ms_per_step=d)
+        for m, d in ((11.0, 4.0), (10.0, 4.02), (10.05, 4.01))
+    ]
+    kept, dropped = detectable.without_slow_pass(passes)  # the first pass caught a slow phase
+    noise = detectable.noise_block(detectable.noise_of(kept), dropped=dropped)
+    case = Case(model="physicsnemo-block", size="tiny", variant="baseline", device="cpu")
+    ev = capture_evidence(lambda: torch.ones(8).add_(1), "cpu", tmp_path, steps=1, memory_snapshot=False)
+    ev = replace(ev, reproduce=reproduce_commands(case))
+    rec = CaseRecord(samples_ms=[10.05] * 5, pass_noise=noise, pooled=pooled_block(passes), evidence=ev)
+
+    info = json.loads(json.dumps(rec.to_extra_info()))
+    back = CaseRecord.from_extra_info(info)
+    assert back == rec and not back.extra
+    assert json.dumps(back.to_extra_info()) == json.dumps(info)
+    assert back.pass_noise and all(isinstance(b, PassNoise) for b in back.pass_noise.values())
+    assert back.pass_noise["latency"].dropped_pass == 1 and back.pass_noise["device_time"].dropped_pass is None
+    assert "dropped_pass" not in info["pass_noise"]["device_time"]  # omitted stays omitted
+    assert isinstance(back.pooled, Pooled) and back.pooled.runs == 3 and len(back.pooled.samples_ms) == 15
+    assert "reference_ms" in info["pooled"] and back.pooled.reference_ms is None  # written as null, as always
+    assert isinstance(back.evidence, Evidence) and isinstance(back.evidence.reproduce, Reproduce)
+    assert back.evidence.memory_snapshot is None and "memory_snapshot" not in info["evidence"]  # CUDA only

@@ -22,7 +22,7 @@ from perfgate.gate.settings import GateSettings
 from perfgate.gate.verdicts import BUDGET, INCONCLUSIVE, NO_BASELINE, REGRESSION, UNCHANGED, UNRELIABLE, Verdict
 from perfgate.measure.stats import TAIL_MIN_SAMPLES
 from perfgate.measure.telemetry import SLOWDOWN_REASONS
-from perfgate.record import CaseRecord, Telemetry
+from perfgate.record import CaseRecord, Pooled, Telemetry
 
 # --- reliability --------------------------------------------------------------------------------
 
@@ -104,28 +104,23 @@ def pool(records: Sequence[CaseRecord]) -> CaseRecord:
     )
 
 
-def pooled_block(records: Sequence[CaseRecord]) -> dict[str, Any]:
+def pooled_block(records: Sequence[CaseRecord]) -> Pooled:
     """What a re-measured case keeps in its record (`pooled`), so `perfgate compare` on the JSON
     judges what the session judged."""
     p = pool(records)
-    return {
-        "runs": len(records),
-        "samples_ms": p.samples_ms,
-        "reference_ms": p.reference_ms,
-        "unreliable": p.unreliable,
-    }
+    return Pooled(runs=len(records), samples_ms=p.samples_ms, reference_ms=p.reference_ms, unreliable=p.unreliable)
 
 
 def timing_record(record: CaseRecord) -> CaseRecord:
     """The record with its pooled timings where it was re-measured."""
     block = record.pooled
-    if not isinstance(block, Mapping):
+    if block is None:
         return record
     return replace(
         record,
-        samples_ms=list(block["samples_ms"]),
-        reference_ms=block.get("reference_ms"),
-        unreliable=record.unreliable or block.get("unreliable"),
+        samples_ms=list(block.samples_ms),
+        reference_ms=block.reference_ms,
+        unreliable=record.unreliable or block.unreliable,
     )
 
 

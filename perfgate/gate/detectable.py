@@ -22,10 +22,9 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
 
-from perfgate.record import CaseRecord
+from perfgate.record import CaseRecord, PassNoise
 
 FACTOR = 2.0  # detectable change = FACTOR x the spread between unchanged passes
 DISAGREE = 0.05  # latency passes further apart than this (relative): a slow phase, re-measure
@@ -40,8 +39,9 @@ class MetricNoise:
     spread: float  # (max - min) / median of the per-pass values
     detects: float  # the smallest relative change the gate tells: FACTOR x spread
 
-    def to_json(self) -> dict[str, Any]:
-        return {"passes": self.passes, "spread_pct": self.spread * 100, "detects_pct": self.detects * 100}
+    def block(self) -> PassNoise:
+        """As the record keeps it (percentages)."""
+        return PassNoise(passes=self.passes, spread_pct=self.spread * 100, detects_pct=self.detects * 100)
 
 
 def per_pass_value(record: CaseRecord, metric: str) -> float | None:
@@ -114,25 +114,27 @@ def disagreement(noise: Mapping[str, MetricNoise], limit: float = DISAGREE) -> s
     return None
 
 
-def noise_block(noise: Mapping[str, MetricNoise]) -> dict[str, Any]:
-    """The record's `pass_noise` field."""
-    return {m: n.to_json() for m, n in noise.items()}
+def noise_block(noise: Mapping[str, MetricNoise], *, dropped: int | None = None) -> dict[str, PassNoise]:
+    """The record's `pass_noise` field; `dropped`: the index of the pass `without_slow_pass` left
+    out, kept on latency's block (1-based, in recording order)."""
+    block = {m: n.block() for m, n in noise.items()}
+    if dropped is not None and "latency" in block:
+        block["latency"] = replace(block["latency"], dropped_pass=dropped + 1)
+    return block
 
 
 def detects(record: CaseRecord | None, metric: str) -> float | None:
     """The smallest relative change a baseline record lets the gate tell for `metric`, or None when
     it was recorded in one pass (no noise known)."""
-    if record is None or not record.pass_noise:
+    block = (record.pass_noise or {}).get(metric) if record is not None else None
+    if block is None or block.passes < 2:
         return None
-    block = record.pass_noise.get(metric)
-    if not isinstance(block, Mapping) or block.get("passes", 0) < 2:
-        return None
-    return float(block.get("detects_pct", 0.0)) / 100
+    return float(block.detects_pct) / 100
 
 
 def detects_line(record: CaseRecord) -> str:
     """`latency: detects >= 3.1% here; device time: >= 0.4%` (or why nothing is known)."""
-    parts = []
+    parts: list[str] = []
     for metric in NOISE_METRICS:
         d = detects(record, metric)
         if d is not None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from perfgate.quality.gpu_quality import QualityRun
+    from perfgate.record import PassNoise
 
 GATE_LABELS = {
     "wall-stored": "wall time, stored record",
@@ -19,9 +21,9 @@ def _condition(kind: str, size_pct: float) -> str:
     return "unchanged" if kind == "unchanged" else f"{kind}-side +{size_pct:g}%"
 
 
-def _spread(noise: dict, metric: str) -> str:
+def _spread(noise: Mapping[str, PassNoise], metric: str) -> str:
     block = noise.get(metric)
-    return f"{block.get('spread_pct', 0.0):.2f}" if isinstance(block, dict) else "-"
+    return f"{block.spread_pct:.2f}" if block is not None else "-"
 
 
 def detection_markdown(run: QualityRun) -> str:

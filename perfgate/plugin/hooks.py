@@ -262,9 +262,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
     if compared:
         tr.write_line(compared)
     for name, ev in outcome.evidence.items():
-        tr.write_line(
-            f"perfgate: evidence for {name.split('::')[-1]}: {ev['trace']}; reproduce: {ev['reproduce']['pytest']}"
-        )
+        again = f"; reproduce: {ev.reproduce.pytest}" if ev.reproduce else ""
+        tr.write_line(f"perfgate: evidence for {name.split('::')[-1]}: {ev.trace}{again}")
     recap = terminal.recap_line(outcome.verdicts.verdicts)
     if recap:
         tr.write_line(recap)

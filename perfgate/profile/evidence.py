@@ -8,12 +8,17 @@ import dataclasses
 import shlex
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from perfgate.profile.profiler import CudaMemoryTool
 from perfgate.profile.trace import trace_steps
+from perfgate.record import Evidence, Reproduce
+
+if TYPE_CHECKING:
+    from perfgate.cases.runner import Case
+    from perfgate.gate.verdicts import Verdict
 
 
 def capture_evidence(
@@ -24,17 +29,13 @@ def capture_evidence(
     steps: int = 3,
     top_n: int = 10,
     memory_snapshot: bool = True,
-) -> dict[str, Any]:
+) -> Evidence:
     """A profiler trace of a benchmark case's step (and on CUDA an allocator snapshot) in
-    `out_dir`: the evidence a verdict points to."""
+    `out_dir`: the evidence a verdict points to (`reproduce_commands` add how to re-run it)."""
     device = torch.device(device)
     out_dir.mkdir(parents=True, exist_ok=True)
     trace = trace_steps(step, device, out_dir / "trace.json", steps=steps, top_n=top_n)
-    evidence: dict[str, Any] = {
-        "trace": trace["trace"],
-        "ops_table": trace["ops_table"],
-        "top_ops": trace["top_ops"][:5],
-    }
+    snapshot = None
     if memory_snapshot and device.type == "cuda":
         tool = CudaMemoryTool(file="memory_snapshot.pickle")
         tool.start(out_dir)
@@ -43,13 +44,14 @@ def capture_evidence(
             torch.cuda.synchronize(device)
         finally:
             (path,) = tool.stop()
-        evidence["memory_snapshot"] = str(path)
-    return evidence
+        snapshot = str(path)
+    return Evidence(
+        trace=trace["trace"], ops_table=trace["ops_table"], top_ops=trace["top_ops"][:5], memory_snapshot=snapshot
+    )
 
 
-def reproduce_commands(case: Any, nodeid: str | None = None) -> dict[str, str]:
-    """The commands that re-run one benchmark case (a perfgate.cases.runner.Case): the pytest case
-    alone, and a full profile of it."""
+def reproduce_commands(case: Case, nodeid: str | None = None) -> Reproduce:
+    """The commands that re-run one benchmark case: the pytest case alone, and a full profile of it."""
     opts = dict(case.options)
     node = nodeid or f"benchmarks/test_models.py::test_step[{case.id}]"
     pytest_cmd = (
@@ -60,15 +62,15 @@ def reproduce_commands(case: Any, nodeid: str | None = None) -> dict[str, str]:
         f"perfgate profile {case.model} --size {case.size} --variant {shlex.quote(case.variant)} --device {case.device}"
     )
     profile_cmd += "".join(f" --option {shlex.quote(f'{k}={v}')}" for k, v in opts.items())
-    return {"pytest": pytest_cmd, "profile": profile_cmd}
+    return Reproduce(pytest=pytest_cmd, profile=profile_cmd)
 
 
-def with_evidence(verdict: Any, evidence: dict[str, Any]) -> Any:
+def with_evidence(verdict: Verdict, evidence: Evidence) -> Verdict:
     """The verdict with its message naming the trace and the reproduce command."""
-    parts = [f"trace: {evidence['trace']}"]
-    if evidence.get("memory_snapshot"):
-        parts.append(f"memory snapshot: {evidence['memory_snapshot']}")
-    if evidence.get("reproduce"):
-        parts.append(f"reproduce: {evidence['reproduce']['pytest']}")
+    parts = [f"trace: {evidence.trace}"]
+    if evidence.memory_snapshot:
+        parts.append(f"memory snapshot: {evidence.memory_snapshot}")
+    if evidence.reproduce:
+        parts.append(f"reproduce: {evidence.reproduce.pytest}")
     msg = (verdict.message + " " if verdict.message else "") + "[" + "; ".join(parts) + "]"
     return dataclasses.replace(verdict, message=msg)

@@ -38,7 +38,7 @@ from perfgate.gate.instructions import judge_kernels
 from perfgate.gate.metrics import judge_device_time, judge_latency, judge_latency_samples
 from perfgate.gate.settings import GateSettings
 from perfgate.gate.verdicts import REGRESSION
-from perfgate.record import CaseRecord
+from perfgate.record import CaseRecord, PassNoise, as_json
 
 GATES = ("wall-stored", "wall-ab", "device-time", "kernels")
 SIZES_PCT = (1.0, 2.0, 5.0)
@@ -92,7 +92,7 @@ class CaseSetup:
     device_ms: float | None
     linear_every: dict[str, int] = field(default_factory=dict)  # size -> N of the GPU-side slowdown
     busy_wait_ms: dict[str, float] = field(default_factory=dict)  # size -> the host-side busy-wait
-    pass_noise: dict[str, Any] = field(default_factory=dict)
+    pass_noise: dict[str, PassNoise] = field(default_factory=dict)  # by metric, as the record keeps it
     build_s: float = 0.0
     error: str | None = None
 
@@ -350,7 +350,7 @@ class QualityRun:
         return {
             "device": self.plan.device,
             "plan": asdict(self.plan),
-            "setups": [asdict(s) for s in self.setups],
+            "setups": [{**asdict(s), "pass_noise": as_json(s.pass_noise)} for s in self.setups],
             "rows": [asdict(r) for r in self.rows],
             "tally": [asdict(t) for t in self.tally],
             "wall_s": self.wall_s,

@@ -12,7 +12,7 @@ from typing import Any
 from perfgate import gate
 from perfgate.cases.runner import Case
 from perfgate.gate.verdict_file import VerdictSet
-from perfgate.record import CaseRecord
+from perfgate.record import CaseRecord, Evidence
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,7 +53,7 @@ class RunOutcome:
         return bool(self.records or self.verdicts.verdicts)
 
     @property
-    def evidence(self) -> dict[str, dict[str, Any]]:
+    def evidence(self) -> dict[str, Evidence]:
         """node id -> the evidence written for the case (a trace, how to reproduce it)."""
         return {name: r.evidence for name, r in self.records.items() if r.evidence}
 

@@ -264,10 +264,7 @@ class Runner:
             why = detectable.disagreement(noise, limit)
             if why is not None:
                 result.record = replace(result.record, unreliable=why)
-        block = detectable.noise_block(noise)
-        if dropped is not None and "latency" in block:
-            block["latency"]["dropped_pass"] = dropped + 1  # 1-based, in recording order
-        result.record = replace(result.record, pass_noise=block)
+        result.record = replace(result.record, pass_noise=detectable.noise_block(noise, dropped=dropped))
         return result
 
     def _attach_evidence(
@@ -279,7 +276,7 @@ class Runner:
         if progress:
             progress("writing a profiler trace as evidence")
         evidence = capture_evidence(result.step, case.device, self.config.evidence_dir / case.id)
-        evidence["reproduce"] = reproduce_commands(case, nodeid=fullname)
+        evidence = replace(evidence, reproduce=reproduce_commands(case, nodeid=fullname))
         result.record = replace(result.record, evidence=evidence)
         return [with_evidence(v, evidence) if v.verdict in gate.FAILING else v for v in verdicts]
 

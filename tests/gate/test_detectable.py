@@ -4,6 +4,7 @@ passes that disagree re-measured and, still disagreeing, flagged; verdicts held 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -13,7 +14,7 @@ from perfgate.gate import detectable
 from perfgate.gate.metrics import judge_latency
 from perfgate.gate.settings import GateSettings
 from perfgate.gate.verdicts import INCONCLUSIVE, REGRESSION
-from perfgate.record import CaseRecord
+from perfgate.record import CaseRecord, PassNoise
 
 
 def _rec(median_ms: float, **kw) -> CaseRecord:
@@ -62,20 +63,18 @@ def test_a_verdict_never_claims_more_precision_than_its_case_has() -> None:
     base = CaseRecord(median_ms=10.0, samples_ms=[10.0 + 0.01 * i for i in range(20)])
     cur = CaseRecord(median_ms=10.7, samples_ms=[10.7 + 0.01 * i for i in range(20)])
     assert judge_latency("c", cur, base, s).verdict == REGRESSION  # +7%, no recorded noise
-    quiet = CaseRecord(**{**base.__dict__, "pass_noise": {"latency": {"passes": 3, "spread_pct": 1, "detects_pct": 2}}})
+    quiet = replace(base, pass_noise={"latency": PassNoise(passes=3, spread_pct=1, detects_pct=2)})
     v = judge_latency("c", cur, quiet, s)
     assert v.verdict == REGRESSION and v.message.endswith("; detects >= 2.0% here")  # each verdict says it
-    noisy = CaseRecord(
-        **{**base.__dict__, "pass_noise": {"latency": {"passes": 3, "spread_pct": 5, "detects_pct": 10}}}
-    )
+    noisy = replace(base, pass_noise={"latency": PassNoise(passes=3, spread_pct=5, detects_pct=10)})
     v = judge_latency("c", cur, noisy, s)
     assert v.verdict == INCONCLUSIVE and "detects >= 10.0% here" in v.message
 
 
 def test_the_cases_that_cannot_detect_five_percent() -> None:
     records = {
-        "fine": CaseRecord(pass_noise={"latency": {"passes": 3, "spread_pct": 0.4, "detects_pct": 0.8}}),
-        "noisy": CaseRecord(pass_noise={"latency": {"passes": 3, "spread_pct": 4, "detects_pct": 8}}),
+        "fine": CaseRecord(pass_noise={"latency": PassNoise(passes=3, spread_pct=0.4, detects_pct=0.8)}),
+        "noisy": CaseRecord(pass_noise={"latency": PassNoise(passes=3, spread_pct=4, detects_pct=8)}),
         "one-pass": CaseRecord(),
     }
     table = {row.case: row for row in detectable.case_table(records)}
@@ -111,8 +110,8 @@ def test_recording_in_passes_keeps_the_noise_and_remeasures_a_disagreeing_case(t
     session.measure = lambda case, progress=None: next(reruns)  # the re-measurement
     kept = session.with_pass_noise(CASE, "b::t[c]", _result(13.0), None)  # this pass caught a slow phase
     assert kept.record.median_ms == 10.1 and kept.record.remeasured == 1 and kept.record.unreliable is None
-    assert kept.record.pass_noise["latency"]["passes"] == 3
-    assert kept.record.pass_noise["latency"]["spread_pct"] == pytest.approx(1.0)
+    assert kept.record.pass_noise["latency"].passes == 3
+    assert kept.record.pass_noise["latency"].spread_pct == pytest.approx(1.0)
 
 
 def test_passes_that_still_disagree_are_recorded_flagged(tmp_path: Path) -> None:
@@ -129,9 +128,8 @@ def test_doctor_lists_the_recorded_cases_that_cannot_detect_five_percent(tmp_pat
     from perfgate.measure.fingerprint import fingerprint, fingerprint_id
 
     def entry(case: str, detects_pct: float) -> dict:
-        rec = _rec(
-            4.0, pass_noise={"latency": {"passes": 3, "spread_pct": detects_pct / 2, "detects_pct": detects_pct}}
-        )
+        noise = PassNoise(passes=3, spread_pct=detects_pct / 2, detects_pct=detects_pct)
+        rec = _rec(4.0, pass_noise={"latency": noise})
         stats = {"median": 0.004, "mean": 0.004, "min": 0.004, "max": 0.004, "stddev": 0.0, "rounds": 12}
         return {"name": case, "fullname": f"b.py::{case}", "stats": stats, "extra_info": rec.to_extra_info()}
 
@@ -160,7 +158,7 @@ def test_a_slow_earlier_pass_is_left_out_when_the_others_agree(tmp_path: Path) -
     session.measure = lambda case, progress=None: _result(10.05)
     rec = session.with_pass_noise(CASE, "b::t[c]", _result(12.0), None).record
     assert rec.unreliable is None and rec.median_ms == 10.05
-    assert rec.pass_noise["latency"]["passes"] == 2 and rec.pass_noise["latency"]["dropped_pass"] == 1
+    assert rec.pass_noise["latency"].passes == 2 and rec.pass_noise["latency"].dropped_pass == 1
 
 
 def _write(tmp_path: Path, median_ms: float, name: str = "p1") -> Path:

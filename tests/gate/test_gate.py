@@ -7,7 +7,7 @@ from perfgate import gate
 from perfgate.gate import metrics
 from perfgate.gate.policy import METRIC_NAMES, Policy, parse
 from perfgate.gate.settings import GateSettings
-from perfgate.record import CaseRecord, MinMeanMax, Telemetry, TelemetryGpu
+from perfgate.record import CaseRecord, MinMeanMax, Pooled, Telemetry, TelemetryGpu
 from tests.helpers import bench
 
 S = GateSettings()
@@ -201,16 +201,11 @@ def test_speedups_on_different_bases_are_not_compared():
 def test_a_re_measured_case_is_judged_on_its_pooled_runs():
     base = rec(_samples(10, seed=41))
     cur = rec(_samples(10, seed=42))  # the last run alone: unchanged
-    pooled = {
-        "runs": 3,
-        "samples_ms": _samples(10, seed=42) + _samples(13, seed=43) + _samples(13, seed=44),
-        "reference_ms": None,
-        "unreliable": None,
-    }
+    pooled = Pooled(runs=3, samples_ms=_samples(10, seed=42) + _samples(13, seed=43) + _samples(13, seed=44))
     cur = replace(cur, pooled=pooled)
     (lat,) = [v for v in compare(cur, base) if v.metric == "latency"]
     assert lat.verdict == gate.REGRESSION  # two slow runs of three, as the session judged it
-    cur = replace(cur, pooled={**pooled, "unreliable": "neighbour busy in re-measurement 1"})
+    cur = replace(cur, pooled=replace(pooled, unreliable="neighbour busy in re-measurement 1"))
     (lat,) = [v for v in compare(cur, base) if v.metric == "latency"]
     assert lat.verdict == gate.UNRELIABLE
 
@@ -225,7 +220,7 @@ def test_decide_re_measures_a_suspect_then_judges_the_runs_pooled():
     assert first.remeasure and _latency(first) == gate.REGRESSION  # the suspect, not yet a verdict
     assert gate.decide("a", [slow, same], base, Policy()).remeasure  # remeasure = 2: one more
     pooled = gate.decide("a", [slow, slow, same], base, Policy())  # two slow of three still regress
-    assert not pooled.remeasure and _latency(pooled) == gate.REGRESSION and pooled.record.pooled["runs"] == 3
+    assert not pooled.remeasure and _latency(pooled) == gate.REGRESSION and pooled.record.pooled.runs == 3
     assert "3 runs pooled" in next(v.message for v in pooled.verdicts if v.metric == "latency")
     assert _latency(gate.decide("a", [slow, same, same], base, Policy())) == gate.UNCHANGED  # outvoted
     assert not gate.decide("a", [same], base, Policy()).remeasure

@@ -23,7 +23,7 @@ from perfgate.gate.settings import GateSettings
 from perfgate.gate.verdicts import INCONCLUSIVE, REGRESSION, UNCHANGED
 from perfgate.measure import op_counts
 from perfgate.measure.device_time import device_time_from_events, host_share, merged_us
-from perfgate.record import CaseRecord
+from perfgate.record import CaseRecord, PassNoise
 
 GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off"
 
@@ -115,7 +115,7 @@ def test_host_share_calls_an_idle_gpu_launch_bound() -> None:
         host_share(0, 1)
 
 
-def _rec(device_ms: float, kernels: dict[str, float], noise: dict | None = None) -> CaseRecord:
+def _rec(device_ms: float, kernels: dict[str, float], noise: dict[str, PassNoise] | None = None) -> CaseRecord:
     return CaseRecord(device_ms_per_step=device_ms, kernel_ms_per_step=kernels, pass_noise=noise)
 
 
@@ -131,7 +131,7 @@ def test_the_device_time_judge_names_the_kernels_whose_time_grew() -> None:
 
 
 def test_a_change_below_the_baselines_recorded_noise_is_not_claimed() -> None:
-    noisy = {"device_time": {"passes": 3, "spread_pct": 3.0, "detects_pct": 6.0}}
+    noisy = {"device_time": PassNoise(passes=3, spread_pct=3.0, detects_pct=6.0)}
     v = judge_device_time("c", _rec(1.04, {GEMM: 0.45}), _rec(1.0, {GEMM: 0.41}, noisy), GateSettings())
     assert v is not None and v.verdict == INCONCLUSIVE
     assert "detects >= 6.0% here" in v.message

@@ -9,6 +9,7 @@ import io
 import json
 import shlex
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from perfgate.profile import api, evidence, run
 from perfgate.profile.config import ProfileConfig, ProfileError, ProfileUnavailable, points
 from perfgate.profile.layers import BREAKDOWN_MARGIN, layer_breakdown, layer_plan
 from perfgate.profile.trace import nvtx_section, trace_steps
-from perfgate.record import as_json
+from perfgate.record import CaseRecord, as_json
 
 
 @pytest.fixture
@@ -413,15 +414,13 @@ def test_evidence_for_a_regressed_case(tmp_path: Path) -> None:
 
     step = make_step(wl, wl.module, wl.inputs, contextlib.nullcontext)
     ev = evidence.capture_evidence(step, "cpu", tmp_path / case.id, steps=2)
-    assert json.loads(Path(ev["trace"]).read_text())["traceEvents"]
-    assert "memory_snapshot" not in ev  # CUDA only
-    ev["reproduce"] = evidence.reproduce_commands(case)
-    assert ev["reproduce"]["pytest"].startswith(
+    assert json.loads(Path(ev.trace).read_text())["traceEvents"]
+    assert ev.memory_snapshot is None and "memory_snapshot" not in ev.to_json()  # CUDA only
+    ev = replace(ev, reproduce=evidence.reproduce_commands(case))
+    assert ev.reproduce is not None and ev.reproduce.pytest.startswith(
         "python -m pytest 'benchmarks/test_models.py::test_step[physicsnemo-block-tiny-baseline]'"
     )
-    assert (
-        ev["reproduce"]["profile"] == "perfgate profile physicsnemo-block --size tiny --variant baseline --device cpu"
-    )
+    assert ev.reproduce.profile == "perfgate profile physicsnemo-block --size tiny --variant baseline --device cpu"
     v = Verdict(
         case="benchmarks/test_models.py::test_step[x]",
         metric="latency",
@@ -429,7 +428,7 @@ def test_evidence_for_a_regressed_case(tmp_path: Path) -> None:
         message="median 2 ms vs 1 ms",
     )
     named = evidence.with_evidence(v, ev)
-    assert named.message.startswith("median 2 ms vs 1 ms [trace: ") and ev["trace"] in named.message
+    assert named.message.startswith("median 2 ms vs 1 ms [trace: ") and ev.trace in named.message
     assert "reproduce: python -m pytest" in named.message and named.verdict == "regression"
 
 
@@ -438,8 +437,8 @@ def test_reproduce_commands_carry_options() -> None:
     cmds = evidence.reproduce_commands(
         case, nodeid="benchmarks/test_models.py::test_step[owl-world-model-tiny-cacheframes0-compile]"
     )
-    assert "test_step[owl-world-model-tiny-cacheframes0-compile]" in cmds["pytest"]
-    assert cmds["profile"].endswith("--device cuda --option cache_frames=0")
+    assert "test_step[owl-world-model-tiny-cacheframes0-compile]" in cmds.pytest
+    assert cmds.profile.endswith("--device cuda --option cache_frames=0")
 
 
 def test_suite_integration_telemetry_flops_and_evidence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -476,8 +475,9 @@ def test_suite_integration_telemetry_flops_and_evidence(tmp_path: Path, monkeypa
     info, verdicts = outcome.record.to_extra_info(), outcome.verdicts
     assert info["telemetry"]["source"] == "psutil" and info["telemetry"]["n_samples"] >= 1
     assert info["gflop_per_step"] == pytest.approx(0.014680064) and fp32_roofline(info)
-    ev = info["evidence"]
+    ev, (v,) = info["evidence"], verdicts
     assert json.loads(Path(ev["trace"]).read_text())["traceEvents"]
-    (v,) = verdicts
+    assert list(ev) == ["trace", "ops_table", "top_ops", "reproduce"] and ev["reproduce"]["pytest"] in v.message
+    assert json.dumps(CaseRecord.from_extra_info(info).to_extra_info()) == json.dumps(info)  # read back as written
     assert ev["trace"] in v.message and "reproduce: python -m pytest" in v.message
     assert released and released[-1] is not None  # the step (the model) is released past the case
