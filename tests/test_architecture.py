@@ -619,6 +619,78 @@ def test_the_record_write_check_fails_on_a_planted_breach(tmp_path: Path) -> Non
     assert all(line.startswith("perfgate/dist/shard.py:") for line in record_writes(root)[1:])
 
 
+# The plugin's Session has one writer (issue 38): perfgate/plugin/hooks.py, the adapter, keeps the
+# selection's skips, the runner, the cases' outcomes and the compared files' machines; the case runner
+# (perfgate.run) keeps its own state, and the run's outcome is built once, frozen. A write to a
+# Session field elsewhere (an assignment, an item assignment, a mutating call) is named here.
+SESSION_OWNER = "perfgate/plugin/hooks.py"
+SESSION_WRITE_EXCEPTIONS = frozenset(
+    {
+        "perfgate/plugin/xdist.py: session.cases =",  # a shard narrows the selection (its configure hook)
+    }
+)
+_MUTATORS = frozenset(
+    {"append", "extend", "update", "pop", "popitem", "add", "discard", "setdefault", "clear", "insert"}
+)
+
+
+def _session_fields(root: Path) -> frozenset[str]:
+    tree = ast.parse((root / "perfgate" / "plugin" / "session.py").read_text(encoding="utf8"))
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Session")
+    return frozenset(
+        st.target.id for st in cls.body if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)
+    )
+
+
+def session_writes(root: Path = ROOT) -> list[str]:
+    """'file:line: what' for each write to a field of the plugin's Session outside its owner."""
+    names, out = _session_fields(root), []
+
+    def field_of(node: ast.expr) -> ast.Attribute | None:
+        node = node.value if isinstance(node, ast.Subscript) else node
+        own = isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+        return node if isinstance(node, ast.Attribute) and node.attr in names and not own else None
+
+    for rel, tree in _outside(root, (SESSION_OWNER, "perfgate/plugin/session.py")):
+        for node in ast.walk(tree):
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            if isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+                targets = [node.target]
+            found = [f for t in targets for e in (t.elts if isinstance(t, ast.Tuple) else [t]) if (f := field_of(e))]
+            found = [f"{ast.unparse(f)} =" for f in found]
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MUTATORS:
+                if (f := field_of(node.func.value)) is not None:
+                    found.append(f"{ast.unparse(f)}.{node.func.attr}(...)")
+            out += [f"{rel}:{node.lineno}: {w}" for w in found if f"{rel}: {w}" not in SESSION_WRITE_EXCEPTIONS]
+    return sorted(set(out))
+
+
+def test_the_session_has_one_writer() -> None:
+    found = session_writes()
+    assert not found, f"only {SESSION_OWNER} writes the Session; return the value to it instead:\n" + "\n".join(found)
+
+
+def test_the_session_writer_check_fails_on_a_planted_breach(tmp_path: Path) -> None:
+    root = _tree(tmp_path)
+    for rel, line in (
+        (
+            "perfgate/plugin/xdist.py",
+            "def _late(session, o):\n    session.outcomes.append(o)\n    session.runner = None\n",
+        ),
+        ("perfgate/plugin/counting.py", "def _skip(s, case, why):\n    s.unrunnable[case.id] = why\n"),
+        ("perfgate/output/terminal.py", "def _note(run, line):\n    run.compared_elsewhere += [line]\n"),
+    ):
+        path = root / rel
+        path.write_text(path.read_text() + "\n\n" + line)
+    found = [line.split(": ", 1)[1] for line in session_writes(root)]
+    assert found == [
+        "run.compared_elsewhere =",
+        "s.unrunnable =",
+        "session.outcomes.append(...)",
+        "session.runner =",
+    ], found
+
+
 def _tree(tmp_path: Path) -> Path:
     shutil.copytree(ROOT / "perfgate", tmp_path / "perfgate", ignore=shutil.ignore_patterns("__pycache__"))
     return tmp_path
@@ -750,3 +822,7 @@ if __name__ == "__main__":
     reads = key_reads_per_module(tree)
     print("\n".join(f"{n:4d} {m}" for m, n in reads.items()))
     print(f"{sum(reads.values())} string-key read(s) of result data outside perfgate/results.py and perfgate/record.py")
+    writes = session_writes(tree)
+    print(*writes, sep="\n") if writes else None
+    allowed = len(SESSION_WRITE_EXCEPTIONS)
+    print(f"{len(writes)} write(s) to the plugin's Session outside {SESSION_OWNER} ({allowed} allowed)")
