@@ -38,11 +38,16 @@ def figure_name(metric: str) -> str:
     return FIGURES.get(metric) or GATE_METRICS.get(metric) or metric
 
 
+# A latency row judged on the ratio: its baseline and current are the medians in ms, its change the
+# step/reference ratio's (the reference cancels the machine's speed), so the row says both.
+RATIO_LATENCY = f"median ms (change: {FIGURES['normalised_median']})"
+
+
 def verdict_metric_name(metric: str, compared: str | None = None) -> str:
     """A verdict's metric as the figure the gate compared: on a CPU without counts latency is
-    judged on the step/reference ratio."""
+    judged on the step/reference ratio, while the row's values are the medians in ms."""
     if metric == "latency" and compared and "ratio" in compared:
-        return FIGURES["normalised_median"]
+        return RATIO_LATENCY
     return GATE_METRICS.get(metric, metric)
 
 

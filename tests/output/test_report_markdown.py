@@ -191,3 +191,20 @@ def test_cli_report_bad_input_is_one_line_exit_4(tmp_path, monkeypatch, capsys, 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("perfgate report: ") and message in err[0]
     assert not (tmp_path / "report.html").exists()
+
+
+def test_a_cpu_ratio_row_names_its_milliseconds_and_its_ratio_change():
+    """The gate's own CPU latency verdict (judged on the step/reference ratio, values in ms): the
+    Markdown row's figure says the values are median ms and the change is the ratio's."""
+    from perfgate.gate.metrics import judge_latency_samples
+    from perfgate.gate.settings import GateSettings
+
+    base, ref = [10.0 + 0.01 * i for i in range(20)], [1.0] * 20
+    slow = judge_latency_samples(
+        "b.py::test_step[m-tiny-baseline]", [x * 1.5 for x in base], base, GateSettings(), reference=(ref, ref)
+    )
+    assert slow.verdict == gate.REGRESSION and "ratio" in (slow.compared or "")
+    text = markdown.job_summary([], VerdictSet([slow]))
+    (row,) = [line for line in text.splitlines() if line.startswith("| test_step[m-tiny-baseline]")]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1:4] == ["median ms (change: step / reference)", fmt_num(slow.baseline), fmt_num(slow.current)]
