@@ -53,6 +53,20 @@ def _f(
     return field(default=default, metadata=meta)
 
 
+def block_field(
+    *, default: object = MISSING, always: bool = False, key: str | None = None, with_: str | None = None
+) -> Any:
+    """A field of a RecordBlock declared outside this module (perfgate.profile.report): written even
+    when None (`always`), under another key than its name (`key`), or whenever the field `with_` is
+    set; required unless it has a `default`."""
+    meta: dict[str, Any] = {"always": always}
+    if key is not None:
+        meta["key"] = key
+    if with_ is not None:
+        meta["with"] = with_
+    return field(metadata=meta) if default is MISSING else field(default=default, metadata=meta)
+
+
 # --- the record's JSON objects, typed ------------------------------------------------------------
 
 _UNREADABLE = object()  # a value whose shape is not its field's type: kept as read, in `extra`
@@ -461,13 +475,14 @@ class Straggler:
 # --- reading and writing the record and its blocks: one mechanism ------------------------------------
 
 
-_Plan = dict[str, tuple[Field[Any], type["RecordBlock"] | None, bool]]
+# A field's container of blocks: None (one block), dict (a table of them by name) or list.
+_Plan = dict[str, tuple[Field[Any], type["RecordBlock"] | None, type | None]]
 _PLANS: dict[type, _Plan] = {}
 
 
 def _plan(cls: type) -> _Plan:
-    """A record's or block's file keys -> (field, block type, whether a table of them by name):
-    from the fields' types (`EnergyWindow | None`, `dict[str, PeakBasis] | None`)."""
+    """A record's or block's file keys -> (field, block type, its container): from the fields'
+    types (`EnergyWindow | None`, `dict[str, PeakBasis] | None`, `list[LayerComponent]`)."""
     if cls in _PLANS:
         return _PLANS[cls]
     hints = get_type_hints(cls)
@@ -478,35 +493,43 @@ def _plan(cls: type) -> _Plan:
         t = hints[f.name]
         if get_origin(t) in (Union, types.UnionType):
             t = next((a for a in get_args(t) if a is not type(None)), t)
-        table = get_origin(t) is dict
-        inner = get_args(t)[1] if table and len(get_args(t)) == 2 else t
+        container = get_origin(t) if get_origin(t) in (dict, list) else None
+        inner = get_args(t)[-1] if container and get_args(t) else t
         block = inner if isinstance(inner, type) and issubclass(inner, RecordBlock) else None
-        out[f.metadata.get("key", f.name)] = (f, block, table)
+        out[f.metadata.get("key", f.name)] = (f, block, container)
     _PLANS[cls] = out
     return out
 
 
-def _decode(block: type[RecordBlock], table: bool, value: Any) -> Any:
-    """`value` as read from a file as its field's block (or table of blocks), or _UNREADABLE. A block
-    given already (a producer's fields) is taken as it is."""
+def _decode(block: type[RecordBlock], container: type | None, value: Any) -> Any:
+    """`value` as read from a file as its field's block (or table or list of blocks), or _UNREADABLE.
+    A block given already (a producer's fields) is taken as it is."""
     if value is None or isinstance(value, block):
         return value
     try:
-        if not table:
+        if container is None:
             return block.from_json(value) if isinstance(value, Mapping) else _UNREADABLE
-        if isinstance(value, Mapping) and all(isinstance(v, (Mapping, block)) for v in value.values()):
+        if (
+            container is dict
+            and isinstance(value, Mapping)
+            and all(isinstance(v, (Mapping, block)) for v in value.values())
+        ):
             return {k: v if isinstance(v, block) else block.from_json(v) for k, v in value.items()}
+        if container is list and isinstance(value, list) and all(isinstance(v, (Mapping, block)) for v in value):
+            return [v if isinstance(v, block) else block.from_json(v) for v in value]
     except TypeError:  # a block without one of its fields: not perfgate's
         pass
     return _UNREADABLE
 
 
 def as_json(value: object) -> Any:
-    """A field's value as the files hold it: a block (or a table of them) as its JSON object."""
+    """A field's value as the files hold it: a block (or a table or list of them) as its JSON object."""
     if isinstance(value, RecordBlock):
         return value.to_json()
     if isinstance(value, dict) and any(isinstance(v, RecordBlock) for v in value.values()):
         return {k: as_json(v) for k, v in value.items()}
+    if isinstance(value, list) and any(isinstance(v, RecordBlock) for v in value):
+        return [as_json(v) for v in value]
     return value
 
 
@@ -515,8 +538,8 @@ def _read(cls: type, obj: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, 
     or whose value does not have its field's shape (those kept as they were)."""
     plan, known, extra = _plan(cls), {}, {}
     for k, v in obj.items():
-        f, block, table = plan.get(k, (None, None, False))
-        value = v if f is None or block is None else _decode(block, table, v)
+        f, block, container = plan.get(k, (None, None, None))
+        value = v if f is None or block is None else _decode(block, container, v)
         if f is None or value is _UNREADABLE:
             extra[k] = v
         else:

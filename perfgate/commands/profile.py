@@ -10,7 +10,10 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from perfgate.profile.report import ProfileReport
 
 HELP = "profile one model: benchmark, layer breakdown, memory, precisions, torch trace, suggestions"
 
@@ -208,33 +211,33 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def summary_lines(report: dict[str, Any], run_dir: Path) -> list[str]:
+def summary_lines(report: ProfileReport, run_dir: Path) -> list[str]:
     """The terminal summary: the guide's benchmark block per point, then where everything is."""
-    lines = [f"perfgate profile {report['model']} on {report['hardware']} ({report['device']})"]
-    for p in report["points"]:
-        b = p["benchmark"]
-        head = f"{p['size']} {p['variant']}" + (f" [{p['label']}]" if p["label"] else "")
-        fps = f"FPS {b['fps']:.2f}" if "fps" in b else f"steps/s {b['steps_per_s']:.2f}"
+    lines = [f"perfgate profile {report.model} on {report.hardware} ({report.device})"]
+    for p in report.points:
+        b = p.benchmark
+        head = f"{p.size} {p.variant}" + (f" [{p.label}]" if p.label else "")
+        fps = f"FPS {b.fps:.2f}" if b.fps is not None else f"steps/s {b.steps_per_s:.2f}"
         lines += [
             "",
-            f"{head}: {p['params']:,} parameters",
-            f"  Mean {b['mean_ms']:.3f} ms  Median {b['median_ms']:.3f} ms  Std {b['std_ms']:.3f} ms  Min "
-            f"{b['min_ms']:.3f} ms  Max {b['max_ms']:.3f} ms  {fps}",
+            f"{head}: {p.params:,} parameters",
+            f"  Mean {b.mean_ms:.3f} ms  Median {b.median_ms:.3f} ms  Std {b.std_ms:.3f} ms  Min "
+            f"{b.min_ms:.3f} ms  Max {b.max_ms:.3f} ms  {fps}",
         ]
-        f = p.get("flops")
+        f = p.flops
         if f:
             share = (
-                f" ({f['peak_share']:.1%} of a measured {f['peak_tflops']:.3g} TFLOP/s {f['peak_dtype']} peak)"
-                if f.get("peak_share") is not None
-                else f" (no share of peak: {f['peak_note']})"
-                if f.get("peak_note")
+                f" ({f.peak_share:.1%} of a measured {f.peak_tflops:.3g} TFLOP/s {f.peak_dtype} peak)"
+                if f.peak_share is not None
+                else f" (no share of peak: {f.peak_note})"
+                if f.peak_note
                 else ""
             )
-            lines.append(f"  {f['gflop_per_step']:.4g} GFLOP/step, {f['achieved_tflops']:.4g} TFLOP/s{share}")
-        lines.append(f"  peak memory {p['memory']['peak_mem_mib']:.1f} MiB ({p['memory']['method']})")
-        if p.get("unreliable"):
-            lines.append(f"  UNRELIABLE: {p['unreliable']}")
-        for s in p.get("suggestions", []):
-            lines.append(f"  [{s['severity']}] {s['rule']}: {s['finding']}")
+            lines.append(f"  {f.gflop_per_step:.4g} GFLOP/step, {f.achieved_tflops:.4g} TFLOP/s{share}")
+        lines.append(f"  peak memory {p.memory.peak_mem_mib:.1f} MiB ({p.memory.method})")
+        if p.unreliable:
+            lines.append(f"  UNRELIABLE: {p.unreliable}")
+        for s in p.suggestions:
+            lines.append(f"  [{s.severity}] {s.rule}: {s.finding}")
     lines += ["", f"report: {run_dir / 'report.html'}", f"json:   {run_dir / 'report.json'}"]
     return lines

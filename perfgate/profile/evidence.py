@@ -45,9 +45,7 @@ def capture_evidence(
         finally:
             (path,) = tool.stop()
         snapshot = str(path)
-    return Evidence(
-        trace=trace["trace"], ops_table=trace["ops_table"], top_ops=trace["top_ops"][:5], memory_snapshot=snapshot
-    )
+    return Evidence(trace=trace.trace, ops_table=trace.ops_table, top_ops=trace.top_ops[:5], memory_snapshot=snapshot)
 
 
 def reproduce_commands(case: Case, nodeid: str | None = None) -> Reproduce:

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from perfgate.measure.core import make_timer
+from perfgate.profile.report import BlockGroup, BlockTiming, LayerBreakdown, LayerComponent, ModuleShare
 
 BREAKDOWN_MARGIN = 0.25
 
@@ -136,7 +137,7 @@ def layer_breakdown(
     *,
     rounds: int = 10,
     warmup: int = 2,
-) -> dict[str, Any]:
+) -> LayerBreakdown:
     """Per-module forward times, in rounds alternating plain and instrumented forwards."""
     plan = layer_plan(module)
     named = dict(module.named_modules())
@@ -156,7 +157,7 @@ def layer_breakdown(
     total_mean, total_std = _mean_std(series([root]))
     plain_mean, _ = _mean_std(plain_ms)
     components = _components(plan, named, series, total_mean)
-    parts_sum = sum(c["mean_ms"] for c in components)
+    parts_sum = sum(c.mean_ms for c in components)
     # The consistency check uses medians over rounds: on a shared machine one stalled round
     # would otherwise decide it.
     parts_median = float(np.median([sum(r.get(n, 0.0) for ms in plan.top.values() for n in ms) for r in per_round]))
@@ -164,38 +165,38 @@ def layer_breakdown(
     total_median = float(np.median(series([root])))
     block_groups = _block_groups(plan, named, series, total_mean)
     attn_ms = sum(_mean_std(series([n]))[0] for n in plan.attention)
-    patch_ms = sum(c["mean_ms"] for c in components if c["name"] in plan.patch)
-    largest = max(block_groups, key=lambda g: g["total_ms"], default=None)
-    return {
-        "rounds": rounds,
-        "timer": "cuda events" if device.type == "cuda" else "host perf_counter",
-        "scope": "forward of the eager module under the variant's context (inference mode)",
-        "plain_mean_ms": plain_mean,
-        "plain_median_ms": plain_median,
-        "total_mean_ms": total_mean,
-        "total_std_ms": total_std,
-        "total_median_ms": total_median,
-        "hook_overhead_pct": (total_median / plain_median - 1.0) * 100.0 if plain_median else None,
-        "components": sorted(components, key=lambda c: -c["mean_ms"]),
-        "unattributed_ms": total_mean - parts_sum,  # the root's own ops: residual adds, reshapes
-        "parts_sum_ms": parts_sum,
-        "parts_median_ms": parts_median,
-        "sum_vs_plain": parts_median / plain_median if plain_median else None,
-        "margin": BREAKDOWN_MARGIN,
-        "consistent": bool(plain_median and abs(parts_median / plain_median - 1.0) <= BREAKDOWN_MARGIN),
-        "blocks": block_groups,
-        "main_blocks": largest["list"] if largest else None,
-        "attention": {
-            "modules": plan.attention,
-            "total_ms": attn_ms,
-            "share": attn_ms / total_mean if total_mean and plan.attention else None,
-        },
-        "patch_embedding": {
-            "modules": plan.patch,
-            "total_ms": patch_ms,
-            "share": patch_ms / total_mean if total_mean and plan.patch else None,
-        },
-    }
+    patch_ms = sum(c.mean_ms for c in components if c.name in plan.patch)
+    largest = max(block_groups, key=lambda g: g.total_ms, default=None)
+    return LayerBreakdown(
+        rounds=rounds,
+        timer="cuda events" if device.type == "cuda" else "host perf_counter",
+        scope="forward of the eager module under the variant's context (inference mode)",
+        plain_mean_ms=plain_mean,
+        plain_median_ms=plain_median,
+        total_mean_ms=total_mean,
+        total_std_ms=total_std,
+        total_median_ms=total_median,
+        hook_overhead_pct=(total_median / plain_median - 1.0) * 100.0 if plain_median else None,
+        components=sorted(components, key=lambda c: -c.mean_ms),
+        unattributed_ms=total_mean - parts_sum,  # the root's own ops: residual adds, reshapes
+        parts_sum_ms=parts_sum,
+        parts_median_ms=parts_median,
+        sum_vs_plain=parts_median / plain_median if plain_median else None,
+        margin=BREAKDOWN_MARGIN,
+        consistent=bool(plain_median and abs(parts_median / plain_median - 1.0) <= BREAKDOWN_MARGIN),
+        blocks=block_groups,
+        main_blocks=largest.path if largest else None,
+        attention=ModuleShare(
+            modules=plan.attention,
+            total_ms=attn_ms,
+            share=attn_ms / total_mean if total_mean and plan.attention else None,
+        ),
+        patch_embedding=ModuleShare(
+            modules=plan.patch,
+            total_ms=patch_ms,
+            share=patch_ms / total_mean if total_mean and plan.patch else None,
+        ),
+    )
 
 
 def _rounds(
@@ -234,55 +235,54 @@ def _rounds(
 
 def _components(
     plan: LayerPlan, named: dict[str, nn.Module], series: Callable[[list[str]], list[float]], total_mean: float
-) -> list[dict[str, Any]]:
+) -> list[LayerComponent]:
     """Each top-level component's time over rounds and its share of the forward."""
-    components: list[dict[str, Any]] = []
+    components: list[LayerComponent] = []
     for comp, members in plan.top.items():
         mean, std = _mean_std(series(members))
         components.append(
-            {
-                "name": comp,
-                "class": type(named[comp]).__name__,
-                "mean_ms": mean,
-                "std_ms": std,
-                "median_ms": float(np.median(series(members))),
-                "share": mean / total_mean if total_mean else None,
-                "modules": len(members),
-                "blocks": len(m) if isinstance(m := named[comp], nn.ModuleList) else None,
-            }
+            LayerComponent(
+                name=comp,
+                class_name=type(named[comp]).__name__,
+                mean_ms=mean,
+                std_ms=std,
+                median_ms=float(np.median(series(members))),
+                share=mean / total_mean if total_mean else None,
+                modules=len(members),
+                blocks=len(m) if isinstance(m := named[comp], nn.ModuleList) else None,
+            )
         )
     return components
 
 
 def _block_groups(
     plan: LayerPlan, named: dict[str, nn.Module], series: Callable[[list[str]], list[float]], total_mean: float
-) -> list[dict[str, Any]]:
+) -> list[BlockGroup]:
     """Each list of repeated blocks: per block, the spread across blocks, the slowest five."""
-    block_groups: list[dict[str, Any]] = []
+    block_groups: list[BlockGroup] = []
     for path, members in plan.blocks.items():
-        per_block: list[dict[str, Any]] = []
+        per_block: list[BlockTiming] = []
         for i, (n, calls) in enumerate(members.items()):
             mean, std = _mean_std(series(calls))
             per_block.append(
-                {"index": i, "name": n, "mean_ms": mean, "std_ms": std, "median_ms": float(np.median(series(calls)))}
+                BlockTiming(index=i, name=n, mean_ms=mean, std_ms=std, median_ms=float(np.median(series(calls))))
             )
         # Across-block statistics use each block's median over rounds, so one stalled round does
         # not make a block look slow; the total uses means, like the components' shares.
-        medians = [b["median_ms"] for b in per_block]
-        avg, spread = _mean_std(medians)
-        total = sum(b["mean_ms"] for b in per_block)
+        avg, spread = _mean_std([b.median_ms for b in per_block])
+        total = sum(b.mean_ms for b in per_block)
         block_groups.append(
-            {
-                "list": path,
-                "n": len(members),
-                "class": type(named[next(iter(members))]).__name__,
-                "mean_ms": avg,
-                "std_ms": spread,
-                "total_ms": total,
-                "share": total / total_mean if total_mean else None,
-                "slowest": sorted(per_block, key=lambda b: -b["median_ms"])[:5],
-                "per_block": per_block,
-            }
+            BlockGroup(
+                path=path,
+                n=len(members),
+                class_name=type(named[next(iter(members))]).__name__,
+                mean_ms=avg,
+                std_ms=spread,
+                total_ms=total,
+                share=total / total_mean if total_mean else None,
+                slowest=sorted(per_block, key=lambda b: -b.median_ms)[:5],
+                per_block=per_block,
+            )
         )
     return block_groups
 

@@ -23,7 +23,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TextIO
 
 import torch
 
@@ -48,8 +48,9 @@ from perfgate.profile.config import (
 from perfgate.profile.layers import layer_breakdown
 from perfgate.profile.memory import memory_profile
 from perfgate.profile.precision import precision_comparison
+from perfgate.profile.report import BenchmarkTiming, FlopsSection, PointReport, ProfileReport, Sweep
 from perfgate.profile.trace import nvtx_section, torch_trace_section, trace_steps
-from perfgate.record import CaseRecord, as_json
+from perfgate.record import CaseRecord
 
 # The record's FLOPs and roofline fields, as flops.flops_extra_info fills them.
 ROOFLINE_FIELDS = (
@@ -68,7 +69,7 @@ ROOFLINE_FIELDS = (
 class Progress:
     """`perfgate profile: [3/7] layer breakdown` lines on stderr, with the elapsed time."""
 
-    def __init__(self, total: int, stream: Any = None, prefix: str = "perfgate profile") -> None:
+    def __init__(self, total: int, stream: TextIO | None = None, prefix: str = "perfgate profile") -> None:
         self.total, self.i, self.t0 = total, 0, time.perf_counter()
         self.stream, self.prefix = stream, prefix
 
@@ -113,40 +114,47 @@ def precision_options(cfg: ProfileConfig, opts: runner.RunOptions) -> runner.Run
     )
 
 
-def benchmark_section(rec: CaseRecord) -> dict[str, Any]:
+def benchmark_section(rec: CaseRecord) -> BenchmarkTiming:
     """The guide's simple benchmark (mean, median, std, min, max, FPS, p90) from the case record."""
-    out: dict[str, Any] = {
-        k: getattr(rec, k) for k in ("n", "mean_ms", "median_ms", "std_ms", "min_ms", "max_ms", "p90_ms")
-    }
-    out["steps_per_s"] = 1e3 / rec.mean_ms  # the guide's "FPS" is forward passes per second
-    out["throughput"] = rec.throughput
-    if rec.fps is not None:
-        out["fps"] = rec.fps
-    return out | {
-        "first_call_s": rec.first_call_s,
-        "warmup_rounds": rec.warmup_rounds,
-        "timer": rec.timer,
-        "samples_ms": rec.samples_ms,
-        "contention_cores": rec.contention_cores,
-    }
+    return BenchmarkTiming(
+        n=rec.n,
+        mean_ms=rec.mean_ms,
+        median_ms=rec.median_ms,
+        std_ms=rec.std_ms,
+        min_ms=rec.min_ms,
+        max_ms=rec.max_ms,
+        p90_ms=rec.p90_ms,
+        steps_per_s=1e3 / rec.mean_ms if rec.mean_ms else None,  # the guide's "FPS" is forward passes per second
+        throughput=rec.throughput,
+        fps=rec.fps,
+        first_call_s=rec.first_call_s,
+        warmup_rounds=rec.warmup_rounds,
+        timer=rec.timer,
+        samples_ms=rec.samples_ms,
+        contention_cores=rec.contention_cores,
+    )
 
 
-def flops_section(rec: CaseRecord, built: runner.BuiltCase) -> dict[str, Any] | None:
+def flops_section(rec: CaseRecord, built: runner.BuiltCase) -> FlopsSection | None:
     """The record's FLOPs and roofline, with the count's split by module and operator."""
     count = built.flop_count
     if count is None:
         return None
-    return {
-        **{k: as_json(getattr(rec, k)) for k in ROOFLINE_FIELDS if getattr(rec, k) is not None},
-        "by_module_gflop": {k: v / 1e9 for k, v in count.by_module.items()},
-        "by_op_gflop": {k: v / 1e9 for k, v in count.by_op.items()},
-        "method": count.method,
-    }
+    return FlopsSection(
+        **{k: getattr(rec, k) for k in ROOFLINE_FIELDS},
+        by_module_gflop={k: v / 1e9 for k, v in count.by_module.items()},
+        by_op_gflop={k: v / 1e9 for k, v in count.by_op.items()},
+        method=count.method,
+    )
+
+
+def _title(cfg: ProfileConfig, pt: ProfilePoint) -> str:
+    return f"{cfg.model} {pt.size}{' ' + pt.label if pt.label else ''} {pt.variant}"
 
 
 def profile_point(
     pt: ProfilePoint, cfg: ProfileConfig, device: torch.device, run_dir: Path, progress: Progress
-) -> dict[str, Any]:
+) -> PointReport:
     check_point(cfg, pt)
     case = runner.Case(
         model=cfg.model, size=pt.size, variant=pt.variant, device=str(device), options=tuple(pt.options.items())
@@ -155,7 +163,7 @@ def profile_point(
     if reason:
         raise ProfileUnavailable(f"variant {pt.variant!r} cannot run here: {reason}")
     opts = run_options(cfg, pt)
-    title = f"{cfg.model} {pt.size}{' ' + pt.label if pt.label else ''} {pt.variant}"
+    title = _title(cfg, pt)
 
     progress.stage(f"{title}: build, FLOPs")
     runner.isolate(device)
@@ -171,92 +179,102 @@ def profile_point(
         raise ProfileUnavailable(f"variant {pt.variant!r}: {exc}") from None
     result.record = dataclasses.replace(result.record, unreliable=gate.unreliable_reason(result.record, GateSettings()))
     rec = result.record
-    point: dict[str, Any] = {
-        "label": pt.label,
-        "size": pt.size,
-        "batch": pt.batch,
-        "variant": pt.variant,
-        "options": rec.options,
-        "params": rec.params,
-        "weights_mib_fp32": rec.params * 4 / MIB,
-        "step_kind": rec.step_kind,
-        "unit": rec.unit,
-        "items_per_step": rec.items_per_step,
-        "variant_info": built.converted.info,
-        "benchmark": benchmark_section(rec),
-        "flops": flops_section(rec, built),
-        "flops_error": rec.flops_error,
-        "telemetry": as_json(rec.telemetry),
-        "telemetry_timeline": result.timeline,
-        "unreliable": rec.unreliable,
-    }
-    if pt.variant != "baseline" and rec.step_kind == "inference":
-        point["accuracy"] = rec.accuracy  # against the fp32 eager output, as the suite checks it
 
     progress.stage(f"{title}: memory")
-    point["memory"] = memory_profile(built.step, built.converted.module, built.converted.inputs, device)
-
+    memory = memory_profile(built.step, built.converted.module, built.converted.inputs, device)
+    point = PointReport(
+        label=pt.label,
+        size=pt.size,
+        batch=pt.batch,
+        variant=pt.variant,
+        options=rec.options,
+        params=rec.params,
+        weights_mib_fp32=(rec.params or 0) * 4 / MIB,
+        step_kind=rec.step_kind,
+        unit=rec.unit,
+        items_per_step=rec.items_per_step,
+        variant_info=built.converted.info,
+        benchmark=benchmark_section(rec),
+        flops=flops_section(rec, built),
+        flops_error=rec.flops_error,
+        telemetry=rec.telemetry,
+        telemetry_timeline=result.timeline,
+        unreliable=rec.unreliable,
+        # against the fp32 eager output, as the suite checks it
+        accuracy=rec.accuracy if pt.variant != "baseline" and rec.step_kind == "inference" else None,
+        memory=memory,
+        suggestions=[],
+    )
     if not cfg.skip_detailed:
-        progress.stage(f"{title}: layer breakdown ({cfg.layer_rounds} rounds)")
-        eager = built.prepared
-        layers = layer_breakdown(
-            eager.module, eager.inputs, device, built.variant.context(device.type), rounds=cfg.layer_rounds
+        point = detailed_sections(point, pt, built, cfg, device, run_dir, progress)
+    return dataclasses.replace(point, suggestions=point_suggestions(point, device.type))
+
+
+def detailed_sections(
+    point: PointReport,
+    pt: ProfilePoint,
+    built: runner.BuiltCase,
+    cfg: ProfileConfig,
+    device: torch.device,
+    run_dir: Path,
+    progress: Progress,
+) -> PointReport:
+    """`point` with its layer breakdown, precision comparison, trace and (asked for) NVTX ranges."""
+    title = _title(cfg, pt)
+    progress.stage(f"{title}: layer breakdown ({cfg.layer_rounds} rounds)")
+    eager = built.prepared
+    layers = layer_breakdown(
+        eager.module, eager.inputs, device, built.variant.context(device.type), rounds=cfg.layer_rounds
+    )
+    if built.converted.module is not eager.module:
+        layers = dataclasses.replace(
+            layers,
+            note="hooks cannot see inside a compiled graph or an engine: this is the eager module the variant was "
+            "built from",
         )
-        if built.converted.module is not eager.module:
-            layers["note"] = (
-                "hooks cannot see inside a compiled graph or an engine: this is the eager module the variant was "
-                "built from"
-            )
-        point["layers"] = layers
 
-        progress.stage(f"{title}: precision comparison ({', '.join(cfg.precisions)})")
-        point["precision"] = precision_comparison(
-            built, precision_options(cfg, opts), cfg.precisions, note=progress.note
-        )
+    progress.stage(f"{title}: precision comparison ({', '.join(cfg.precisions)})")
+    opts = precision_options(cfg, run_options(cfg, pt))
+    precision = precision_comparison(built, opts, cfg.precisions, note=progress.note)
 
-        progress.stage(f"{title}: torch profiler trace ({cfg.trace_steps} steps)")
-        module = (
-            built.converted.module if built.converted.module is eager.module else None
-        )  # hooks need the eager module
-        trace = trace_steps(
-            built.step,
-            device,
-            run_dir / f"trace-{pt.slug}.json",
-            steps=cfg.trace_steps,
-            top_n=cfg.top_ops,
-            module=module,
-        )
-        point["trace"] = trace | {
-            "trace": os.path.relpath(trace["trace"], run_dir),
-            "ops_table": os.path.relpath(trace["ops_table"], run_dir),
-        }
-        if cfg.nvtx:
-            progress.stage(f"{title}: NVTX ranges")
-            point["nvtx"] = nvtx_section(built.step, device, module, cfg.trace_steps, cfg.command, run_dir)
-    point["suggestions"] = [s.as_dict() for s in point_suggestions(point, device.type)]
-    return point
+    progress.stage(f"{title}: torch profiler trace ({cfg.trace_steps} steps)")
+    module = built.converted.module if built.converted.module is eager.module else None  # hooks need the eager module
+    trace = trace_steps(
+        built.step,
+        device,
+        run_dir / f"trace-{pt.slug}.json",
+        steps=cfg.trace_steps,
+        top_n=cfg.top_ops,
+        module=module,
+    )
+    trace = dataclasses.replace(
+        trace, trace=os.path.relpath(trace.trace, run_dir), ops_table=os.path.relpath(trace.ops_table, run_dir)
+    )
+    nvtx = None
+    if cfg.nvtx:
+        progress.stage(f"{title}: NVTX ranges")
+        nvtx = nvtx_section(built.step, device, module, cfg.trace_steps, cfg.command, run_dir)
+    return dataclasses.replace(point, layers=layers, precision=precision, trace=trace, nvtx=nvtx)
 
 
-def point_suggestions(point: dict[str, Any], device_type: str) -> list[suggest.Suggestion]:
+def point_suggestions(point: PointReport, device_type: str) -> list[suggest.Suggestion]:
     """Feed one point's numbers to the rules in perfgate.profile.suggest."""
-    layers = point.get("layers") or {}
-    main = next((g for g in layers.get("blocks", []) if g["list"] == layers.get("main_blocks")), None)
-    rows = (point.get("precision") or {}).get("rows", {})
-    speedups = {p: r["speedup"] for p, r in rows.items() if r.get("speedup")}
-    gpu_util = ((point.get("telemetry") or {}).get("metrics") or {}).get("gpu_util_pct", {}).get("mean")
-    mem = point.get("memory") or {}
+    layers = point.layers
+    main = layers.main_group() if layers else None
+    rows = point.precision.rows if point.precision else {}
+    gpu_util = point.telemetry.metric("gpu_util_pct") if point.telemetry else None
     return suggest.suggest(
         device_type=device_type,
-        blocks_share_=main["share"] if main else None,
-        n_blocks=main["n"] if main else 0,
-        block_std_ms=main["std_ms"] if main else None,
-        attention_share_=(layers.get("attention") or {}).get("share"),
-        patch_embedding_share_=(layers.get("patch_embedding") or {}).get("share"),
-        speedups=speedups,
-        peak_mem_mib=mem.get("peak_mem_mib"),
-        headroom=mem.get("headroom"),
-        gpu_util_mean_pct=gpu_util,
-        unreliable=point.get("unreliable"),
+        blocks_share_=main.share if main else None,
+        n_blocks=main.n if main else 0,
+        block_std_ms=main.std_ms if main else None,
+        attention_share_=layers.attention.share if layers else None,
+        patch_embedding_share_=layers.patch_embedding.share if layers else None,
+        speedups={p: r.speedup for p, r in rows.items() if r.speedup},
+        peak_mem_mib=point.memory.peak_mem_mib,
+        headroom=point.memory.headroom,
+        gpu_util_mean_pct=gpu_util.mean if gpu_util else None,
+        unreliable=point.unreliable,
     )
 
 
@@ -273,7 +291,7 @@ def new_run_dir(out_dir: Path, cfg: ProfileConfig, first: ProfilePoint) -> Path:
     raise ProfileError(f"cannot create a run folder under {out_dir}")
 
 
-def run_profile(cfg: ProfileConfig, *, stream: Any = None) -> tuple[Path, dict[str, Any]]:
+def run_profile(cfg: ProfileConfig, *, stream: TextIO | None = None) -> tuple[Path, ProfileReport]:
     """Profile every point of `cfg` and write report.json and report.html into a new run folder."""
     from perfgate.measure.fingerprint import fingerprint, fingerprint_id
 
@@ -285,31 +303,33 @@ def run_profile(cfg: ProfileConfig, *, stream: Any = None) -> tuple[Path, dict[s
     progress = Progress(total=len(pts) * _stages(cfg) + 1, stream=stream)
     progress.note(f"run folder {run_dir}")
     fp = fingerprint(device)
-    report: dict[str, Any] = {
-        "schema": 1,
-        "tool": "perfgate profile",
-        "created": dt.datetime.now(dt.UTC).isoformat(),
-        "command": cfg.command,
-        "model": cfg.model,
-        "device": str(device),
-        "hardware": fp.get("gpu_name") or fp.get("cpu_model"),
-        "fingerprint": fp,
-        "fingerprint_id": fingerprint_id(fp),
-        "sweep": {"option": cfg.sweep[0], "values": list(cfg.sweep[1])} if cfg.sweep else None,
-        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(cfg).items()},
-        "points": [],
-    }
-    for pt in pts:
-        report["points"].append(profile_point(pt, cfg, device, run_dir, progress))
-    report["torch_trace"] = torch_trace_section(run_dir)
+    created = dt.datetime.now(dt.UTC).isoformat()
+    profiled = [profile_point(pt, cfg, device, run_dir, progress) for pt in pts]
+    report = ProfileReport(
+        schema=1,
+        tool="perfgate profile",
+        created=created,
+        command=cfg.command,
+        model=cfg.model,
+        device=str(device),
+        hardware=fp.get("gpu_name") or fp.get("cpu_model"),
+        fingerprint=fp,
+        fingerprint_id=fingerprint_id(fp),
+        sweep=Sweep(option=cfg.sweep[0], values=list(cfg.sweep[1])) if cfg.sweep else None,
+        config={k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(cfg).items()},
+        points=profiled,
+        torch_trace=torch_trace_section(run_dir),
+    )
     progress.stage("writing report.json and report.html")
     write_report(run_dir, report)
     return run_dir, report
 
 
-def write_report(run_dir: Path, report: dict[str, Any]) -> None:
+def write_report(run_dir: Path, report: ProfileReport) -> None:
+    """report.json, the typed report's JSON form (written here only), and report.html rendered from it."""
     from perfgate import files
     from perfgate.output import html
 
-    files.write_text(run_dir / "report.json", json.dumps(report, indent=2, default=str) + "\n")
-    files.write_text(run_dir / "report.html", html.profile_report(report))
+    data = report.to_json()
+    files.write_text(run_dir / "report.json", json.dumps(data, indent=2, default=str) + "\n")
+    files.write_text(run_dir / "report.html", html.profile_report(data))

@@ -21,8 +21,9 @@ returns a `Suggestion` or None and never reads anything but its arguments.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, replace
-from typing import Any
+from dataclasses import dataclass, replace
+
+from perfgate.record import RecordBlock
 
 DOC = "docs/profiling.md"
 
@@ -36,16 +37,15 @@ TIMING_RULES = ("blocks_share", "attention_share", "block_variance", "patch_embe
 
 
 @dataclass(frozen=True, kw_only=True)
-class Suggestion:
+class Suggestion(RecordBlock):
+    """One rule's advice, as a profile's report holds it (`PointReport.suggestions`)."""
+
     rule: str
     severity: str  # "info" or "warning"
     finding: str  # what was measured
     why: str  # the likely cause
     fixes: tuple[str, ...]
     source: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -20,6 +20,7 @@ from torch import nn
 from perfgate.profile.api import annotate
 from perfgate.profile.layers import range_names
 from perfgate.profile.profiler import NvtxTool, TorchProfilerTool
+from perfgate.profile.report import NvtxSection, TorchTraceSection, TraceSection
 
 SKIP_OPS = ("ProfilerStep", "perfgate.", "module:")  # our own ranges, not operators
 
@@ -81,7 +82,7 @@ def trace_steps(
     steps: int = 3,
     top_n: int = 15,
     module: nn.Module | None = None,
-) -> dict[str, Any]:
+) -> TraceSection:
     """A torch.profiler trace of `steps` steps (after one profiled warm-up step) for Perfetto /
     chrome://tracing, the top operators by self time and their table as text."""
     cuda = device.type == "cuda"
@@ -107,25 +108,25 @@ def trace_steps(
         tool.stop()
         if remove is not None:
             remove()
-    return {
-        "trace": str(out_path),
-        "steps": steps,
-        "ops_table": str(table_path),
-        "top_ops": top_operators(tool.averages, top_n, cuda),
-        "sorted_by": "self device time" if cuda else "self CPU time",
-        "module_ranges": remove is not None,
-        "open_with": "https://ui.perfetto.dev or chrome://tracing",
-    }
+    return TraceSection(
+        trace=str(out_path),
+        steps=steps,
+        ops_table=str(table_path),
+        top_ops=top_operators(tool.averages, top_n, cuda),
+        sorted_by="self device time" if cuda else "self CPU time",
+        module_ranges=remove is not None,
+        open_with="https://ui.perfetto.dev or chrome://tracing",
+    )
 
 
 def nvtx_section(
     step: Callable[[], Any], device: torch.device, module: nn.Module | None, steps: int, command: str, run_dir: Path
-) -> dict[str, Any]:
+) -> NvtxSection:
     """NVTX ranges per step, per module and (the nvtx tool's emit_nvtx) per op, for `nsys profile`."""
     tool = NvtxTool()
     reason = tool.unavailable() or (None if device.type == "cuda" else "NVTX ranges matter on a CUDA device")
     if reason:
-        return {"skipped": reason}
+        return NvtxSection(skipped=reason)
     remove = module_ranges(module, range_names(module)) if module is not None else None
     tool.start(run_dir)
     try:
@@ -139,23 +140,23 @@ def nvtx_section(
             remove()
     target = shlex.quote(str(run_dir / "nsys"))
     nsys = f"nsys profile --trace=cuda,nvtx,osrt,cublas,cudnn --python-sampling=true -o {target} {command}"
-    return {
-        "steps": steps,
-        "backend": tool.backend,
-        "nsys_command": nsys,
-        "note": "the ranges are recorded only when the process runs under Nsight Systems",
-    }
+    return NvtxSection(
+        steps=steps,
+        backend=tool.backend,
+        nsys_command=nsys,
+        note="the ranges are recorded only when the process runs under Nsight Systems",
+    )
 
 
-def torch_trace_section(run_dir: Path) -> dict[str, Any] | None:
+def torch_trace_section(run_dir: Path) -> TorchTraceSection | None:
     """Where TORCH_TRACE wrote compile logs and how to read them with tlparse."""
     root = os.environ.get("TORCH_TRACE")
     if not root:
         return None
     logs = sorted(str(p) for p in Path(root).glob("*.log"))
-    return {
-        "dir": root,
-        "logs": logs,
-        "tlparse": [f"tlparse {shlex.quote(p)} --overwrite" for p in logs],
-        "note": "compile logs appear for compiled variants; eager runs write little or nothing",
-    }
+    return TorchTraceSection(
+        dir=root,
+        logs=logs,
+        tlparse=[f"tlparse {shlex.quote(p)} --overwrite" for p in logs],
+        note="compile logs appear for compiled variants; eager runs write little or nothing",
+    )

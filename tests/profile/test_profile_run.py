@@ -8,7 +8,7 @@ import argparse
 import io
 import json
 import shlex
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -27,8 +27,9 @@ from perfgate.gate import Verdict
 from perfgate.profile import api, evidence, run
 from perfgate.profile.config import ProfileConfig, ProfileError, ProfileUnavailable, points
 from perfgate.profile.layers import BREAKDOWN_MARGIN, layer_breakdown, layer_plan
+from perfgate.profile.report import FlopsSection, ProfileReport
 from perfgate.profile.trace import nvtx_section, trace_steps
-from perfgate.record import CaseRecord, as_json
+from perfgate.record import CaseRecord
 
 
 @pytest.fixture
@@ -40,16 +41,19 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(n)
 
 
-def fp32_roofline(f: dict[str, Any]) -> bool:
+def fp32_roofline(f: Mapping[str, Any] | FlopsSection | None) -> bool:
     """A share of the measured fp32 matmul peak, or the note saying the step ran above that peak: a
     peak timed while a neighbour was busy (this shared 2-core machine) gives no share, by design."""
+    if isinstance(f, FlopsSection):
+        f = f.to_json()
+    assert f is not None
     if "peak_share" in f:
         return f["peak_dtype"] == "fp32" and 0 < f["peak_share"] <= 1
     return "above the measured fp32 peak" in f["peak_note"]
 
 
 @pytest.fixture(scope="module")
-def profiled(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any], str]:
+def profiled(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ProfileReport, str]:
     stream = io.StringIO()
     cfg = ProfileConfig(
         model="physicsnemo-block",
@@ -68,45 +72,47 @@ def profiled(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, 
     return run_dir, report, stream.getvalue()
 
 
-def test_run_folder_holds_json_and_self_contained_html(profiled: tuple[Path, dict[str, Any], str]) -> None:
+def test_run_folder_holds_json_and_self_contained_html(profiled: tuple[Path, ProfileReport, str]) -> None:
     run_dir, report, _ = profiled
     on_disk = json.loads((run_dir / "report.json").read_text())
     assert on_disk["model"] == "physicsnemo-block" and len(on_disk["points"]) == 1
     page = (run_dir / "report.html").read_text()
     assert page.startswith("<!doctype html>") and "Layer-by-layer breakdown" in page and "Precision comparison" in page
     assert "<script" not in page and "src=" not in page and "<link" not in page  # nothing to fetch
-    p = report["points"][0]
-    b = p["benchmark"]
-    assert b["n"] == 5 and b["min_ms"] <= b["median_ms"] <= b["max_ms"] and b["steps_per_s"] > 0
-    assert p["flops"]["gflop_per_step"] == pytest.approx(0.014680064)
-    assert p["flops"]["achieved_tflops"] > 0 and fp32_roofline(p["flops"])
-    assert p["telemetry"]["source"] == "psutil" and p["telemetry"]["n_samples"] >= 1
-    assert p["memory"]["method"] in ("vmhwm", "rss_sampler") and p["memory"]["weights_mib"] > 0
-    rows = p["precision"]["rows"]
-    assert rows["bf16"]["speedup"] > 0 and rows["bf16"]["interpretation"] in p["precision"]["bands"].values()
-    assert rows["bf16"]["accuracy"]["rel_l2"] < 0.05
-    assert all({"rule", "severity", "finding", "fixes"} <= set(s) for s in p["suggestions"])
+    (p,) = report.points
+    b = p.benchmark
+    assert b.n == 5 and b.min_ms <= b.median_ms <= b.max_ms and b.steps_per_s > 0
+    assert p.flops is not None and p.flops.gflop_per_step == pytest.approx(0.014680064)
+    assert p.flops.achieved_tflops and p.flops.achieved_tflops > 0 and fp32_roofline(p.flops)
+    assert p.telemetry is not None and p.telemetry.source == "psutil" and (p.telemetry.n_samples or 0) >= 1
+    assert p.memory.method in ("vmhwm", "rss_sampler") and p.memory.weights_mib > 0
+    assert p.precision is not None
+    bf16 = p.precision.rows["bf16"]
+    assert bf16.speedup and bf16.speedup > 0 and bf16.interpretation in p.precision.bands.values()
+    assert bf16.accuracy and bf16.accuracy["rel_l2"] < 0.05
+    assert all(s.rule and s.severity and s.finding and s.fixes for s in p.suggestions)
     # A CPU profile reads its precision bands and suggestions for the CPU and cites perfgate's own docs.
-    assert "little gain on this CPU" in p["precision"]["bands"].values() and "tensor core" not in page
-    said = json.dumps(p["suggestions"]).lower()
-    assert p["suggestions"] and not any(w in said for w in ("tensor core", "cuda", "cudnn", "gpu", "seed 0"))
-    assert all(s["source"].startswith("docs/profiling.md#") for s in p["suggestions"])
+    assert "little gain on this CPU" in p.precision.bands.values() and "tensor core" not in page
+    said = json.dumps(on_disk["points"][0]["suggestions"]).lower()
+    assert p.suggestions and not any(w in said for w in ("tensor core", "cuda", "cudnn", "gpu", "seed 0"))
+    assert all(s.source.startswith("docs/profiling.md#") for s in p.suggestions)
 
 
-def test_trace_parses_and_has_events(profiled: tuple[Path, dict[str, Any], str]) -> None:
+def test_trace_parses_and_has_events(profiled: tuple[Path, ProfileReport, str]) -> None:
     run_dir, report, _ = profiled
-    trace = report["points"][0]["trace"]
-    events = json.loads((run_dir / trace["trace"]).read_text())["traceEvents"]
+    trace = report.points[0].trace
+    assert trace is not None
+    events = json.loads((run_dir / trace.trace).read_text())["traceEvents"]
     complete = [e for e in events if e.get("ph") == "X"]
     names = {e["name"] for e in complete}
     assert len(complete) > 20
     assert {"perfgate.step", "module:attn", "module:mlp"} <= names  # steps and layers are labelled
-    assert sum(e["name"] == "perfgate.step" for e in complete) == trace["steps"] == 2  # the warm-up step is left out
+    assert sum(e["name"] == "perfgate.step" for e in complete) == trace.steps == 2  # the warm-up step is left out
     assert any(n.startswith("aten::") for n in names)
-    ops = trace["top_ops"]
+    ops = trace.top_ops
     assert ops and ops[0]["self_cpu_ms"] >= ops[-1]["self_cpu_ms"]
     assert not any(o["name"].startswith(("module:", "perfgate.", "ProfilerStep")) for o in ops)
-    assert (run_dir / trace["ops_table"]).read_text().strip()
+    assert (run_dir / trace.ops_table).read_text().strip()
 
 
 def test_profile_numbers_are_the_runners_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -133,26 +139,28 @@ def test_profile_numbers_are_the_runners_record(tmp_path: Path, monkeypatch: pyt
         out_dir=tmp_path,
     )
     _, report = run.run_profile(cfg, stream=io.StringIO())
-    (p,) = report["points"]
+    (p,) = report.points
     main, fp32, bf16 = (r.record for r in seen)
     assert [main.variant, fp32.variant, bf16.variant] == ["autocast-bf16", "baseline", "autocast-bf16"]
-    assert p["benchmark"]["samples_ms"] == main.samples_ms and p["benchmark"]["median_ms"] == main.median_ms
-    assert p["benchmark"]["p90_ms"] == main.p90_ms and p["benchmark"]["throughput"] == main.throughput
-    assert p["flops"]["gflop_per_step"] == main.gflop_per_step and p["flops"]["achieved_tflops"] == main.achieved_tflops
-    assert p["accuracy"] == main.accuracy and p["unreliable"] == main.unreliable
-    assert p["telemetry"] == as_json(main.telemetry) and p["telemetry_timeline"] == seen[0].timeline
+    assert p.benchmark.samples_ms == main.samples_ms and p.benchmark.median_ms == main.median_ms
+    assert p.benchmark.p90_ms == main.p90_ms and p.benchmark.throughput == main.throughput
+    assert p.flops is not None
+    assert p.flops.gflop_per_step == main.gflop_per_step and p.flops.achieved_tflops == main.achieved_tflops
+    assert p.accuracy == main.accuracy and p.unreliable == main.unreliable
+    assert p.telemetry == main.telemetry and p.telemetry_timeline == seen[0].timeline
     assert main.rounds == 4 and main.warmup_rounds == 1 and main.reference_ms is None  # fixed counts, no reference
-    rows = p["precision"]["rows"]
-    assert rows["fp32"]["median_ms"] == fp32.median_ms and rows["bf16"]["accuracy"] == bf16.accuracy
-    assert rows["bf16"]["speedup"] == fp32.median_ms / bf16.median_ms
+    assert p.precision is not None and fp32.median_ms and bf16.median_ms
+    rows = p.precision.rows
+    assert rows["fp32"].median_ms == fp32.median_ms and rows["bf16"].accuracy == bf16.accuracy
+    assert rows["bf16"].speedup == fp32.median_ms / bf16.median_ms
 
 
 def test_trace_ranges_name_layers_and_leave_no_hooks(tmp_path: Path) -> None:
     toy = Toy(n_blocks=2)
     x = torch.randn(1, 3, 16, 16)
     t = trace_steps(lambda: toy(x), torch.device("cpu"), tmp_path / "t.json", steps=1, top_n=5, module=toy)
-    names = {e["name"] for e in json.loads(Path(t["trace"]).read_text())["traceEvents"] if e.get("ph") == "X"}
-    assert {"module:patch_embed", "module:blocks.1.attn", "module:norm"} <= names and t["module_ranges"]
+    names = {e["name"] for e in json.loads(Path(t.trace).read_text())["traceEvents"] if e.get("ph") == "X"}
+    assert {"module:patch_embed", "module:blocks.1.attn", "module:norm"} <= names and t.module_ranges
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in toy.modules())
     assert not api._STATE.record  # annotate no longer feeds the torch profiler
     assert (tmp_path / "t.ops.txt").read_text().strip()
@@ -163,14 +171,14 @@ def test_nvtx_section_says_why_it_is_skipped(tmp_path: Path) -> None:
         raise AssertionError("a skipped NVTX section runs no step")
 
     out = nvtx_section(step, torch.device("cpu"), None, 2, "perfgate profile m", tmp_path)
-    assert out["skipped"] in (
+    assert out.skipped in (
         "NVTX ranges matter on a CUDA device",
         "NVTX needs a CUDA build of torch (this one has none)",
         "NVTX is turned off (PERFGATE_NVTX=0)",
     )
 
 
-def test_progress_goes_to_the_stream(profiled: tuple[Path, dict[str, Any], str]) -> None:
+def test_progress_goes_to_the_stream(profiled: tuple[Path, ProfileReport, str]) -> None:
     text = profiled[2]
     assert "[1/7]" in text and "layer breakdown" in text and "[7/7] writing report" in text
 
@@ -180,16 +188,16 @@ def test_layer_breakdown_adds_up_to_the_measured_total(one_thread: None) -> None
     import contextlib
 
     lay = layer_breakdown(wl.module, wl.inputs, torch.device("cpu"), contextlib.nullcontext, rounds=15)
-    names = {c["name"] for c in lay["components"]}
+    names = {c.name for c in lay.components}
     assert names == {"norm1", "attn", "norm2", "mlp"}
     # The parts plus the root's own ops are the instrumented forward, exactly.
-    assert lay["parts_sum_ms"] + lay["unattributed_ms"] == pytest.approx(lay["total_mean_ms"], rel=1e-9)
-    assert sum(c["share"] for c in lay["components"]) <= 1.0 + 1e-9
+    assert lay.parts_sum_ms + lay.unattributed_ms == pytest.approx(lay.total_mean_ms, rel=1e-9)
+    assert sum(c.share or 0.0 for c in lay.components) <= 1.0 + 1e-9
     # And the parts account for the un-instrumented forward within the stated margin.
-    assert abs(lay["sum_vs_plain"] - 1.0) <= BREAKDOWN_MARGIN, lay
-    assert lay["consistent"]
-    assert lay["attention"]["modules"] == ["attn"] and 0 < lay["attention"]["share"] < 1
-    assert lay["blocks"] == [] and lay["patch_embedding"]["share"] is None
+    assert lay.sum_vs_plain is not None and abs(lay.sum_vs_plain - 1.0) <= BREAKDOWN_MARGIN, lay
+    assert lay.consistent
+    assert lay.attention.modules == ["attn"] and lay.attention.share and 0 < lay.attention.share < 1
+    assert lay.blocks == [] and lay.patch_embedding.share is None
 
 
 class Toy(nn.Module):
@@ -246,8 +254,8 @@ def test_nested_module_lists_are_timed_through_their_members() -> None:
     lay = layer_breakdown(
         Stages(), (torch.randn(4, 8),), torch.device("cpu"), contextlib.nullcontext, rounds=3, warmup=1
     )
-    assert lay["components"][0]["mean_ms"] > 0 and all(g["total_ms"] > 0 for g in lay["blocks"])
-    assert lay["main_blocks"] == "stages"
+    assert lay.components[0].mean_ms > 0 and all(g.total_ms > 0 for g in lay.blocks)
+    assert lay.main_blocks == "stages"
 
 
 def test_block_statistics_and_slowest_five() -> None:
@@ -256,14 +264,14 @@ def test_block_statistics_and_slowest_five() -> None:
     lay = layer_breakdown(
         Toy(), (torch.randn(2, 3, 32, 32),), torch.device("cpu"), contextlib.nullcontext, rounds=4, warmup=1
     )
-    (group,) = lay["blocks"]
-    assert group["list"] == "blocks" and group["n"] == 6 and len(group["per_block"]) == 6
-    slow = [b["median_ms"] for b in group["slowest"]]
+    (group,) = lay.blocks
+    assert group.path == "blocks" and group.n == 6 and len(group.per_block) == 6 and lay.main_group() is group
+    slow = [b.median_ms for b in group.slowest]
     assert len(slow) == 5 and slow == sorted(slow, reverse=True)
-    blocks = next(c for c in lay["components"] if c["name"] == "blocks")
-    assert blocks["modules"] == 12 and blocks["blocks"] == 6 and blocks["mean_ms"] == pytest.approx(group["total_ms"])
-    assert lay["main_blocks"] == "blocks"
-    assert lay["patch_embedding"]["share"] is not None and lay["attention"]["share"] is not None
+    blocks = next(c for c in lay.components if c.name == "blocks")
+    assert blocks.modules == 12 and blocks.blocks == 6 and blocks.mean_ms == pytest.approx(group.total_ms)
+    assert lay.main_blocks == "blocks"
+    assert lay.patch_embedding.share is not None and lay.attention.share is not None
 
 
 def test_sweep_points() -> None:
