@@ -234,8 +234,6 @@ KEY_READ_EXCEPTIONS = {
     "perfgate/profile/layers.py": 7,
     "perfgate/profile/precision.py": 2,
     "perfgate/output/html.py": 3,  # the profile section's rows and a record's peak_basis table
-    # The interleaved A/B worker's per-round lines (ab.interleave), a protocol of their own.
-    "perfgate/ab/verdicts.py": 6,
     # The [tool.perfgate.counts] table (its `instructions` globs and `ops`).
     "perfgate/counts/suite.py": 2,
     "perfgate/counts/worker.py": 1,  # a Case sent to the valgrind process

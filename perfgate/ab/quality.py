@@ -38,6 +38,7 @@ from typing import Any
 from perfgate import gate
 from perfgate.ab import interleave
 from perfgate.ab import run as ab_run
+from perfgate.ab.job import Measured
 from perfgate.counts.suite import NO_COUNTS_ENV
 from perfgate.gate.policy import Policy
 from perfgate.quality.inject import SIZED_ENV
@@ -125,7 +126,7 @@ def interleaved(
     side = ab_run.working_tree(repo)
     t0 = time.perf_counter()
     res = ab_run.run_interleaved(side, side, cases, policy, max_processes=max_processes, env=cond.head_env())
-    estimates = {c: [r["ratio"] for r in rows if "ratio" in r] for c, rows in res.interleaved.items()}
+    estimates = {c: [r.ratio for r in rows if isinstance(r, Measured)] for c, rows in res.interleaved.items()}
     return {
         "mode": "interleaved",
         "verdicts": _latency(res.verdicts),
