@@ -283,7 +283,21 @@ def run(
     return done
 
 
-def rates(done: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Rate:
+    """One condition under one rule: regressions of the judged case comparisons, and wall time."""
+
+    kind: str  # the injected slowdown's kind (local, op, ...)
+    mode: str  # the A/B modes that measured it ("" for the stored gate)
+    slowdown_pct: float
+    rule: str
+    alarms: int
+    n: int  # judged case comparisons
+    unreliable: int
+    wall_s_per_comparison: float
+
+
+def rates(done: Sequence[dict[str, Any]]) -> list[Rate]:
     """Per condition and rule: regressions / judged case comparisons, and wall time per comparison."""
     out = []
     for kind, k in dict.fromkeys((r["kind"], r["slowdown_pct"]) for r in done):  # in the order first measured
@@ -298,15 +312,15 @@ def rates(done: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             wall = [r["interleaved" if rule.startswith("same") else "stored"]["wall_s"] for r in rows]
             modes = {r["interleaved"].get("mode", "interleaved") for r in rows} if rule.startswith("same") else set()
             out.append(
-                {
-                    "kind": kind,
-                    "mode": "/".join(sorted(modes)),
-                    "slowdown_pct": k,
-                    "rule": rule,
-                    "alarms": sum(v == gate.REGRESSION for v in judged),
-                    "n": len(judged),
-                    "unreliable": len(verdicts) - len(judged),
-                    "wall_s_per_comparison": sum(wall) / len(wall),
-                }
+                Rate(
+                    kind=kind,
+                    mode="/".join(sorted(modes)),
+                    slowdown_pct=k,
+                    rule=rule,
+                    alarms=sum(v == gate.REGRESSION for v in judged),
+                    n=len(judged),
+                    unreliable=len(verdicts) - len(judged),
+                    wall_s_per_comparison=sum(wall) / len(wall),
+                )
             )
     return out
