@@ -249,8 +249,6 @@ KEY_READ_EXCEPTIONS = {
     "perfgate/commands/models.py": 4,
     "perfgate/commands/doctor.py": 1,
     "perfgate/output/report_sections.py": 1,
-    # What an xdist worker ships to the controller (its device).
-    "perfgate/plugin/xdist.py": 2,
     "perfgate/plugin/configure.py": 1,  # the [tool.perfgate] table's tolerance table
     # The timed-rounds loop's per-round times by step name ("reference", "step"), not a record.
     "perfgate/measure/core.py": 4,
