@@ -32,7 +32,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -41,6 +41,9 @@ from perfgate.measure.core import make_timer
 from perfgate.measure.memory import MemoryTracker
 from perfgate.measure.rounds import timed_rounds
 from perfgate.measure.stats import StopRule
+
+if TYPE_CHECKING:
+    from perfgate.cases.workload import ModelSpec
 
 INJECT_HEAD = "PERFGATE_INJECT_HEAD"  # local:K, for `perfgate gate-quality --ab`: the head's model does K% more work
 INJECT_HEAD_SIZED = "PERFGATE_INJECT_HEAD_SIZED"  # {case: spec} file: the head's step slowed as sized by instructions
@@ -129,7 +132,7 @@ def load_family(path: Path, alias: str) -> ModuleType:
     return module
 
 
-def base_spec(spec: Any, head_root: Path, base_root: Path) -> Any:
+def base_spec(spec: ModelSpec, head_root: Path, base_root: Path) -> ModelSpec | None:
     """The head's model spec pointed at the base revision's copy of its family file (and of its
     factory, when the file defines it), or None when the base has no such file or factory (new)."""
     origin = importlib.util.find_spec(spec.module).origin
