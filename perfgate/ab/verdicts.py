@@ -22,6 +22,7 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 
 from perfgate.ab.job import CaseResult, Measured, NotMeasured
 from perfgate.gate.instructions import judge_instructions
@@ -121,7 +122,8 @@ def judge_logs(
     up, down = 1 + s.ab_min_effect, 1 / (1 + s.ab_min_effect)
     ci = f"95% CI {(lo - 1) * 100:+.1f}%..{(hi - 1) * 100:+.1f}%"
     what = f"head/base {(est - 1) * 100:+.1f}% ({ci}) over {len(logs)} {unit}s"
-    kw = dict(
+    judged = partial(
+        Verdict,
         case=case,
         metric="latency",
         change_pct=(est - 1) * 100,
@@ -131,16 +133,16 @@ def judge_logs(
     )
     p = min(p_slower, p_faster)
     if p_slower < s.alpha and est > up:
-        return Verdict(**kw, verdict=REGRESSION, p_value=p_slower, message=f"{what}, p={p_slower:.2g}")
+        return judged(verdict=REGRESSION, p_value=p_slower, message=f"{what}, p={p_slower:.2g}")
     if p_faster < s.alpha and est < down:
-        return Verdict(**kw, verdict=IMPROVEMENT, p_value=p_faster, message=f"{what}, p={p_faster:.2g}")
+        return judged(verdict=IMPROVEMENT, p_value=p_faster, message=f"{what}, p={p_faster:.2g}")
     if down < lo and hi < up:
-        return Verdict(**kw, verdict=UNCHANGED, p_value=p, message=f"{what}: within +-{s.ab_min_effect:.0%}")
+        return judged(verdict=UNCHANGED, p_value=p, message=f"{what}: within +-{s.ab_min_effect:.0%}")
     if not final:
         return None
     moved = est > up or est < down
     why = "moved but not significantly" if moved else "no change beyond the noise"
-    return Verdict(**kw, verdict=INCONCLUSIVE if moved else UNCHANGED, p_value=p, message=f"{what}: {why} (p={p:.2g})")
+    return judged(verdict=INCONCLUSIVE if moved else UNCHANGED, p_value=p, message=f"{what}: {why} (p={p:.2g})")
 
 
 def _median(values: Sequence[float | None]) -> float | None:
