@@ -16,16 +16,15 @@ What it cannot see: a change outside the model files (the harness, torch, an op 
 share), which slows both sides alike. Mode `processes` (perfgate.ab.run) compares whole revisions.
 
 Run as `python -m perfgate.ab.interleave JOB.json` in the head's checkout (`perfgate ab` does):
-one fresh process, every case given, one JSON result. The job is a `Job` as JSON (`Job.write`):
-a worker's input, not a command line, so it has no parser (argparse lives in perfgate/commands/).
+one fresh process, every case given, one JSON result (`write_results`: a `Measured` or `NotMeasured`
+per case). The job is a `Job` as JSON (`Job.write`): a worker's input, not a command line, so it
+has no parser (argparse lives in perfgate/commands/).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import json
-import math
 import os
 import random
 import statistics
@@ -33,15 +32,18 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from perfgate.ab.job import Job
+from perfgate.ab.job import NO_BASE_FILE, CaseResult, Job, Measured, NotMeasured, write_results
 from perfgate.measure.core import make_timer
 from perfgate.measure.memory import MemoryTracker
 from perfgate.measure.rounds import timed_rounds
 from perfgate.measure.stats import StopRule
+
+if TYPE_CHECKING:
+    from perfgate.cases.workload import ModelSpec
 
 INJECT_HEAD = "PERFGATE_INJECT_HEAD"  # local:K, for `perfgate gate-quality --ab`: the head's model does K% more work
 INJECT_HEAD_SIZED = "PERFGATE_INJECT_HEAD_SIZED"  # {case: spec} file: the head's step slowed as sized by instructions
@@ -130,7 +132,7 @@ def load_family(path: Path, alias: str) -> ModuleType:
     return module
 
 
-def base_spec(spec: Any, head_root: Path, base_root: Path) -> Any:
+def base_spec(spec: ModelSpec, head_root: Path, base_root: Path) -> ModelSpec | None:
     """The head's model spec pointed at the base revision's copy of its family file (and of its
     factory, when the file defines it), or None when the base has no such file or factory (new)."""
     origin = importlib.util.find_spec(spec.module).origin
@@ -149,9 +151,7 @@ def base_spec(spec: Any, head_root: Path, base_root: Path) -> Any:
     return dataclasses.replace(spec, module=alias, factory=factory)
 
 
-def measure_case(
-    case_id: str, cases: dict[str, Any], head_root: Path, base_root: Path, stop: StopRule
-) -> dict[str, Any]:
+def measure_case(case_id: str, cases: dict[str, Any], head_root: Path, base_root: Path, stop: StopRule) -> CaseResult:
     """One case, both revisions, in this process: the figures `perfgate.ab.verdicts` judges."""
     from perfgate.cases import accuracy
     from perfgate.cases.runner import RunOptions, build_case, isolate
@@ -162,7 +162,7 @@ def measure_case(
     head_spec = case.spec
     spec_b = base_spec(head_spec, head_root, base_root)
     if spec_b is None:
-        return {"case": case_id, "error": "the base revision has no file for this model family"}
+        return NotMeasured(case=case_id, error=NO_BASE_FILE)
     device = torch.device(case.device)
     isolate(device)
     opts = RunOptions(count_flops=False, telemetry_interval_s=None, reference=False, warm_compile=False)
@@ -190,21 +190,21 @@ def measure_case(
         side: accuracy.metrics(out, built[side].reference, kind=built[side].workload.output_kind)
         for side, out in (("base", m.out_base), ("head", m.out_head))
     }
-    return {
-        "case": case_id,
-        "ratio": m.median_ratio,
-        "rounds": len(m.ratios),
-        "median_base_ms": statistics.median(m.samples_base_ms),
-        "median_head_ms": statistics.median(m.samples_head_ms),
-        "peak_base_mib": m.peak_base_mib,
-        "peak_head_mib": m.peak_head_mib,
-        "contention_cores": m.contention_cores,
-        "accuracy_base": acc["base"],
-        "accuracy_head": acc["head"],
-        "device": str(device),
-        "model": case.model,
-        "variant": case.variant,
-    }
+    return Measured(
+        case=case_id,
+        ratio=m.median_ratio,
+        rounds=len(m.ratios),
+        median_base_ms=statistics.median(m.samples_base_ms),
+        median_head_ms=statistics.median(m.samples_head_ms),
+        peak_base_mib=m.peak_base_mib,
+        peak_head_mib=m.peak_head_mib,
+        contention_cores=m.contention_cores,
+        accuracy_base=acc["base"],
+        accuracy_head=acc["head"],
+        device=str(device),
+        model=case.model,
+        variant=case.variant,
+    )
 
 
 def all_cases(device: str) -> list[Any]:
@@ -237,23 +237,20 @@ def main(argv: list[str] | None = None) -> int:
     device = str(resolve(args.device or default_device()))
     known = {c.id: c for c in all_cases(device)}
     stop = StopRule(budget_s=args.budget_s, min_rounds=50, max_rounds=400, precision=0.005)
-    results = []
+    results: list[CaseResult] = []
     for case_id in args.cases:
         if case_id not in known:
-            results.append({"case": case_id, "error": "no such case in the head revision"})
+            results.append(NotMeasured(case=case_id, error="no such case in the head revision"))
             continue
         if reason := known[case_id].skip_reason():
-            results.append({"case": case_id, "skipped": reason})
+            results.append(NotMeasured(case=case_id, skipped=reason))
             continue
         try:
             results.append(measure_case(case_id, known, args.head, args.base, stop))
         except Exception as exc:  # noqa: BLE001 - one case's failure is its result, the others still run
-            results.append(
-                {"case": case_id, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
-            )
-    args.out.write_text(
-        json.dumps({"results": results}, default=lambda v: None if isinstance(v, float) and math.isnan(v) else str(v))
-    )
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            results.append(NotMeasured(case=case_id, error=f"{type(exc).__name__}: {first}"))
+    write_results(args.out, results)
     return 0
 
 

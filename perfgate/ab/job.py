@@ -1,12 +1,18 @@
-"""The interleaved A/B worker's job (perfgate.ab.interleave): what `perfgate ab` writes for each worker
-process and the worker reads back. Its own module so that the driver (perfgate.ab.run) writes a job
-without importing the worker, torch and the timing loop with it."""
+"""The interleaved A/B worker's job and results (perfgate.ab.interleave): what `perfgate ab` writes
+for each worker process and the worker reads back, and the result per case the worker writes and
+the driver reads back. Their own module so that the driver (perfgate.ab.run) writes a job and reads
+its results without importing the worker, torch and the timing loop with it."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
+
+from perfgate.record import RecordBlock
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -29,3 +35,69 @@ class Job:
     def read(cls, path: Path) -> Job:
         d = json.loads(path.read_text(encoding="utf8"))
         return cls(**{**d, "base": Path(d["base"]), "head": Path(d["head"]), "out": Path(d["out"])})
+
+
+# --- what the worker writes back: one result per case -------------------------------------------------
+
+NO_BASE_FILE = "the base revision has no file for this model family"  # a case only the head has
+_NULL_TOO = {"always": True}  # a field written when None too (as null), as the worker always has
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Measured(RecordBlock):
+    """One case measured in one worker process, both revisions' model code round by round: the
+    median head/base ratio of its rounds (what `perfgate.ab.verdicts` judges) and each side's
+    median, peak memory and accuracy. Read and written key for key (`RecordBlock`): the worker's
+    JSON keeps its keys and their order."""
+
+    case: str
+    ratio: float
+    rounds: int
+    median_base_ms: float
+    median_head_ms: float
+    peak_base_mib: float | None = dataclasses.field(default=None, metadata=_NULL_TOO)
+    peak_head_mib: float | None = dataclasses.field(default=None, metadata=_NULL_TOO)
+    contention_cores: float
+    accuracy_base: dict[str, float]
+    accuracy_head: dict[str, float]
+    device: str
+    model: str
+    variant: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class NotMeasured(RecordBlock):
+    """A case the worker did not measure: skipped (why) or failed (the error)."""
+
+    case: str
+    error: str | None = None
+    skipped: str | None = None
+
+    @property
+    def new(self) -> bool:
+        """The base revision has no file for the case's model family: a case only the head has."""
+        return self.error is not None and NO_BASE_FILE in self.error
+
+
+CaseResult = Measured | NotMeasured
+
+
+def case_result(obj: Mapping[str, Any]) -> CaseResult:
+    """One result as the worker wrote it: measured where it has a ratio."""
+    return Measured.from_json(obj) if "ratio" in obj else NotMeasured.from_json(obj)
+
+
+def write_results(path: Path, results: Sequence[CaseResult]) -> None:
+    """The worker's output file: {"results": [one object per case]}; a value JSON cannot hold
+    (a tensor's scalar) as its string."""
+    path.write_text(
+        json.dumps(
+            {"results": [r.to_json() for r in results]},
+            default=lambda v: None if isinstance(v, float) and math.isnan(v) else str(v),
+        )
+    )
+
+
+def read_results(path: Path) -> list[CaseResult]:
+    """The worker's output file, read back (the driver, perfgate.ab.run)."""
+    return [case_result(row) for row in json.loads(path.read_text(encoding="utf8"))["results"]]

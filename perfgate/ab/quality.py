@@ -38,6 +38,7 @@ from typing import Any
 from perfgate import gate
 from perfgate.ab import interleave
 from perfgate.ab import run as ab_run
+from perfgate.ab.job import Measured
 from perfgate.counts.suite import NO_COUNTS_ENV
 from perfgate.gate.policy import Policy
 from perfgate.quality.inject import SIZED_ENV
@@ -125,7 +126,7 @@ def interleaved(
     side = ab_run.working_tree(repo)
     t0 = time.perf_counter()
     res = ab_run.run_interleaved(side, side, cases, policy, max_processes=max_processes, env=cond.head_env())
-    estimates = {c: [r["ratio"] for r in rows if "ratio" in r] for c, rows in res.interleaved.items()}
+    estimates = {c: [r.ratio for r in rows if isinstance(r, Measured)] for c, rows in res.interleaved.items()}
     return {
         "mode": "interleaved",
         "verdicts": _latency(res.verdicts),
@@ -282,7 +283,21 @@ def run(
     return done
 
 
-def rates(done: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Rate:
+    """One condition under one rule: regressions of the judged case comparisons, and wall time."""
+
+    kind: str  # the injected slowdown's kind (local, op, ...)
+    mode: str  # the A/B modes that measured it ("" for the stored gate)
+    slowdown_pct: float
+    rule: str
+    alarms: int
+    n: int  # judged case comparisons
+    unreliable: int
+    wall_s_per_comparison: float
+
+
+def rates(done: Sequence[dict[str, Any]]) -> list[Rate]:
     """Per condition and rule: regressions / judged case comparisons, and wall time per comparison."""
     out = []
     for kind, k in dict.fromkeys((r["kind"], r["slowdown_pct"]) for r in done):  # in the order first measured
@@ -297,15 +312,15 @@ def rates(done: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             wall = [r["interleaved" if rule.startswith("same") else "stored"]["wall_s"] for r in rows]
             modes = {r["interleaved"].get("mode", "interleaved") for r in rows} if rule.startswith("same") else set()
             out.append(
-                {
-                    "kind": kind,
-                    "mode": "/".join(sorted(modes)),
-                    "slowdown_pct": k,
-                    "rule": rule,
-                    "alarms": sum(v == gate.REGRESSION for v in judged),
-                    "n": len(judged),
-                    "unreliable": len(verdicts) - len(judged),
-                    "wall_s_per_comparison": sum(wall) / len(wall),
-                }
+                Rate(
+                    kind=kind,
+                    mode="/".join(sorted(modes)),
+                    slowdown_pct=k,
+                    rule=rule,
+                    alarms=sum(v == gate.REGRESSION for v in judged),
+                    n=len(judged),
+                    unreliable=len(verdicts) - len(judged),
+                    wall_s_per_comparison=sum(wall) / len(wall),
+                )
             )
     return out

@@ -14,7 +14,6 @@ is clear. Budgets bound the pairs and the wall time.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import subprocess
@@ -26,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from perfgate.ab import verdicts as ab
-from perfgate.ab.job import Job
+from perfgate.ab.job import CaseResult, Job, NotMeasured, read_results
 from perfgate.counts.suite import NO_COUNTS_ENV
 from perfgate.gate.policy import Policy
 from perfgate.gate.verdicts import INCONCLUSIVE, Verdict
@@ -174,7 +173,7 @@ class ABResult:
     new: list[str] = field(default_factory=list)  # cases only the head has
     removed: list[str] = field(default_factory=list)  # cases only the base has
     skipped: list[str] = field(default_factory=list)  # measured by neither side (an unavailable variant)
-    interleaved: dict[str, list[dict]] = field(default_factory=dict)  # interleaved mode: per-process results
+    interleaved: dict[str, list[CaseResult]] = field(default_factory=dict)  # interleaved mode: per-process results
     mode: str = "processes"
     processes: int = 0
     wall_s: float = 0.0
@@ -307,16 +306,16 @@ def run_interleaved(
             if not out.is_file():
                 tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
                 raise ABError(f"the interleaved measurement failed: {tail[0]}")
-            got = {row["case"]: row for row in json.loads(out.read_text(encoding="utf8"))["results"]}
+            got = {row.case: row for row in read_results(out)}
         result.processes += 1
         for case in list(undecided):
-            row = got.get(case, {"case": case, "error": "no result"})
+            row = got.get(case) or NotMeasured(case=case, error="no result")
             result.interleaved.setdefault(case, []).append(row)
-            if "skipped" in row:
+            if isinstance(row, NotMeasured) and row.skipped is not None:
                 result.skipped.append(case)
                 undecided.remove(case)
                 continue
-            if "error" in row and "base revision has no file" in row["error"]:
+            if isinstance(row, NotMeasured) and row.new:
                 result.new.append(case)
                 undecided.remove(case)
                 continue

@@ -22,7 +22,9 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 
+from perfgate.ab.job import CaseResult, Measured, NotMeasured
 from perfgate.gate.instructions import judge_instructions
 from perfgate.gate.metrics import judge_accuracy, judge_memory, judge_speedup
 from perfgate.gate.policy import Policy
@@ -120,7 +122,8 @@ def judge_logs(
     up, down = 1 + s.ab_min_effect, 1 / (1 + s.ab_min_effect)
     ci = f"95% CI {(lo - 1) * 100:+.1f}%..{(hi - 1) * 100:+.1f}%"
     what = f"head/base {(est - 1) * 100:+.1f}% ({ci}) over {len(logs)} {unit}s"
-    kw = dict(
+    judged = partial(
+        Verdict,
         case=case,
         metric="latency",
         change_pct=(est - 1) * 100,
@@ -130,16 +133,16 @@ def judge_logs(
     )
     p = min(p_slower, p_faster)
     if p_slower < s.alpha and est > up:
-        return Verdict(**kw, verdict=REGRESSION, p_value=p_slower, message=f"{what}, p={p_slower:.2g}")
+        return judged(verdict=REGRESSION, p_value=p_slower, message=f"{what}, p={p_slower:.2g}")
     if p_faster < s.alpha and est < down:
-        return Verdict(**kw, verdict=IMPROVEMENT, p_value=p_faster, message=f"{what}, p={p_faster:.2g}")
+        return judged(verdict=IMPROVEMENT, p_value=p_faster, message=f"{what}, p={p_faster:.2g}")
     if down < lo and hi < up:
-        return Verdict(**kw, verdict=UNCHANGED, p_value=p, message=f"{what}: within +-{s.ab_min_effect:.0%}")
+        return judged(verdict=UNCHANGED, p_value=p, message=f"{what}: within +-{s.ab_min_effect:.0%}")
     if not final:
         return None
     moved = est > up or est < down
     why = "moved but not significantly" if moved else "no change beyond the noise"
-    return Verdict(**kw, verdict=INCONCLUSIVE if moved else UNCHANGED, p_value=p, message=f"{what}: {why} (p={p:.2g})")
+    return judged(verdict=INCONCLUSIVE if moved else UNCHANGED, p_value=p, message=f"{what}: {why} (p={p:.2g})")
 
 
 def _median(values: Sequence[float | None]) -> float | None:
@@ -163,44 +166,43 @@ def latency_verdict(case: str, pairs: Sequence[Pair], s: GateSettings, *, final:
     )
 
 
-def interleaved_verdicts(case: str, results: Sequence[dict], policy: Policy, *, final: bool) -> list[Verdict] | None:
+def interleaved_verdicts(
+    case: str, results: Sequence[CaseResult], policy: Policy, *, final: bool
+) -> list[Verdict] | None:
     """Interleaved mode: verdicts from per-process results of `perfgate.ab.interleave` (each a median
     head/base ratio of interleaved rounds), or None while more processes are needed."""
-    ok = [r for r in results if "ratio" in r]
+    ok = [r for r in results if isinstance(r, Measured)]
     if not ok:
         if not final:
             return None
-        why = next((r.get("skipped") or r.get("error") for r in results), None) or "not measured"
+        why = next((r.skipped or r.error for r in results if isinstance(r, NotMeasured)), None) or "not measured"
         return [Verdict(case=case, metric="latency", verdict=INCONCLUSIVE, message=why)]
     last = ok[-1]
 
     def settings(metric: str) -> GateSettings:
-        return policy.settings(last["model"], last["variant"], metric, last["device"])
+        return policy.settings(last.model, last.variant, metric, last.device)
 
     latency = judge_logs(
         case,
-        [math.log(r["ratio"]) for r in ok],
+        [math.log(r.ratio) for r in ok],
         settings("latency"),
         final=final,
         unit="process",
         test="t",
         n_total=len(results),
-        baseline_ms=_median([r["median_base_ms"] for r in ok]),
-        current_ms=_median([r["median_head_ms"] for r in ok]),
+        baseline_ms=_median([r.median_base_ms for r in ok]),
+        current_ms=_median([r.median_head_ms for r in ok]),
     )
     if latency is None:
         return None
-
-    def side(name: str) -> CaseRecord:
-        return CaseRecord(
-            model=last["model"],
-            variant=last["variant"],
-            device=last["device"],
-            peak_mem_mib=_median([r.get(f"peak_{name}_mib") for r in ok]),
-            accuracy=dict(last[f"accuracy_{name}"]),
-        )
-
-    base, head = side("base"), side("head")
+    base = CaseRecord(
+        model=last.model,
+        variant=last.variant,
+        device=last.device,
+        peak_mem_mib=_median([r.peak_base_mib for r in ok]),
+        accuracy=dict(last.accuracy_base),
+    )
+    head = replace(base, peak_mem_mib=_median([r.peak_head_mib for r in ok]), accuracy=dict(last.accuracy_head))
     others = [
         judge_memory(case, head, base, settings("memory")),
         judge_accuracy(case, head, base, settings("accuracy")),

@@ -372,11 +372,11 @@ def _run_ab(args: argparse.Namespace) -> int:
         done = quality_ab.run(Path.cwd(), cases, comparisons=counts, device="cpu", out=args.json, progress=progress)
     rows = [
         [
-            f"{r['kind']} +{r['slowdown_pct']:g}%",
-            f"{r['rule']} ({r['mode']})" if r["mode"] else r["rule"],
-            f"{r['alarms']}/{r['n']}",
-            str(r["unreliable"]),
-            f"{r['wall_s_per_comparison']:.0f}",
+            f"{r.kind} +{r.slowdown_pct:g}%",
+            f"{r.rule} ({r.mode})" if r.mode else r.rule,
+            f"{r.alarms}/{r.n}",
+            str(r.unreliable),
+            f"{r.wall_s_per_comparison:.0f}",
         ]
         for r in quality_ab.rates(done)
     ]

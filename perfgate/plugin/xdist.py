@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,34 @@ from perfgate.run.outcome import RunOutcome
 _STATE = pytest.StashKey["ParallelState"]()
 
 
+@dataclass(frozen=True, kw_only=True)
+class Shipped:
+    """What a worker ships to the controller in `workeroutput["perfgate"]`: its results and verdicts
+    as JSON text (execnet carries only built-in types) and its device."""
+
+    results: str
+    verdicts: str
+    device: str
+
+    def to_json(self) -> dict[str, str]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, str]) -> Shipped:
+        return cls(**{f.name: obj[f.name] for f in fields(cls)})
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerRun:
+    """One worker in the merged results' `perfgate.workers` block: its device and the cases it measured."""
+
+    device: str
+    cases: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"device": self.device, "cases": self.cases}
+
+
 @dataclass(kw_only=True)
 class ParallelState:
     spec: shard.ShardSpec | None
@@ -44,9 +73,10 @@ class ParallelState:
     allow_shared: bool
     block: dict[str, Any] | None = None  # this shard's perfgate.dist.shard block
     devices: dict[str, str] = field(default_factory=dict)  # controller: worker id -> device
-    outputs: dict[str, dict[str, Any]] = field(default_factory=dict)  # controller: worker id -> what it shipped
+    outputs: dict[str, Shipped] = field(default_factory=dict)  # controller: worker id -> what it shipped
     lost: list[str] = field(default_factory=list)  # controller: workers that ended without results
     merged: dict[str, Any] | None = None  # controller: the merged results
+    workers: dict[str, WorkerRun] = field(default_factory=dict)  # controller: the merged results' workers
     merged_verdicts: VerdictSet | None = None  # controller: the workers' verdicts, merged
     checked: bool = False
     lines: list[str] = field(default_factory=list)
@@ -247,7 +277,7 @@ def pytest_testnodedown(node: Any, error: object | None) -> None:
     wid = node.gateway.id
     shipped = getattr(node, "workeroutput", {}).get("perfgate")
     if shipped is not None:
-        state.outputs[wid] = shipped
+        state.outputs[wid] = Shipped.from_json(shipped)
     elif error is not None:
         state.lost.append(f"worker {wid} on {state.devices.get(wid, '?')} ended without results ({error})")
     state.devices.pop(wid, None)  # its GPU goes to a replacement worker
@@ -266,14 +296,15 @@ def _merge_workers(config: pytest.Config, state: ParallelState) -> None:
     from perfgate.plugin import benchmark_adapter
 
     order = sorted(state.outputs, key=_worker_order)
-    runs = [(wid, json.loads(state.outputs[wid]["results"])) for wid in order]
-    vsets = [(wid, verdicts_from_json(json.loads(state.outputs[wid]["verdicts"]), wid)) for wid in order]
+    runs = [(wid, json.loads(state.outputs[wid].results)) for wid in order]
+    vsets = [(wid, verdicts_from_json(json.loads(state.outputs[wid].verdicts), wid)) for wid in order]
     merged = parallel.merge_runs(runs)
     state.merged_verdicts = parallel.merge_verdicts(vsets)
-    merged["perfgate"]["workers"] = {
-        wid: {"device": state.outputs[wid]["device"], "cases": [b.case_id for b in benchmarks(run)]}
+    state.workers = {
+        wid: WorkerRun(device=state.outputs[wid].device, cases=[b.case_id for b in benchmarks(run)])
         for wid, run in runs
     }
+    merged["perfgate"]["workers"] = {wid: w.to_json() for wid, w in state.workers.items()}
     state.merged = merged
     written = benchmark_adapter.write_requested(config, merged)
     if written is not None:
@@ -327,11 +358,11 @@ def _ship(config: pytest.Config, outcome: RunOutcome) -> None:
 
     if not outcome.records and not outcome.verdicts.skipped and not outcome.verdicts.verdicts:
         return  # a worker that ran no case (more workers than groups)
-    config.workeroutput["perfgate"] = {  # type: ignore[attr-defined]
-        "results": json.dumps(run_json(config), default=str),
-        "verdicts": json.dumps(verdicts_json(outcome.verdicts, outcome.fingerprint), default=str),
-        "device": session.config.device if (session := _session(config)) is not None else "?",
-    }
+    config.workeroutput["perfgate"] = Shipped(  # type: ignore[attr-defined]
+        results=json.dumps(run_json(config), default=str),
+        verdicts=json.dumps(verdicts_json(outcome.verdicts, outcome.fingerprint), default=str),
+        device=session.config.device if (session := _session(config)) is not None else "?",
+    ).to_json()
 
 
 def _write_shard(config: pytest.Config, state: ParallelState, outcome: RunOutcome) -> None:
@@ -378,8 +409,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
     if state is None or _worker(config):
         return
     if state.merged is not None:
-        workers = state.merged["perfgate"].get("workers") or {}
-        shown = ", ".join(f"{wid} on {w['device']} ({len(w['cases'])} case(s))" for wid, w in workers.items())
-        terminalreporter.write_line(f"perfgate: {len(workers)} xdist worker(s) measured: {shown}")
+        shown = ", ".join(f"{wid} on {w.device} ({len(w.cases)} case(s))" for wid, w in state.workers.items())
+        terminalreporter.write_line(f"perfgate: {len(state.workers)} xdist worker(s) measured: {shown}")
     for line in state.lines:
         terminalreporter.write_line(line)

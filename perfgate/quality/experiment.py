@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from perfgate import gate
@@ -103,6 +103,37 @@ class ChainRun:
     @property
     def median_ms(self) -> float:
         return float(statistics.median(self.samples_ms))
+
+    def to_json(self, *, samples: bool = True) -> dict[str, Any]:
+        """The run as a `--json` report holds it: its figures, and its raw samples unless left out."""
+        d: dict[str, Any] = {
+            "layers": self.layers,
+            "median_ms": self.median_ms,
+            "n": len(self.samples_ms),
+            "contention_cores": self.contention_cores,
+            "stop": self.stop,
+            "warmup_rounds": self.warmup_rounds,
+            "reference_median_ms": self.reference_median_ms,
+        }
+        if samples:
+            d["samples_ms"] = [round(x, 5) for x in self.samples_ms]
+            if self.reference_ms:
+                d["reference_ms"] = [round(x, 5) for x in self.reference_ms]
+        return d
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ChainRun:
+        """A run of a `--json` report, read back field by field (the figures derived from the samples,
+        median_ms and n, are not read); ValueError without its raw samples, KeyError without
+        `layers` or `contention_cores`."""
+        if "samples_ms" not in d:
+            raise ValueError("the report has no raw samples (written with --no-samples); re-run without it")
+        if missing := [k for k in _WRITTEN_ALWAYS if k not in d]:
+            raise KeyError(missing[0])
+        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
+
+
+_WRITTEN_ALWAYS = ("layers", "contention_cores")  # in every report; stop, warmup_rounds, reference_ms came later
 
 
 MeasureFn = Callable[[int], ChainRun]  # layers -> ChainRun
@@ -322,29 +353,13 @@ class Comparison:
         return [*self.baselines, *self.currents]
 
     def as_dict(self, *, samples: bool = True) -> dict[str, Any]:
-        def run(r: ChainRun) -> dict[str, Any]:
-            d = {
-                "layers": r.layers,
-                "median_ms": r.median_ms,
-                "n": len(r.samples_ms),
-                "contention_cores": r.contention_cores,
-                "stop": r.stop,
-                "warmup_rounds": r.warmup_rounds,
-                "reference_median_ms": r.reference_median_ms,
-            }
-            if samples:
-                d["samples_ms"] = [round(x, 5) for x in r.samples_ms]
-                if r.reference_ms:
-                    d["reference_ms"] = [round(x, 5) for x in r.reference_ms]
-            return d
-
         return {
             "slowdown_pct": self.slowdown_pct,
             "verdicts": self.verdicts,
             "current_first": self.current_first,
             "change_pct": self.change_pct,
-            "baselines": [run(r) for r in self.baselines],
-            "currents": [run(r) for r in self.currents],
+            "baselines": [r.to_json(samples=samples) for r in self.baselines],
+            "currents": [r.to_json(samples=samples) for r in self.currents],
         }
 
 
@@ -353,25 +368,12 @@ NOT_JUDGED = "not judged"  # re-judging stored runs: the rule needs runs the exp
 
 def load_comparisons(data: dict[str, Any]) -> list[Comparison]:
     """The comparisons of a `--json` report, with their raw samples (ValueError when they were left out)."""
-
-    def run(d: dict[str, Any]) -> ChainRun:
-        if "samples_ms" not in d:
-            raise ValueError("the report has no raw samples (written with --no-samples); re-run without it")
-        return ChainRun(
-            layers=d["layers"],
-            samples_ms=d["samples_ms"],
-            contention_cores=d["contention_cores"],
-            stop=d.get("stop", ""),
-            warmup_rounds=d.get("warmup_rounds", 0),
-            reference_ms=d.get("reference_ms"),
-        )
-
     try:
         return [
             Comparison(
                 slowdown_pct=c["slowdown_pct"],
-                baselines=[run(r) for r in c["baselines"]],
-                currents=[run(r) for r in c["currents"]],
+                baselines=[ChainRun.from_json(r) for r in c["baselines"]],
+                currents=[ChainRun.from_json(r) for r in c["currents"]],
                 verdicts=dict(c["verdicts"]),
                 current_first=c.get("current_first", False),
             )

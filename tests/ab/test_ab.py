@@ -15,7 +15,7 @@ import torch
 from perfgate import gate
 from perfgate.ab import run as ab_run
 from perfgate.ab import verdicts as ab
-from perfgate.ab.job import Job
+from perfgate.ab.job import CaseResult, Job, Measured, NotMeasured, read_results
 from perfgate.gate.policy import Policy
 from perfgate.gate.settings import GateSettings
 from perfgate.quality import inject
@@ -54,7 +54,7 @@ def test_process_pairs_need_seven_for_the_rank_test() -> None:
     )  # significant, under 2%
 
 
-def _worker(cases: list[str], tmp: Path, env: dict[str, str] | None = None) -> list[dict]:
+def _worker(cases: list[str], tmp: Path, env: dict[str, str] | None = None) -> list[CaseResult]:
     out = tmp / "out.json"
     r = subprocess.run(
         [
@@ -71,7 +71,9 @@ def _worker(cases: list[str], tmp: Path, env: dict[str, str] | None = None) -> l
         timeout=HANG_GUARD_S,
     )
     assert out.is_file(), r.stderr[-2000:]
-    return json.loads(out.read_text())["results"]
+    results = read_results(out)
+    assert [r.to_json() for r in results] == json.loads(out.read_text())["results"]  # read back as written
+    return results
 
 
 @pytest.mark.slow
@@ -81,12 +83,12 @@ def test_interleaved_worker_on_a_real_model_sees_an_injected_slowdown_and_not_it
     # percent a ratio reads (an injected 10% read +26% while another job ran and turned CI red).
     runs = [_worker([case, "no-such-case"], tmp_path) for _ in range(3)]
     same = [r[0] for r in runs]
-    assert all(r.get("ratio", 0) > 0 and r["rounds"] > 0 for r in same), same  # an error entry has none
+    assert all(isinstance(r, Measured) and r.ratio > 0 and r.rounds > 0 for r in same), same  # no error entry
     (v, *_) = ab.interleaved_verdicts(f"x[{case}]", same, Policy(), final=True)
     assert v.verdict in (gate.UNCHANGED, gate.INCONCLUSIVE), v.message  # never an alarm on unchanged code
     # A slowdown far beyond any machine's noise (the interleaved ratio cancels the machine's speed).
     slowed = [_worker([case], tmp_path, {"PERFGATE_INJECT_HEAD": "local:50"})[0] for _ in range(3)]
-    assert all(r.get("ratio", 0) > 0 and r["rounds"] > 0 for r in slowed), slowed  # each process measured both sides
+    assert all(isinstance(r, Measured) and r.ratio > 0 and r.rounds > 0 for r in slowed), slowed  # both sides timed
     (v, *_) = ab.interleaved_verdicts(f"x[{case}]", slowed, Policy(), final=True)
     # The pooled verdict kind, not each process's direction nor the significance: beside another
     # xdist worker's valgrind sub-run one process read this +50% as 0.75 (others 1.15-1.5), and
@@ -95,7 +97,7 @@ def test_interleaved_worker_on_a_real_model_sees_an_injected_slowdown_and_not_it
     # gate's own tests. A 50% slowdown is never called unchanged or an improvement.
     assert v.verdict in (gate.REGRESSION, gate.INCONCLUSIVE), v.message
     # A case the head does not have is an error entry beside the measured one (no process of its own).
-    assert all(r[1] == {"case": "no-such-case", "error": "no such case in the head revision"} for r in runs)
+    assert all(r[1] == NotMeasured(case="no-such-case", error="no such case in the head revision") for r in runs)
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -263,3 +265,44 @@ def test_the_interleaved_base_builds_with_its_own_copy_of_a_factory(tmp_path: Pa
     finally:
         for name in [n for n in sys.modules if n.endswith(module.__name__)]:
             del sys.modules[name]
+
+
+def test_the_workers_results_file_reads_back_key_for_key(tmp_path: Path, monkeypatch) -> None:
+    """The interleaved worker itself (interleave.main: its job read, a case measured on both sides,
+    its results file written) and the driver's reader: the file's keys and values, in their order,
+    are what the records write back, and the verdicts are judged from the records."""
+    from perfgate.ab import interleave
+    from perfgate.cases import workload
+
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "sleepy_ab.py").write_text(SLEEPY.format(sleep=0.0))
+    (project / "pyproject.toml").write_text('[tool.perfgate]\nmodel_files = ["sleepy_ab.py"]\n')
+    monkeypatch.chdir(project)
+    before, modules = dict(workload.MODELS), set(sys.modules)
+    out = tmp_path / "out.json"
+    case, gone = "sleepy-tiny-baseline", "no-such-case"
+    job = Job(base=project, head=project, out=out, cases=[case, gone], device="cpu", budget_s=0.2)
+    try:
+        assert interleave.main([str(job.write(tmp_path / "job.json"))]) == 0
+    finally:
+        workload.MODELS.clear()
+        workload.MODELS.update(before)
+        for name in set(sys.modules) - modules:
+            if "sleepy_ab" in name:
+                del sys.modules[name]
+    written = json.loads(out.read_text())["results"]
+    measured, missing = read_results(out)
+    assert [measured.to_json(), missing.to_json()] == written  # same keys, same values, same order
+    assert list(written[0]) == [
+        "case", "ratio", "rounds", "median_base_ms", "median_head_ms", "peak_base_mib", "peak_head_mib",
+        "contention_cores", "accuracy_base", "accuracy_head", "device", "model", "variant",
+    ]  # fmt: skip
+    assert written[1] == {"case": gone, "error": "no such case in the head revision"}
+    assert isinstance(measured, Measured) and measured.case == case and measured.rounds >= 50
+    assert (measured.model, measured.variant, measured.device) == ("sleepy", "baseline", "cpu")
+    assert measured.ratio > 0 and measured.accuracy_base == written[0]["accuracy_base"]
+    assert isinstance(missing, NotMeasured) and not missing.new and missing.skipped is None
+    assert ab.interleaved_verdicts(f"x[{case}]", [measured, missing], Policy(), final=False) is None  # one process
+    (latency, *_) = ab.interleaved_verdicts(f"x[{case}]", [measured], Policy(), final=True)
+    assert latency.metric == "latency" and latency.verdict in (gate.UNRELIABLE, gate.INCONCLUSIVE)

@@ -229,6 +229,7 @@ def test_xdist_workers_and_shards_merge_into_the_single_process_case_set(tmp_pat
         "--perfgate-verdicts", "xdist-verdicts.json",
     )  # fmt: skip
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "perfgate: 2 xdist worker(s) measured: gw0 on cpu (" in r.stdout  # what the workers shipped
     run = json.loads((tmp_path / "xdist.json").read_text())
     names = [b["name"] for b in run["benchmarks"]]
     assert len(names) == len(set(names)) == 6

@@ -381,6 +381,27 @@ def test_rejudge_reproduces_the_live_verdicts_and_marks_missing_runs():
         q.load_comparisons(qr.report(live, rules, depth=100, config={}, samples=False))
 
 
+def test_a_reports_runs_read_back_as_chain_runs_key_for_key():
+    """The report's runs, as `perfgate gate-quality --json` writes them, read back through ChainRun and
+    written again: the same keys and values; a report without a run's layers is no gate-quality report."""
+    rules = [q.GateRule(name="default")]
+    live = q.run_experiment(FakeMeasurer(), depth=100, slowdowns_pct=(0, 10), comparisons=2, rules=rules)
+    written = json.loads(json.dumps(qr.report(live, rules, depth=100, config={})))
+    stored = q.load_comparisons(written)
+    runs = [r for c in written["comparisons"] for r in (*c["baselines"], *c["currents"])]
+    again = [r.to_json() for c in stored for r in c.runs]
+    assert [list(r) for r in again] == [list(r) for r in runs]  # the same keys, in their order
+    derived = ("median_ms", "reference_median_ms")  # of the samples as written (rounded to 5 decimals)
+    assert [{k: v for k, v in r.items() if k not in derived} for r in again] == [
+        {k: v for k, v in r.items() if k not in derived} for r in runs
+    ]
+    assert all(a[k] == pytest.approx(r[k], rel=1e-5) for a, r in zip(again, runs) for k in derived)
+    assert q.ChainRun.from_json(runs[0]) == stored[0].baselines[0]
+    del written["comparisons"][0]["currents"][0]["layers"]
+    with pytest.raises(ValueError, match="missing 'layers'"):
+        q.load_comparisons(written)
+
+
 @pytest.mark.parametrize(
     "argv,needle",
     [
@@ -428,9 +449,9 @@ def test_ab_on_a_real_case_writes_both_gates_verdicts_and_rates(tmp_path, capsys
     # Identical code on both sides: no alarm (0 of 51 unchanged comparisons alarmed in docs/gate-quality.md).
     assert row["interleaved"]["verdicts"]["physicsnemo-block-tiny-baseline"] in (gate.UNCHANGED, gate.INCONCLUSIVE)
     assert row["stored"]["repo_policy"]["physicsnemo-block-tiny-baseline"] in gate.VERDICT_ORDER
-    rules = {r["rule"]: r for r in quality_ab.rates([row])}
+    rules = {r.rule: r for r in quality_ab.rates([row])}
     assert set(rules) == {"same-job A/B", "stored, repo policy", "stored, default 5% (first judgement)"}
-    assert rules["same-job A/B"]["mode"] == "interleaved" and rules["same-job A/B"]["n"] == 1
+    assert rules["same-job A/B"].mode == "interleaved" and rules["same-job A/B"].n == 1
     assert "same-job A/B (interleaved)" in capsys.readouterr().out
 
 
