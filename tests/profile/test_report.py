@@ -22,6 +22,11 @@ from tests.profile.data.capture import CONFIGS
 DATA = Path(__file__).parent / "data"
 
 
+# The test ids end in ".json": a bare perfgate case id ("physicsnemo-block-tiny-baseline") as a test id
+# makes the xdist plugin take `pytest tests -n 2 --dist loadfile` for a benchmark run and refuse it.
+JSON_IDS = [f"{name}.json" for name in sorted(CONFIGS)]
+
+
 def unknown_keys(block: RecordBlock, where: str = "report") -> list[str]:
     """Keys of the file no field took (kept in a block's `extra`), anywhere in the report."""
     out = [f"{where}.{k}" for k in block.extra]
@@ -34,7 +39,7 @@ def unknown_keys(block: RecordBlock, where: str = "report") -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("name", sorted(CONFIGS))
+@pytest.mark.parametrize("name", sorted(CONFIGS), ids=JSON_IDS)
 def test_a_report_json_reads_back_typed_and_writes_back_byte_for_byte(name: str, tmp_path: Path) -> None:
     text = (DATA / f"{name}.json").read_text()
     report = ProfileReport.from_json(json.loads(text))
@@ -85,7 +90,7 @@ def keys(value: Any) -> Any:
     return None
 
 
-@pytest.mark.parametrize("name", sorted(CONFIGS))
+@pytest.mark.parametrize("name", sorted(CONFIGS), ids=JSON_IDS)
 def test_a_fresh_run_writes_the_keys_the_old_producer_wrote(name: str, tmp_path: Path) -> None:
     run_dir, report = run.run_profile(ProfileConfig(**CONFIGS[name], out_dir=tmp_path), stream=io.StringIO())
     fresh = json.loads((run_dir / "report.json").read_text())
