@@ -384,8 +384,8 @@ class CaseRecord:
     missing_ranks: list[int] | None = _f()
     throughput_aggregation: str | None = _f()  # "sum" (data-parallel steps) or "slowest"
     across_ranks: dict[str, dict[str, float]] | None = _f()  # dotted metric -> min / max / mean over ranks
-    ranks: list[dict[str, Any]] | None = _f()  # one summary per rank (perfgate.dist.ranks.rank_summary)
-    stragglers: list[dict[str, Any]] | None = _f()  # perfgate.dist.ranks.find_stragglers
+    ranks: list[RankSummary] | None = _f()  # one summary per rank (perfgate.dist.ranks.rank_summary)
+    stragglers: list[Straggler] | None = _f()  # perfgate.dist.ranks.find_stragglers
     straggler_threshold_pct: float | None = _f()
     # Keys this version does not know (another tool's, a distributed run's): kept as they were.
     extra: dict[str, Any] = field(default_factory=dict, metadata={"required": False, "always": False})
@@ -428,48 +428,44 @@ class RankBlock:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-@dataclass(frozen=True)
-class RankFigures:
-    """One rank's summary on an aggregated record (`CaseRecord.ranks`), as the rank table reads it."""
+@dataclass(frozen=True, kw_only=True)
+class RankSummary(RecordBlock):
+    """One rank's figures on an aggregated record (`CaseRecord.ranks`, built by
+    perfgate.dist.ranks.rank_summary): its median, then what its own record wrote of these (the
+    record's always-written figures even when None), as the rank table reads them."""
 
     rank: int
     median_ms: float
-    p90_ms: float | None = None
-    peak_mem_mib: float | None = None
-    throughput: dict[str, float] = field(default_factory=dict)
+    mean_ms: float | None = block_field(default=None, always=True)
+    min_ms: float | None = block_field(default=None, always=True)
+    max_ms: float | None = block_field(default=None, always=True)
+    p90_ms: float | None = block_field(default=None, always=True)
+    std_ms: float | None = block_field(default=None, always=True)
+    rounds: int | None = block_field(default=None, always=True)
+    peak_mem_mib: float | None = block_field(default=None, always=True)
+    first_call_s: float | None = block_field(default=None, always=True)
+    contention_cores: float | None = None
+    fps: float | None = None
+    device: str | None = block_field(default=None, always=True)
+    num_threads: int | None = None
+    host: str | None = None
     unreliable: str | None = None
-
-    @classmethod
-    def from_json(cls, s: Mapping[str, Any]) -> RankFigures:
-        return cls(
-            rank=int(s["rank"]),
-            median_ms=float(s["median_ms"]),
-            p90_ms=s.get("p90_ms"),
-            peak_mem_mib=s.get("peak_mem_mib"),
-            throughput=dict(s.get("throughput") or {}),
-            unreliable=s.get("unreliable"),
-        )
+    throughput: dict[str, float] = field(default_factory=dict)
+    accuracy: dict[str, Any] = field(default_factory=dict)
 
 
 # A rank whose median is this much above the median of rank medians is a straggler (perfgate.dist.ranks).
 DEFAULT_STRAGGLER_PCT = 10.0
 
 
-@dataclass(frozen=True)
-class Straggler:
+@dataclass(frozen=True, kw_only=True)
+class Straggler(RecordBlock):
     """A rank whose median is well above the median of the rank medians (`CaseRecord.stragglers`)."""
 
     rank: int
     median_ms: float
     median_of_ranks_ms: float
     excess_pct: float
-
-    @classmethod
-    def from_json(cls, s: Mapping[str, Any]) -> Straggler:
-        return cls(**{f.name: s[f.name] for f in fields(cls)})
-
-    def to_json(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 # --- reading and writing the record and its blocks: one mechanism ------------------------------------

@@ -26,7 +26,15 @@ from typing import Any
 
 from perfgate.cases.workload import DATA_PARALLEL_STEP_KINDS
 from perfgate.measure.topology import Topology
-from perfgate.record import DEFAULT_STRAGGLER_PCT, CaseRecord, RankBlock, Straggler, speedup, speedup_basis
+from perfgate.record import (
+    DEFAULT_STRAGGLER_PCT,
+    CaseRecord,
+    RankBlock,
+    RankSummary,
+    Straggler,
+    speedup,
+    speedup_basis,
+)
 from perfgate.results import Benchmark, Distributed, RunInfo, benchmarks, with_benchmarks
 
 # Step kinds (perfgate.cases.steps) whose ranks each process their own data: throughput sums over ranks,
@@ -174,9 +182,7 @@ def across_ranks(infos: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, floa
     return out
 
 
-def find_stragglers(
-    medians_ms: Mapping[int, float], threshold_pct: float = DEFAULT_STRAGGLER_PCT
-) -> list[dict[str, Any]]:
+def find_stragglers(medians_ms: Mapping[int, float], threshold_pct: float = DEFAULT_STRAGGLER_PCT) -> list[Straggler]:
     """Ranks whose median is more than `threshold_pct` % above the median of the rank medians."""
     if threshold_pct < 0:
         raise ValueError(f"straggler threshold must not be negative, got {threshold_pct}")
@@ -186,7 +192,9 @@ def find_stragglers(
     out = []
     for rank, med in sorted(medians_ms.items()):
         if ref > 0 and med > ref * (1.0 + threshold_pct / 100.0):
-            out.append(Straggler(rank, med, ref, (med / ref - 1.0) * 100.0).to_json())
+            out.append(
+                Straggler(rank=rank, median_ms=med, median_of_ranks_ms=ref, excess_pct=(med / ref - 1.0) * 100.0)
+            )
     return out
 
 
@@ -209,10 +217,14 @@ _RANK_FIGURES = (
 )
 
 
-def rank_summary(rank: int, entry: Benchmark) -> dict[str, Any]:
-    rec, written = entry.record, entry.record.to_extra_info()
-    s = {"rank": rank, "median_ms": median_ms(entry), **{k: getattr(rec, k) for k in _RANK_FIGURES if k in written}}
-    return {**s, "throughput": dict(rec.throughput), "accuracy": dict(rec.accuracy)}
+def rank_summary(rank: int, entry: Benchmark) -> RankSummary:
+    """The rank's median and the figures its record holds (RankSummary writes the ones its record
+    always writes even when None, as the record does)."""
+    rec = entry.record
+    figures = {k: getattr(rec, k) for k in _RANK_FIGURES}
+    return RankSummary(
+        rank=rank, median_ms=median_ms(entry), **figures, throughput=dict(rec.throughput), accuracy=dict(rec.accuracy)
+    )
 
 
 def _worst_accuracy(accs: Sequence[Mapping[str, Any]]) -> dict[str, float]:

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from perfgate.output.text import fmt_g, text_table
-from perfgate.record import DEFAULT_STRAGGLER_PCT, RankFigures, Straggler
+from perfgate.record import DEFAULT_STRAGGLER_PCT
 from perfgate.results import Distributed, RunInfo, benchmarks
 
 
@@ -26,9 +26,9 @@ def rank_rows(aggregated: Mapping[str, Any]) -> list[list[str]]:
     rows = []
     for b in benchmarks(aggregated):
         rec = b.record
-        summaries = [RankFigures.from_json(s) for s in rec.ranks or []]
+        summaries = rec.ranks or []
         ref = statistics.median([s.median_ms for s in summaries]) if summaries else None
-        strag = {Straggler.from_json(s).rank for s in rec.stragglers or []}
+        strag = {s.rank for s in rec.stragglers or []}
         for s in summaries:
             vs = f"{(s.median_ms / ref - 1) * 100:+.1f}%" if ref else "-"
             note = ", ".join(
@@ -76,7 +76,7 @@ def straggler_lines(aggregated: Mapping[str, Any]) -> list[str]:
     lines = []
     for b in benchmarks(aggregated):
         threshold = b.record.straggler_threshold_pct
-        for s in map(Straggler.from_json, b.record.stragglers or []):
+        for s in b.record.stragglers or []:
             lines.append(
                 f"straggler: {b.case_id} rank {s.rank} median {s.median_ms:.4g} ms is "
                 f"{s.excess_pct:.1f}% above the median of ranks ({s.median_of_ranks_ms:.4g} ms; "

@@ -116,14 +116,28 @@ def test_replicated_case_keeps_the_slowest_ranks_throughput():
 
 
 def test_straggler_is_a_rank_above_the_median_of_rank_medians():
-    assert pd.find_stragglers({0: 10.0, 1: 10.0, 2: 10.2, 3: 13.0}, 10.0) == [
-        {"rank": 3, "median_ms": 13.0, "median_of_ranks_ms": 10.1, "excess_pct": pytest.approx(28.71, abs=0.01)}
-    ]
+    [found] = pd.find_stragglers({0: 10.0, 1: 10.0, 2: 10.2, 3: 13.0}, 10.0)
+    assert (found.rank, found.median_ms, found.median_of_ranks_ms) == (3, 13.0, 10.1)
+    assert found.excess_pct == pytest.approx(28.71, abs=0.01)
     assert pd.find_stragglers({0: 10.0, 1: 10.0, 2: 10.2, 3: 13.0}, 30.0) == []
     assert pd.find_stragglers({0: 10.0, 1: 11.0, 2: 10.0}, 10.0) == []  # exactly 10% is not more than 10%
     assert pd.find_stragglers({0: 50.0}, 0.0) == []  # one rank has no peers to lag behind
     with pytest.raises(ValueError, match="negative"):
         pd.find_stragglers({0: 1.0, 1: 2.0}, -1.0)
+
+
+def test_an_aggregated_record_holds_typed_rank_summaries_and_writes_them_back_key_for_key():
+    """The aggregate's per-rank summaries and stragglers are typed blocks on the record; the file's
+    JSON reads back into them and writes back the same keys in the same order."""
+    from perfgate.record import CaseRecord, RankSummary, Straggler
+
+    agg = pd.aggregate(two_ranks(), threshold_pct=5.0)
+    [info] = [b["extra_info"] for b in agg["benchmarks"]]
+    rec = CaseRecord.from_extra_info(info)
+    assert all(isinstance(r, RankSummary) for r in rec.ranks or []) and [r.rank for r in rec.ranks or []] == [0, 1]
+    assert [type(s) for s in rec.stragglers or []] == [Straggler] and rec.stragglers[0].rank == 1
+    again = rec.to_extra_info()
+    assert json.dumps(again) == json.dumps(info)  # values and key order, the nested blocks' included
 
 
 def test_aggregate_reports_stragglers_by_the_configured_threshold():
