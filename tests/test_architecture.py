@@ -523,6 +523,13 @@ def _record_fields(root: Path) -> tuple[frozenset[str], bool]:
     return names, frozen
 
 
+def _targets(node: ast.AST) -> list[ast.expr]:
+    """What an assignment statement (plain, augmented or annotated) assigns to; [] for any other node."""
+    if isinstance(node, ast.Assign):
+        return node.targets
+    return [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+
+
 def _writes(tree: ast.AST, names: frozenset[str]) -> Iterator[tuple[int, str]]:
     """(line, what) for each write that could be to a record: `x.field = ...` (also augmented, annotated
     or in a tuple) of a CaseRecord field's name on anything but self/cls, `setattr(x, name, ...)` on
@@ -532,10 +539,7 @@ def _writes(tree: ast.AST, names: frozenset[str]) -> Iterator[tuple[int, str]]:
         return isinstance(node, ast.Name) and node.id in ("self", "cls")
 
     for node in ast.walk(tree):
-        targets = node.targets if isinstance(node, ast.Assign) else []
-        if isinstance(node, (ast.AugAssign, ast.AnnAssign)):
-            targets = [node.target]
-        for target in targets:
+        for target in _targets(node):
             for t in ast.walk(target):
                 if (
                     isinstance(t, ast.Attribute)
@@ -645,10 +649,9 @@ def session_writes(root: Path = ROOT) -> list[str]:
 
     for rel, tree in _outside(root, (SESSION_OWNER, "perfgate/plugin/session.py")):
         for node in ast.walk(tree):
-            targets = node.targets if isinstance(node, ast.Assign) else []
-            if isinstance(node, (ast.AugAssign, ast.AnnAssign)):
-                targets = [node.target]
-            found = [f for t in targets for e in (t.elts if isinstance(t, ast.Tuple) else [t]) if (f := field_of(e))]
+            found = [
+                f for t in _targets(node) for e in (t.elts if isinstance(t, ast.Tuple) else [t]) if (f := field_of(e))
+            ]
             found = [f"{ast.unparse(f)} =" for f in found]
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MUTATORS:
                 if (f := field_of(node.func.value)) is not None:

@@ -77,10 +77,14 @@ def run_outcome(
     fail_on_improvement: bool = False,
     fail_unjudged: bool = False,
     no_baseline_notice: str | None = None,
-    **files: Any,
+    recorded: Path | None = None,
+    record_refused: str | None = None,
+    recorded_counts: Path | None = None,
+    compared_elsewhere: tuple[str, ...] = (),
+    skipped_files: tuple[Path, ...] = (),
 ) -> RunOutcome:
-    """The run's outcome, built once: the verdicts sorted, the notices and the unjudged line derived
-    (`files`: recorded, record_refused, recorded_counts, compared_elsewhere, skipped_files)."""
+    """The run's outcome, built once: the verdicts sorted, the notices and the unjudged line derived;
+    what became of its files as given."""
     verdicts = list(verdicts)
     no_baseline = bool(gate_enabled and records and no_baseline_notice)
     unjudged, fails = None, False
@@ -108,5 +112,9 @@ def run_outcome(
         no_baseline=no_baseline,
         unjudged=unjudged,
         unjudged_fails=fails,
-        **files,
+        recorded=recorded,
+        record_refused=record_refused,
+        recorded_counts=recorded_counts,
+        compared_elsewhere=compared_elsewhere,
+        skipped_files=skipped_files,
     )

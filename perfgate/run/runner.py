@@ -68,16 +68,15 @@ class Host:
         found = self.baselines.entry(fullname)
         return (found[1].record, found[0]) if found else None
 
-    def no_baseline_notice(self) -> str:
+    def missing_baseline_notice(self) -> str | None:
+        """The notice when no baseline was recorded for this fingerprint; None when one was."""
+        if self.load_baseline() is not None:
+            return None
         return (
             f"perfgate: no baseline recorded for this machine's fingerprint {self.fingerprint_id} "
             f"(looked in {self.baseline_dir}); nothing is compared with another machine's numbers. "
             f"Record one with: pytest benchmarks --perfgate-record"
         )
-
-    def missing_baseline_notice(self) -> str | None:
-        """The notice when no baseline was recorded for this fingerprint; None when one was."""
-        return self.no_baseline_notice() if self.load_baseline() is None else None
 
 
 def _group(case: Case) -> tuple:
