@@ -25,6 +25,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile-steps", type=int, default=10, help="steps per profiler window (default 10)")
     p.add_argument("--sizes", default="1,2,5", help="slowdown sizes in %% of the step (default 1,2,5)")
     p.add_argument("--seed", type=int, default=0, help="seed of the round order (default 0)")
+    p.add_argument(
+        "--traces",
+        type=Path,
+        default=None,
+        help="keep each case's profiler trace of 3 steps in this folder (CASE.trace.json.gz; read by perfgate's "
+        "device-time tests)",
+    )
 
 
 def _cases(value: str) -> tuple[tuple[str, str | None, str], ...]:
@@ -65,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
             passes=args.passes,
             profile_steps=args.profile_steps,
             seed=args.seed,
+            trace_dir=str(args.traces) if args.traces else None,
         )
     except ValueError as exc:
         raise CommandError(str(exc)) from None

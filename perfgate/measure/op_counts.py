@@ -109,8 +109,11 @@ def counts_from_ops_rows(rows: Iterable[Mapping[str, Any]], steps: int) -> OpCou
     )
 
 
-def count_step(step: Callable[[], Any], device: str, steps: int = STEPS, *, warmup: int = 1) -> OpCounts:
-    """Profile `steps` calls of a warmed-up step (CPU ops; CUDA activity on a GPU) and count them."""
+def count_step(
+    step: Callable[[], Any], device: str, steps: int = STEPS, *, warmup: int = 1, keep: Path | None = None
+) -> OpCounts:
+    """Profile `steps` calls of a warmed-up step (CPU ops; CUDA activity on a GPU) and count them.
+    `keep`: write the trace there (gzipped when it ends in .gz) instead of a scratch file."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -123,6 +126,10 @@ def count_step(step: Callable[[], Any], device: str, steps: int = STEPS, *, warm
             step()
         if cuda:
             torch.cuda.synchronize(torch.device(device))
+    if keep is not None:
+        keep.parent.mkdir(parents=True, exist_ok=True)
+        prof.export_chrome_trace(str(keep))  # torch gzips a path ending in .gz
+        return counts_from_events(read_trace(keep), steps, device_traced=cuda)
     with tempfile.TemporaryDirectory(prefix="perfgate-ops-") as scratch:  # a scratch trace, read back at once
         path = os.path.join(scratch, "trace.json")
         prof.export_chrome_trace(path)

@@ -31,6 +31,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from perfgate.gate.detectable import noise_block, noise_of
@@ -62,9 +63,11 @@ class Plan:
     profile_steps: int = 10  # steps per profiler window
     warmup_s: float = 1.0  # calls of the step before its record
     seed: int = 0
+    trace_dir: str | None = None  # keep each case's profiler trace of `trace_steps` steps here (gzipped)
+    trace_steps: int = 3
 
     def __post_init__(self) -> None:
-        for name in ("repeats", "rounds", "profile_steps"):
+        for name in ("repeats", "rounds", "profile_steps", "trace_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.passes < 2:
@@ -245,6 +248,12 @@ def run(
             passes.append(record_of(samples, profiled(step, plan.device, plan.profile_steps)))
         noise = noise_block(noise_of(passes))
         base = replace(passes[-1], pass_noise=noise)
+        if plan.trace_dir is not None:  # a real trace of a few steps, for tests that read one offline
+            from perfgate.measure.op_counts import count_step
+
+            keep = Path(plan.trace_dir) / f"{case}.trace.json.gz"
+            count_step(step, plan.device, plan.trace_steps, warmup=0, keep=keep)
+            progress(f"{case}: kept a {plan.trace_steps}-step profiler trace in {keep}")
         from perfgate.measure.device_time import host_share
 
         wall = base.median_ms or 0.0

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from perfgate.measure import op_counts
 from perfgate.quality import gpu_quality as gq
 from tests.commands.test_gpu_check import ROOT, _env
 from tests.helpers import HANG_GUARD_S
@@ -44,6 +45,8 @@ def test_the_quality_run_rehearsed_on_the_cpu_writes_its_detection_table(tmp_pat
             "2",
             "--profile-steps",
             "1",
+            "--traces",
+            str(out / "traces"),
         ],
         env=_env(),
         capture_output=True,
@@ -68,6 +71,11 @@ def test_the_quality_run_rehearsed_on_the_cpu_writes_its_detection_table(tmp_pat
     table = (out / "summary.md").read_text()
     assert "| device time, stored | - | - |" in table and "| wall time, same-job A/B |" in table
     assert (out / "quality" / "quality.md").read_text() in table  # the detection table in the summary
+    # the kept trace (3 steps, gzipped) is the profiler's own and counts as a live window does
+    counts = op_counts.counts_from_events(
+        op_counts.read_trace(out / "traces" / "physicsnemo-block-tiny-baseline.trace.json.gz"), 3, device_traced=False
+    )
+    assert counts.aten_ops_per_step.get("aten::linear", 0) >= 1
 
 
 def test_a_graph_case_gets_its_gpu_side_slowdown_built_in_and_every_comparison_is_judged() -> None:
