@@ -22,18 +22,15 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from functools import partial
 
 from perfgate.ab.job import CaseResult, Measured, NotMeasured
 from perfgate.gate.instructions import judge_instructions
 from perfgate.gate.metrics import judge_accuracy, judge_memory, judge_speedup
+from perfgate.gate.paired import judge_logs
 from perfgate.gate.policy import Policy
 from perfgate.gate.settings import GateSettings
-from perfgate.gate.verdicts import IMPROVEMENT, INCONCLUSIVE, REGRESSION, UNCHANGED, UNRELIABLE, Verdict
-from perfgate.measure.stats import median_ci
+from perfgate.gate.verdicts import INCONCLUSIVE, UNRELIABLE, Verdict
 from perfgate.record import CaseRecord
-
-MIN_PAIRS = 3  # fewer pairs than this decide nothing
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,87 +59,6 @@ def log_ratios(pairs: Sequence[Pair], s: GateSettings) -> list[float]:
     reliable = [p for p in pairs if p.reliable]
     normalise = s.normalise and all(r.normalised_median is not None for p in reliable for r in (p.base, p.head))
     return [math.log(timing(p.head, normalise) / timing(p.base, normalise)) for p in reliable]
-
-
-def _wilcoxon(logs: Sequence[float]) -> tuple[float, float]:
-    """(p slower, p faster): one-sided Wilcoxon signed-rank tests of the log ratios against 0."""
-    from scipy import stats as sps
-
-    if all(x == 0 for x in logs):
-        return 1.0, 1.0
-    slower = float(sps.wilcoxon(logs, alternative="greater").pvalue)
-    faster = float(sps.wilcoxon(logs, alternative="less").pvalue)
-    return slower, faster
-
-
-def _t_test(logs: Sequence[float]) -> tuple[float, float, float, float]:
-    """(p slower, p faster, CI low, CI high) of the mean log ratio: one-sample t-tests (scipy)."""
-    from scipy import stats as sps
-
-    mean, sd = statistics.fmean(logs), statistics.stdev(logs)
-    if sd == 0:  # identical figures: no spread to test against, the sign decides
-        return (0.0 if mean > 0 else 1.0), (0.0 if mean < 0 else 1.0), mean, mean
-    p_slower = float(sps.ttest_1samp(logs, 0.0, alternative="greater").pvalue)
-    p_faster = float(sps.ttest_1samp(logs, 0.0, alternative="less").pvalue)
-    half = float(sps.t.ppf(0.975, len(logs) - 1)) * sd / math.sqrt(len(logs))
-    return p_slower, p_faster, mean - half, mean + half
-
-
-def judge_logs(
-    case: str,
-    logs: Sequence[float],
-    s: GateSettings,
-    *,
-    final: bool,
-    unit: str,
-    test: str,
-    baseline_ms: float | None,
-    current_ms: float | None,
-    n_total: int,
-) -> Verdict | None:
-    """A latency verdict on per-process log ratios head/base, or None while more are needed (never
-    when `final`: then an undecided case is inconclusive or unchanged by its estimate).
-
-    `test`: "wilcoxon" for process pairs (a rank test: one outlying process cannot decide) or "t" for
-    the per-process medians of interleaved rounds (nearly normal: 3 processes decide, where the rank
-    test needs 7 for p < 0.01)."""
-    if len(logs) < MIN_PAIRS:
-        if not final:
-            return None
-        why = f"{len(logs)} reliable {unit}(s) of {n_total}: too few to judge"
-        return Verdict(case=case, metric="latency", verdict=UNRELIABLE if n_total else INCONCLUSIVE, message=why)
-    if test == "t":
-        p_slower, p_faster, lo_log, hi_log = _t_test(logs)
-        est = math.exp(statistics.fmean(logs))
-    else:
-        p_slower, p_faster = _wilcoxon(logs)
-        lo_log, hi_log = median_ci(logs)
-        est = math.exp(statistics.median(logs))
-    lo, hi = math.exp(lo_log), math.exp(hi_log)
-    up, down = 1 + s.ab_min_effect, 1 / (1 + s.ab_min_effect)
-    ci = f"95% CI {(lo - 1) * 100:+.1f}%..{(hi - 1) * 100:+.1f}%"
-    what = f"head/base {(est - 1) * 100:+.1f}% ({ci}) over {len(logs)} {unit}s"
-    judged = partial(
-        Verdict,
-        case=case,
-        metric="latency",
-        change_pct=(est - 1) * 100,
-        baseline=baseline_ms,
-        current=current_ms,
-        compared=f"head/base per {unit}",
-    )
-    p = min(p_slower, p_faster)
-    if p_slower < s.alpha and est > up:
-        return judged(verdict=REGRESSION, p_value=p_slower, message=f"{what}, p={p_slower:.2g}")
-    if p_faster < s.alpha and est < down:
-        return judged(verdict=IMPROVEMENT, p_value=p_faster, message=f"{what}, p={p_faster:.2g}")
-    if down < lo and hi < up:
-        return judged(verdict=UNCHANGED, p_value=p, message=f"{what}: within +-{s.ab_min_effect:.0%}")
-    if not final:
-        return None
-    moved = est > up or est < down
-    why = "moved but not significantly" if moved else "no change beyond the noise"
-    return judged(verdict=INCONCLUSIVE if moved else UNCHANGED, p_value=p, message=f"{what}: {why} (p={p:.2g})")
 
 
 def _median(values: Sequence[float | None]) -> float | None:

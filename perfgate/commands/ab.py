@@ -82,14 +82,15 @@ def run(args: argparse.Namespace) -> int:
     from perfgate import files, gate
     from perfgate.ab import run as ab_run
     from perfgate.gate import policy as policy_mod
+    from perfgate.gate.paired import MIN_PAIRS
     from perfgate.measure.device import selection_device
     from perfgate.output import markdown
     from perfgate.output.terminal import verdict_table
 
     if args.counts:
         return run_counts(args)
-    if args.max_pairs < ab_run.ab.MIN_PAIRS:
-        raise CommandError(f"--max-pairs {args.max_pairs}: at least {ab_run.ab.MIN_PAIRS} pairs are needed to judge")
+    if args.max_pairs < MIN_PAIRS:
+        raise CommandError(f"--max-pairs {args.max_pairs}: at least {MIN_PAIRS} pairs are needed to judge")
     selection = [a for a in args.pytest_args if a != "--"]
     try:
         repo = Path(ab_run.git(Path.cwd(), "rev-parse", "--show-toplevel"))

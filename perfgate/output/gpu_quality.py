@@ -11,7 +11,8 @@ if TYPE_CHECKING:
 
 GATE_LABELS = {
     "wall-stored": "wall time, stored record",
-    "wall-ab": "wall time, same-job A/B",
+    "wall-ab": "wall time, same-job A/B (unpaired)",
+    "wall-ab-paired": "wall time, same-job A/B (paired rounds)",
     "device-time": "device time, stored",
     "kernels": "kernel counts, stored",
 }

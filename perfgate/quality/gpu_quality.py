@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -37,11 +38,12 @@ from typing import Any
 from perfgate.gate.detectable import noise_block, noise_of
 from perfgate.gate.instructions import judge_kernels
 from perfgate.gate.metrics import judge_device_time, judge_latency, judge_latency_samples
+from perfgate.gate.paired import judge_logs
 from perfgate.gate.settings import GateSettings
-from perfgate.gate.verdicts import REGRESSION
+from perfgate.gate.verdicts import REGRESSION, Verdict
 from perfgate.record import CaseRecord, PassNoise, as_json
 
-GATES = ("wall-stored", "wall-ab", "device-time", "kernels")
+GATES = ("wall-stored", "wall-ab", "wall-ab-paired", "device-time", "kernels")
 SIZES_PCT = (1.0, 2.0, 5.0)
 GPU_CASES = (
     ("physicsnemo-block", None, "baseline"),
@@ -85,6 +87,8 @@ class Comparison:
     wall_s: float  # the comparison's own wall time: timed windows, profiler window, judging
     wall_change_pct: float  # the current step's median against the record's
     device_change_pct: float | None
+    samples_ms: list[float] = field(default_factory=list)  # the current step's timed rounds
+    ab_base_ms: list[float] = field(default_factory=list)  # the unchanged step's, round by round beside them
 
 
 @dataclass(kw_only=True)
@@ -190,6 +194,27 @@ Builder = Callable[[tuple[str, str | None, str]], tuple[str, Callable[[], Any], 
 Whatever is patched while it builds (an F.linear done twice) is captured into a graph it builds."""
 
 
+def paired_rounds_verdict(case: str, current: Sequence[float], base: Sequence[float], s: GateSettings) -> Verdict:
+    """Same-job A/B judged as `perfgate ab` pairs: the per-round log ratios current/base of the
+    interleaved window (a host phase lasting many rounds hits both sides of a round alike), by the
+    A/B's own judge (perfgate.gate.paired.judge_logs, Wilcoxon signed-rank, `ab_min_effect`)."""
+
+    logs = [math.log(c / b) for c, b in zip(current, base, strict=True) if c > 0 and b > 0]
+    v = judge_logs(
+        case,
+        logs,
+        s,
+        final=True,
+        unit="round",
+        test="wilcoxon",
+        baseline_ms=statistics.median(base),
+        current_ms=statistics.median(current),
+        n_total=len(logs),
+    )
+    assert v is not None  # final: always a verdict
+    return v
+
+
 def judge_all(
     case: str,
     base: CaseRecord,
@@ -205,6 +230,8 @@ def judge_all(
     ab_settings = GateSettings(latency_tolerance=s.ab_min_effect, alpha=s.alpha)
     v = judge_latency_samples(case, cur.samples_ms, ab_base, ab_settings)
     out["wall-ab"], msgs["wall-ab"] = v.verdict, v.message
+    v = paired_rounds_verdict(case, cur.samples_ms, ab_base, s)
+    out["wall-ab-paired"], msgs["wall-ab-paired"] = v.verdict, v.message
     dv = judge_device_time(case, cur, base, s)
     out["device-time"] = dv.verdict if dv else None
     msgs["device-time"] = dv.message if dv else "no device time here (a CPU run)"
@@ -342,6 +369,8 @@ def _compare(
                 device_change_pct=(cur.device_ms_per_step / dev - 1) * 100
                 if dev and cur.device_ms_per_step is not None
                 else None,
+                samples_ms=list(cur_samples),
+                ab_base_ms=list(ab_base),
             )
         )
     return rows

@@ -1,0 +1,41 @@
+"""The paired latency judge (perfgate.gate.paired): what `perfgate ab`'s processes and the GPU
+quality run's interleaved rounds are judged by."""
+
+from __future__ import annotations
+
+import math
+
+from perfgate import gate
+from perfgate.gate.paired import judge_logs
+from perfgate.gate.settings import GateSettings
+
+S = GateSettings()
+
+
+def _logs(pcts: list[float]) -> list[float]:
+    return [math.log(1 + p / 100) for p in pcts]
+
+
+def _judge(pcts: list[float], test: str, final: bool = False) -> gate.Verdict | None:
+    return judge_logs(
+        "c", _logs(pcts), S, final=final, unit="process", test=test, baseline_ms=1.0, current_ms=1.0, n_total=len(pcts)
+    )
+
+
+def test_interleaved_processes_decide_with_a_t_test() -> None:
+    assert _judge([5.1, 4.8, 5.3], "t").verdict == gate.REGRESSION  # three processes agree on +5%
+    assert _judge([-4.9, -5.2, -5.0], "t").verdict == gate.IMPROVEMENT
+    unchanged = _judge([0.3, -0.2, 0.1], "t")
+    assert unchanged.verdict == gate.UNCHANGED and "within +-2%" in unchanged.message
+    assert _judge([3.0, -1.0, 6.0], "t") is None  # not clear yet: ask for another process
+    assert _judge([3.0, -1.0, 6.0], "t", final=True).verdict == gate.INCONCLUSIVE
+    assert _judge([1.0, 1.2], "t") is None  # fewer than MIN_PAIRS decide nothing
+
+
+def test_process_pairs_need_seven_for_the_rank_test() -> None:
+    """Wilcoxon's exact one-sided p is 1/2^n at best: below 0.01 only from 7 pairs."""
+    assert _judge([5, 6, 7, 5, 6, 7], "wilcoxon") is None
+    assert _judge([5, 6, 7, 5, 6, 7, 6], "wilcoxon").verdict == gate.REGRESSION
+    assert (
+        _judge([1.5, 1.8, 1.2, 1.9, 1.6, 1.7, 1.4], "wilcoxon", final=True).verdict == gate.UNCHANGED
+    )  # significant, under 2%
