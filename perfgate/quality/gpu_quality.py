@@ -30,7 +30,7 @@ import math
 import random
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -325,11 +325,14 @@ def run(
         conditions: list[tuple[str, float, Callable[[], Any]]] = [("unchanged", 0.0, step)]
         conditions += [("gpu", k, gpu_steps[k]) for k in plan.sizes_pct]
         conditions += [("host", k, host_steps[k]) for k in plan.sizes_pct]
-        rows += _compare(plan, case, step, base, conditions, rng, settings, progress)
-        if checkpoint is not None:
-            checkpoint(
-                QualityRun(plan=plan, setups=setups, rows=rows, tally=tally(rows), wall_s=time.perf_counter() - t_start)
-            )
+        for row in _compare(plan, case, step, base, conditions, rng, settings, progress):
+            rows.append(row)
+            if checkpoint is not None:  # after each comparison: a run cut short keeps all it judged
+                checkpoint(
+                    QualityRun(
+                        plan=plan, setups=setups, rows=rows, tally=tally(rows), wall_s=time.perf_counter() - t_start
+                    )
+                )
         del step, gpu_steps, host_steps, conditions
         if cuda:
             torch.cuda.empty_cache()
@@ -345,10 +348,10 @@ def _compare(
     rng: random.Random,
     settings: GateSettings,
     progress: Callable[[str], None],
-) -> list[Comparison]:
-    """Each condition `plan.repeats` times against the recorded `base`: stored and A/B, judged."""
+) -> Iterator[Comparison]:
+    """Each condition `plan.repeats` times against the recorded `base`: stored and A/B, judged, one
+    comparison at a time."""
     wall, dev = base.median_ms or 0.0, base.device_ms_per_step
-    rows: list[Comparison] = []
     schedule = [(c, r) for r in range(plan.repeats) for c in conditions]
     for (kind, k, current), r in schedule:
         progress(f"{case}: {kind} {k:g}% #{r + 1}")
@@ -356,24 +359,21 @@ def _compare(
         ab_base, cur_samples = interleaved_ms([step, current], plan.device, plan.rounds, rng)
         cur = record_of(cur_samples, profiled(current, plan.device, plan.profile_steps))
         verdicts, msgs = judge_all(case, base, cur, ab_base, settings)
-        rows.append(
-            Comparison(
-                case=case,
-                kind=kind,
-                size_pct=k,
-                repeat=r,
-                verdicts=verdicts,
-                messages=msgs,
-                wall_s=time.perf_counter() - t1,
-                wall_change_pct=((cur.median_ms or 0) / wall - 1) * 100 if wall else math.nan,
-                device_change_pct=(cur.device_ms_per_step / dev - 1) * 100
-                if dev and cur.device_ms_per_step is not None
-                else None,
-                samples_ms=list(cur_samples),
-                ab_base_ms=list(ab_base),
-            )
+        yield Comparison(
+            case=case,
+            kind=kind,
+            size_pct=k,
+            repeat=r,
+            verdicts=verdicts,
+            messages=msgs,
+            wall_s=time.perf_counter() - t1,
+            wall_change_pct=((cur.median_ms or 0) / wall - 1) * 100 if wall else math.nan,
+            device_change_pct=(cur.device_ms_per_step / dev - 1) * 100
+            if dev and cur.device_ms_per_step is not None
+            else None,
+            samples_ms=list(cur_samples),
+            ab_base_ms=list(ab_base),
         )
-    return rows
 
 
 @dataclass(frozen=True, kw_only=True)

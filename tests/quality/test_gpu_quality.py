@@ -96,7 +96,9 @@ def test_a_graph_case_gets_its_gpu_side_slowdown_built_in_and_every_comparison_i
 
     plan = gq.Plan(device="cpu", cases=(("m", "tiny", "cudagraphs"),), repeats=1, rounds=3, passes=2, profile_steps=1)
     plan = gq.Plan(**{**plan.__dict__, "warmup_s": 0.0})
-    result = gq.run(plan, build)
+    saved: list[int] = []  # rows in each checkpoint: one per comparison, so a cut run keeps what it judged
+    result = gq.run(plan, build, checkpoint=lambda run: saved.append(len(run.rows)))
+    assert saved == [1, 2, 3, 4, 5, 6, 7]
     assert builds == [False, True, True, True, True]  # the case, its every-call-doubled copy, one per size
     assert torch.nn.functional.linear is original  # nothing left patched
     assert len(result.rows) == 7 and all(r.verdicts["wall-ab"] is not None for r in result.rows)
