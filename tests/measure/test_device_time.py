@@ -1,13 +1,12 @@
 """GPU busy time per step: the interval merge, the per-kernel attribution, the host share, and the
 gate's device-time judge naming the kernels whose time grew.
 
-What here was never produced by a GPU: no profiler trace from a GPU run was kept (issue 36), so
-the trace read below is a real torch.profiler chrome trace of a CPU step (written by this torch's
-`export_chrome_trace`: its `cpu_op` events, `ProfilerStep`s and metadata are real) into which
-device activities are added in the exact form kineto's `ChromeTraceLogger::handleActivity`
-writes them on a GPU (`{"ph": "X", "cat": "kernel" | "gpu_memcpy" | "gpu_memset", "name",
-"pid": device, "tid": stream, "ts": us.nnn, "dur": us.nnn, "args": {...}}`). Their names,
-durations and overlaps are made up; the event format is kineto's.
+Two kinds of trace are read. The real ones: 3-step torch.profiler traces kept by
+`scripts/gpu-check --quality --traces` on an NVIDIA H200 (2026-11-27, torch 2.11.0+cu130,
+docs/data/gpu-2026-11-27-h200/traces), checked against that run's own records. The constructed
+one: a real CPU trace of this torch into which device activities are added in kineto's exact form
+(`ChromeTraceLogger::handleActivity`), for what the GPU traces do not show (overlapping streams,
+two devices): its names, durations and overlaps are made up, the event format is kineto's.
 """
 
 from __future__ import annotations
@@ -25,6 +24,9 @@ from perfgate.measure import op_counts
 from perfgate.measure.device_time import device_time_from_events, host_share, merged_us
 from perfgate.record import CaseRecord, PassNoise
 
+ROOT = Path(__file__).resolve().parents[2]
+H200_RUN = ROOT / "docs" / "data" / "gpu-2026-11-27-h200"
+TRACE_STEPS = 3  # gpu-quality keeps 3 steps per trace (Plan.trace_steps)
 GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off"
 
 
@@ -135,3 +137,71 @@ def test_a_change_below_the_baselines_recorded_noise_is_not_claimed() -> None:
     v = judge_device_time("c", _rec(1.04, {GEMM: 0.45}), _rec(1.0, {GEMM: 0.41}, noisy), GateSettings())
     assert v is not None and v.verdict == INCONCLUSIVE
     assert "detects >= 6.0% here" in v.message
+
+
+def _h200(case: str) -> op_counts.OpCounts:
+    events = op_counts.read_trace(H200_RUN / "traces" / f"{case}.trace.json.gz")
+    return op_counts.counts_from_events(events, TRACE_STEPS, device_traced=True)
+
+
+def _h200_setups() -> dict[str, dict]:
+    return {s["case"]: s for s in json.loads((H200_RUN / "quality.json").read_text())["setups"]}
+
+
+@pytest.mark.parametrize(
+    "traced",
+    [
+        "physicsnemo-block-full-baseline",
+        "physicsnemo-block-full-bf16",
+        "owl-world-model-1b-cacheframes0-baseline",
+        "owl-world-model-1b-cacheframes0-cudagraphs",
+    ],
+    ids=lambda traced: f"{traced}.trace",  # not a case id: that reads as a benchmark run
+)
+def test_a_kept_h200_trace_gives_its_runs_device_time_and_bound(traced: str) -> None:
+    """The kept 3-step window against the record's three 10-step windows of the same process (their
+    device time differed by 0.02-1.8% between passes): the same busy time and the same verdict on
+    the host share."""
+    got, setup = _h200(traced), _h200_setups()[traced]
+    assert got.device_ms_per_step == pytest.approx(setup["device_ms"], rel=0.02)
+    assert host_share(setup["wall_ms"], got.device_ms_per_step).bound == setup["bound"]
+    # one stream, kernels back to back: the busy time is the summed time (to float rounding of
+    # microsecond timestamps near 1e9)
+    assert got.device_ms_per_step == pytest.approx(sum(got.kernel_ms_per_step.values()), rel=1e-5)
+    assert got.kernels_per_step == int(got.kernels_per_step)  # whole launches in every step
+
+
+def test_the_world_models_eager_step_is_launch_bound_and_its_graph_replays_the_same_kernels() -> None:
+    eager, graph = (
+        _h200("owl-world-model-1b-cacheframes0-baseline"),
+        _h200("owl-world-model-1b-cacheframes0-cudagraphs"),
+    )
+    wall = _h200_setups()["owl-world-model-1b-cacheframes0-baseline"]["wall_ms"]
+    share = host_share(wall, eager.device_ms_per_step)
+    assert share.bound == "launch-bound" and share.host_ms_per_step > 2 * eager.device_ms_per_step
+    # CUPTI records a replayed graph's kernels one by one: the count sees into the replay, and the
+    # GPU does the same work either way (device time within 2%), only the host's share differs.
+    assert graph.kernels_per_step == eager.kernels_per_step == 1570
+    assert graph.device_ms_per_step == pytest.approx(eager.device_ms_per_step, rel=0.02)
+    assert list(graph.kernel_ms_per_step)[:2] == list(eager.kernel_ms_per_step)[:2]
+    # the same case's record from the pytest run of the pr tier (another process, same lease)
+    pr = json.loads((H200_RUN / "pr-cold.json").read_text())["benchmarks"]
+    (rec,) = [b["extra_info"] for b in pr if b["name"].endswith("[owl-world-model-1b-cacheframes0-cudagraphs]")]
+    assert rec["kernels_per_step"] == graph.kernels_per_step
+    assert rec["device_ms_per_step"] == pytest.approx(graph.device_ms_per_step, rel=0.02)
+
+
+def test_losing_bf16_on_the_h200_is_a_device_time_regression_that_names_the_fp32_kernels() -> None:
+    """Two real windows of the PhysicsNeMo block: bf16 as the baseline, fp32 as the current (what a
+    lost autocast does): the judge names the fp32 kernels that appeared, largest first."""
+
+    def rec(c: op_counts.OpCounts) -> CaseRecord:
+        return CaseRecord(device_ms_per_step=c.device_ms_per_step, kernel_ms_per_step=c.kernel_ms_per_step)
+
+    bf16, fp32 = _h200("physicsnemo-block-full-bf16"), _h200("physicsnemo-block-full-baseline")
+    v = judge_device_time("physicsnemo-block-full", rec(fp32), rec(bf16), GateSettings())
+    assert v is not None and v.verdict == REGRESSION
+    top = next(iter(fp32.kernel_ms_per_step))
+    assert top.startswith("fmha_cutlassF_f32") and top[:40] in v.message and "(new)" in v.message
+    same = judge_device_time("physicsnemo-block-full", rec(bf16), rec(bf16), GateSettings())
+    assert same is not None and same.verdict == UNCHANGED
