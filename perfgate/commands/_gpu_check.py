@@ -17,8 +17,8 @@ Stages, each a subprocess with its own log and JUnit XML under the output folder
 
 `--quality` runs the GPU gate's quality run instead of stages 2-5 (`perfgate gpu-quality`:
 compute- and launch-bound cases, unchanged comparisons and sized GPU- and host-side slowdowns,
-each judged by wall time stored and A/B, device time and kernel counts; sized for 8 minutes of
-one H100, not yet timed on one), its detection table in `quality/quality.md` and in the summary.
+each judged by wall time stored and A/B, device time and kernel counts; 4 min 4 s on one H200,
+2026-11-27: docs/gpu-runs.md), its detection table in `quality/quality.md` and in the summary.
 
 Without CUDA it says so and exits 5 (perfgate's "cannot run here"), unless `--device cpu` asks for
 a rehearsal of the flow on the CPU (how this module is tested). Exit 0 when every stage passed,

@@ -12,11 +12,13 @@ eager and CUDA-graph cases on a GPU), in one process:
      the doubling is captured into a graph of its own (the replay calls no F.linear);
    - host-side: a busy-wait at the start of the step worth 1%, 2%, 5% of its wall time (the GPU
      idles meanwhile: what a slower Python path or dispatch does).
-   Each comparison is judged four ways, by the gate's own judges: wall time against the stored
+   Each comparison is judged five ways, by the gate's own judges: wall time against the stored
    record (`judge_latency`), wall time by same-job A/B (the base and the current step interleaved
-   round by round in one window, judged with the A/B minimum effect as tolerance), device time
-   against the record (`judge_device_time`, with the record's pass noise) and kernel counts
-   against the record (`judge_kernels`).
+   round by round in one window, with the A/B minimum effect as tolerance), judged unpaired
+   (`judge_latency_samples`) and by paired rounds (`perfgate.gate.paired`, as `perfgate ab`
+   judges), device time against the record (`judge_device_time`, with the record's pass noise)
+   and kernel counts against the record (`judge_kernels`). Each comparison's raw rounds are kept,
+   and the run is written after each comparison (a run cut short keeps what it judged).
 3. **Tally**, per gate and condition: caught/total for slowdowns, false alarms/comparisons for the
    unchanged ones, and the wall time each comparison took.
 
