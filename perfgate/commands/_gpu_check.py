@@ -20,6 +20,12 @@ compute- and launch-bound cases, unchanged comparisons and sized GPU- and host-s
 each judged by wall time stored and A/B, device time and kernel counts; 4 min 4 s on one H200,
 2026-11-27: docs/gpu-runs.md), its detection table in `quality/quality.md` and in the summary.
 
+`--tier-time TIER` measures what a tier costs on this runner instead of stages 2-5: the tier run
+twice, ungated, into one fresh inductor cache (`tier-cold`, then `tier-warm`), each case's own
+seconds from the JUnit XML beside each run's total. `--stage-limit-s N` interrupts a stage after
+N seconds as Ctrl-C would (pytest still writes its JSON and XML), so a leased GPU's minutes give a
+partial timing instead of none; the summary says which stages were cut.
+
 Without CUDA it says so and exits 5 (perfgate's "cannot run here"), unless `--device cpu` asks for
 a rehearsal of the flow on the CPU (how this module is tested). Exit 0 when every stage passed,
 else 1. It installs nothing: scripts/gpu-check uses the project's set-up (`PERFGATE_SKIP_INSTALL=1`
@@ -33,8 +39,10 @@ import importlib.util
 import json
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
@@ -59,6 +67,7 @@ class StageResult:
     wall_s: float
     log: str
     outcomes: dict[str, int] = field(default_factory=dict)  # from the JUnit XML: passed, failed, skipped, errors
+    cut: bool = False  # interrupted at --stage-limit-s
 
     @property
     def ok(self) -> bool:
@@ -82,20 +91,35 @@ def junit_outcomes(path: Path) -> dict[str, int]:
     return out
 
 
-def run_stage(name: str, command: list[str], out: Path, *, junit: Path | None = None) -> StageResult:
-    """Run one stage, its output both to the terminal (progress survives a killed run) and its log."""
+def run_stage(
+    name: str, command: list[str], out: Path, *, junit: Path | None = None, limit_s: float | None = None
+) -> StageResult:
+    """Run one stage, its output both to the terminal (progress survives a killed run) and its log;
+    after `limit_s` seconds it gets SIGINT, as Ctrl-C would send (pytest then still writes its files)."""
     log = out / f"{name}.log"
     print(f"gpu-check: [{name}] {shlex.join(command)}", flush=True)
     t0 = time.perf_counter()
+    cut = threading.Event()
     with log.open("w", encoding="utf8") as fh:
         proc = subprocess.Popen(
             command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
         )
+
+        def interrupt() -> None:
+            if proc.poll() is None:
+                cut.set()
+                proc.send_signal(signal.SIGINT)
+
+        timer = threading.Timer(limit_s, interrupt) if limit_s else None
+        if timer is not None:
+            timer.start()
         assert proc.stdout is not None
         for line in proc.stdout:
             sys.stdout.write(line)
             fh.write(line)
         rc = proc.wait()
+        if timer is not None:
+            timer.cancel()
     wall = time.perf_counter() - t0
     result = StageResult(
         name=name,
@@ -104,9 +128,24 @@ def run_stage(name: str, command: list[str], out: Path, *, junit: Path | None = 
         wall_s=wall,
         log=str(log.relative_to(out)),
         outcomes=junit_outcomes(junit) if junit else {},
+        cut=cut.is_set(),
     )
-    print(f"gpu-check: [{name}] exit {rc} in {wall:.0f} s", flush=True)
+    print(
+        f"gpu-check: [{name}] exit {rc} in {wall:.0f} s{' (cut at --stage-limit-s)' if result.cut else ''}", flush=True
+    )
     return result
+
+
+def junit_seconds(path: Path) -> dict[str, float]:
+    """Seconds per test of a pytest JUnit XML, by the id in its brackets (the case id for
+    benchmarks/test_models.py): set-up, call and tear-down together, as pytest's XML writes them."""
+    if not path.is_file():
+        return {}
+    out: dict[str, float] = {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        name = case.get("name", "")
+        out[name[name.find("[") + 1 : -1] if name.endswith("]") else name] = float(case.get("time") or 0.0)
+    return out
 
 
 @dataclass(frozen=True)
@@ -182,7 +221,7 @@ def summary(stages: list[StageResult], out: Path, device: str) -> tuple[str, dic
     for s in stages:
         o = s.outcomes
         lines.append(
-            f"| {s.name} | {s.rc} | {s.wall_s:.0f} | {o.get('passed', '-')} | "
+            f"| {s.name} | {s.rc}{' (cut)' if s.cut else ''} | {s.wall_s:.0f} | {o.get('passed', '-')} | "
             f"{o.get('failed', 0) + o.get('errors', 0) if o else '-'} "
             f"| {o.get('skipped', '-')} |"
         )
@@ -243,6 +282,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         action="store_true",
         help="run the GPU gate's quality run (perfgate gpu-quality) instead of doctor, tests, record and rerun",
     )
+    p.add_argument(
+        "--tier-time",
+        metavar="TIER",
+        default=None,
+        help="time the tier (e.g. pr) twice into one fresh inductor cache, cold then warm, instead of doctor, "
+        "tests, record and rerun",
+    )
+    p.add_argument(
+        "--stage-limit-s",
+        type=float,
+        default=None,
+        help="interrupt a stage after this many seconds, as Ctrl-C would: its files so far are kept (default: none)",
+    )
     p.add_argument("--repeats", type=int, default=None, help="--quality: comparisons per condition (default 4)")
     p.add_argument("--rounds", type=int, default=None, help="--quality: timed rounds per side (default 30)")
     p.add_argument("--cases", default=None, help="--quality: MODEL:SIZE:VARIANT,... (default: gpu-quality's)")
@@ -259,6 +311,14 @@ def main(argv: list[str] | None = None) -> int:
     if only_quality and not args.quality:
         why = f"{', '.join(only_quality)} apply to --quality only; add --quality or leave them out"
         print(f"gpu-check: {why}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.quality and args.tier_time:
+        print("gpu-check: --quality and --tier-time are two runs; pick one per call", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.stage_limit_s is not None and args.stage_limit_s <= 0:
+        print(
+            f"gpu-check: --stage-limit-s {args.stage_limit_s:g}: give seconds above 0, or leave it out", file=sys.stderr
+        )
         return EXIT_BAD_INPUT
     import torch
 
@@ -278,6 +338,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.quality:
         return quality_main(args, py, device, out, health)
+    if args.tier_time:
+        return tier_main(args, py, device, out, health)
     stages = [health, run_stage("doctor", [py, "-m", "perfgate", "doctor", "--device", device], out)]
     if not args.skip_tests:
         # -n auto when pytest-xdist is installed (asked of the import system, not imported: pytest's own)
@@ -343,6 +405,7 @@ def benchmark_stages(args: argparse.Namespace, py: str, device: str, out: Path) 
             ),
             out,
             junit=out / "record.xml",
+            limit_s=args.stage_limit_s,
         )
     )
     stages.append(
@@ -361,6 +424,7 @@ def benchmark_stages(args: argparse.Namespace, py: str, device: str, out: Path) 
             ),
             out,
             junit=out / "rerun.xml",
+            limit_s=args.stage_limit_s,
         )
     )
     return stages
@@ -381,13 +445,69 @@ def quality_main(args: argparse.Namespace, py: str, device: str, out: Path, heal
         if value is not None:
             command += [flag, str(value)]
     command += args.pytest_args  # after --: more gpu-quality options (--passes, --profile-steps, --sizes)
-    stages = [health, run_stage("quality", command, out)]
+    stages = [health, run_stage("quality", command, out, limit_s=args.stage_limit_s)]
     text, data = summary(stages, out, device)
     table = out / "quality" / "quality.md"
     if table.is_file():
         text += "\n" + table.read_text(encoding="utf8")
     data["quality"] = str(table.relative_to(out)) if table.is_file() else None
     return _finish(out, text, data)
+
+
+def tier_main(args: argparse.Namespace, py: str, device: str, out: Path, health: StageResult) -> int:
+    """`--tier-time TIER`: the tier run twice, ungated, into one inductor cache emptied first: what a
+    pull request's benchmark job costs on this runner with a cold and with a warm cache."""
+    cache = out / "inductor-cache"
+    shutil.rmtree(cache, ignore_errors=True)
+    selection = [
+        "benchmarks",
+        "--perfgate-device",
+        device,
+        "--perfgate-tier",
+        args.tier_time,
+        "--perfgate-no-gate",
+        "--perfgate-inductor-cache",
+        str(cache),
+        "-v",
+        "-rs",
+        *args.pytest_args,
+    ]
+    stages = [health]
+    for phase in ("cold", "warm"):
+        stem = out / f"tier-{phase}"
+        files_of_run = ["--benchmark-json", f"{stem}.json", "--junit-xml", f"{stem}.xml"]
+        command = pytest_command(py, *selection, *files_of_run, "--perfgate-verdicts", f"{stem}-verdicts.json")
+        stages.append(run_stage(f"tier-{phase}", command, out, junit=Path(f"{stem}.xml"), limit_s=args.stage_limit_s))
+    text, data = summary(stages, out, device)
+    cold, warm = junit_seconds(out / "tier-cold.xml"), junit_seconds(out / "tier-warm.xml")
+    cases = {c: {"cold_s": cold.get(c), "warm_s": warm.get(c)} for c in dict.fromkeys([*cold, *warm])}
+    data["tier"] = {
+        "name": args.tier_time,
+        "cold_s": stages[1].wall_s,
+        "warm_s": stages[2].wall_s,
+        "cut": [s.name for s in stages if s.cut],
+        "cases": cases,
+    }
+    lines = [
+        "",
+        f"Tier {args.tier_time}: {stages[1].wall_s:.0f} s cold, {stages[2].wall_s:.0f} s warm (each pytest run whole, "
+        "collection and start-up included); per case, seconds from the JUnit XML:",
+        "",
+        "| case | cold s | warm s |",
+        "|---|---|---|",
+    ]
+    lines += [
+        f"| {c} | {_s(t['cold_s'])} | {_s(t['warm_s'])} |"
+        for c, t in sorted(cases.items(), key=lambda kv: -(kv[1]["cold_s"] or 0))
+    ]
+    if data["tier"]["cut"]:
+        lines += ["", f"Cut at --stage-limit-s {args.stage_limit_s:g}: {', '.join(data['tier']['cut'])}: "
+                  "the cases not listed there never ran."]  # fmt: skip
+    return _finish(out, text + "\n".join(lines) + "\n", data)
+
+
+def _s(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:.1f}"
 
 
 if __name__ == "__main__":

@@ -117,3 +117,50 @@ def test_options_of_the_quality_run_alone_are_a_one_line_usage_error(capsys) -> 
     assert _gpu_check.main(["--repeats", "2", "--cases", "physicsnemo-block:tiny:baseline"]) == 4
     err = capsys.readouterr().err.strip()
     assert err == "gpu-check: --repeats, --cases apply to --quality only; add --quality or leave them out"
+
+
+@pytest.mark.slow
+def test_a_tier_timed_cold_then_warm_rehearsed_on_the_cpu(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    r = subprocess.run(
+        [str(ROOT / "scripts" / "gpu-check"), "--device", "cpu", "--tier-time", "cpu-pr", "--out", str(out), "--",
+         "-k", "physicsnemo-block-tiny", "--perfgate-budget-s", "0.3", "--perfgate-min-rounds", "5"],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD_S,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    data = json.loads((out / "summary.json").read_text())
+    assert [s["name"] for s in data["stages"]] == ["health", "tier-cold", "tier-warm"]
+    tier = data["tier"]
+    assert tier["name"] == "cpu-pr" and tier["cut"] == []
+    # per case from pytest's own JUnit XML, named as the benchmark JSON names it
+    (case,) = tier["cases"]
+    names = [b["name"] for b in json.loads((out / "tier-cold.json").read_text())["benchmarks"]]
+    assert names == [f"test_step[{case}]"]
+    assert tier["cases"][case]["cold_s"] > 0 and tier["cases"][case]["warm_s"] > 0
+    assert (out / "inductor-cache").is_dir()  # the cache both runs shared, emptied before the first
+    assert f"| {case} |" in (out / "summary.md").read_text()
+
+
+def test_a_stage_past_its_limit_is_interrupted_and_the_summary_says_so(tmp_path: Path) -> None:
+    """0.5 s cannot even import torch in the pytest it starts: the stage is cut, deterministically."""
+    from perfgate.commands import _gpu_check
+
+    rc = _gpu_check.main(["--device", "cpu", "--tier-time", "cpu-pr", "--stage-limit-s", "0.5", "--out", str(tmp_path)])
+    assert rc == 1
+    data = json.loads((tmp_path / "summary.json").read_text())
+    assert data["tier"]["cut"] == ["tier-cold", "tier-warm"] and not data["passed"]
+    assert data["tier"]["cases"] == {}  # nothing measured is claimed
+    summary = (tmp_path / "summary.md").read_text()
+    assert "(cut) |" in summary and "Cut at --stage-limit-s 0.5: tier-cold, tier-warm" in summary
+
+
+def test_two_runs_in_one_call_or_a_limit_of_nothing_are_one_line_usage_errors(capsys) -> None:
+    from perfgate.commands import _gpu_check
+
+    assert _gpu_check.main(["--quality", "--tier-time", "pr"]) == 4
+    assert capsys.readouterr().err.strip() == "gpu-check: --quality and --tier-time are two runs; pick one per call"
+    assert _gpu_check.main(["--tier-time", "pr", "--stage-limit-s", "0"]) == 4
+    assert "--stage-limit-s 0: give seconds above 0" in capsys.readouterr().err
