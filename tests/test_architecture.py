@@ -245,6 +245,7 @@ KEY_READ_EXCEPTIONS = {
     "perfgate/measure/fingerprint.py": 1,
     "perfgate/commands/models.py": 4,
     "perfgate/commands/doctor.py": 1,
+    "perfgate/commands/_gpu_check.py": 1,  # a JUnit XML testcase's `name` attribute (--tier-time)
     "perfgate/output/report_sections.py": 1,
     "perfgate/plugin/configure.py": 1,  # the [tool.perfgate] table's tolerance table
     # The timed-rounds loop's per-round times by step name ("reference", "step"), not a record.
