@@ -200,7 +200,6 @@ def paired_rounds_verdict(case: str, current: Sequence[float], base: Sequence[fl
     """Same-job A/B judged as `perfgate ab` pairs: the per-round log ratios current/base of the
     interleaved window (a host phase lasting many rounds hits both sides of a round alike), by the
     A/B's own judge (perfgate.gate.paired.judge_logs, Wilcoxon signed-rank, `ab_min_effect`)."""
-
     logs = [math.log(c / b) for c, b in zip(current, base, strict=True) if c > 0 and b > 0]
     v = judge_logs(
         case,
