@@ -22,7 +22,8 @@ each judged by wall time stored and A/B, device time and kernel counts; 4 min 4 
 
 `--tier-time TIER` measures what a tier costs on this runner instead of stages 2-5: the tier run
 twice, ungated, into one fresh inductor cache (`tier-cold`, then `tier-warm`), each case's own
-seconds from the JUnit XML beside each run's total. `--stage-limit-s N` interrupts a stage after
+seconds from the JUnit XML beside each run's total (`--tier-phases cold`, then `warm` into the same
+`--out`, splits the two across calls of a leased GPU). `--stage-limit-s N` interrupts a stage after
 N seconds as Ctrl-C would (pytest still writes its JSON and XML), so a leased GPU's minutes give a
 partial timing instead of none; the summary says which stages were cut.
 
@@ -290,6 +291,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "tests, record and rerun",
     )
     p.add_argument(
+        "--tier-phases",
+        default="cold,warm",
+        choices=("cold,warm", "cold", "warm"),
+        help="--tier-time: which runs (default cold,warm); warm alone reuses OUT/inductor-cache as a cold run "
+        "left it, so a lease's time limit can split the two across calls",
+    )
+    p.add_argument(
         "--stage-limit-s",
         type=float,
         default=None,
@@ -311,6 +319,15 @@ def main(argv: list[str] | None = None) -> int:
     if only_quality and not args.quality:
         why = f"{', '.join(only_quality)} apply to --quality only; add --quality or leave them out"
         print(f"gpu-check: {why}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.tier_phases != "cold,warm" and not args.tier_time:
+        print("gpu-check: --tier-phases applies to --tier-time only; add --tier-time TIER or leave it out",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_BAD_INPUT
+    cache = Path(args.out).resolve() / "inductor-cache"
+    if args.tier_phases == "warm" and not cache.is_dir():  # a cold run creates it (empty where no case compiles)
+        print(f"gpu-check: --tier-phases warm: no {cache}; run --tier-phases cold into the same --out first "
+              "(on the same machine)", file=sys.stderr)  # fmt: skip
         return EXIT_BAD_INPUT
     if args.quality and args.tier_time:
         print("gpu-check: --quality and --tier-time are two runs; pick one per call", file=sys.stderr)
@@ -456,9 +473,12 @@ def quality_main(args: argparse.Namespace, py: str, device: str, out: Path, heal
 
 def tier_main(args: argparse.Namespace, py: str, device: str, out: Path, health: StageResult) -> int:
     """`--tier-time TIER`: the tier run twice, ungated, into one inductor cache emptied first: what a
-    pull request's benchmark job costs on this runner with a cold and with a warm cache."""
+    pull request's benchmark job costs on this runner with a cold and with a warm cache.
+    `--tier-phases warm` runs the second alone on the cache a `cold` call left in the same folder."""
     cache = out / "inductor-cache"
-    shutil.rmtree(cache, ignore_errors=True)
+    phases = args.tier_phases.split(",")
+    if phases != ["warm"]:  # warm alone: the cache a cold call left (main checked it is there)
+        shutil.rmtree(cache, ignore_errors=True)
     selection = [
         "benchmarks",
         "--perfgate-device",
@@ -473,32 +493,33 @@ def tier_main(args: argparse.Namespace, py: str, device: str, out: Path, health:
         *args.pytest_args,
     ]
     stages = [health]
-    for phase in ("cold", "warm"):
+    for phase in phases:
         stem = out / f"tier-{phase}"
         files_of_run = ["--benchmark-json", f"{stem}.json", "--junit-xml", f"{stem}.xml"]
         command = pytest_command(py, *selection, *files_of_run, "--perfgate-verdicts", f"{stem}-verdicts.json")
         stages.append(run_stage(f"tier-{phase}", command, out, junit=Path(f"{stem}.xml"), limit_s=args.stage_limit_s))
     text, data = summary(stages, out, device)
-    cold, warm = junit_seconds(out / "tier-cold.xml"), junit_seconds(out / "tier-warm.xml")
-    cases = {c: {"cold_s": cold.get(c), "warm_s": warm.get(c)} for c in dict.fromkeys([*cold, *warm])}
+    seconds = {p: junit_seconds(out / f"tier-{p}.xml") for p in phases}
+    names = dict.fromkeys(c for p in phases for c in seconds[p])
+    cases = {c: {f"{p}_s": seconds[p].get(c) for p in phases} for c in names}
+    totals = {p: st.wall_s for p, st in zip(phases, stages[1:], strict=True)}
     data["tier"] = {
         "name": args.tier_time,
-        "cold_s": stages[1].wall_s,
-        "warm_s": stages[2].wall_s,
+        **{f"{p}_s": t for p, t in totals.items()},
         "cut": [s.name for s in stages if s.cut],
         "cases": cases,
     }
     lines = [
         "",
-        f"Tier {args.tier_time}: {stages[1].wall_s:.0f} s cold, {stages[2].wall_s:.0f} s warm (each pytest run whole, "
+        f"Tier {args.tier_time}: {', '.join(f'{t:.0f} s {p}' for p, t in totals.items())} (each pytest run whole, "
         "collection and start-up included); per case, seconds from the JUnit XML:",
         "",
-        "| case | cold s | warm s |",
-        "|---|---|---|",
+        "| case | " + " | ".join(f"{p} s" for p in phases) + " |",
+        "|---" * (len(phases) + 1) + "|",
     ]
     lines += [
-        f"| {c} | {_s(t['cold_s'])} | {_s(t['warm_s'])} |"
-        for c, t in sorted(cases.items(), key=lambda kv: -(kv[1]["cold_s"] or 0))
+        f"| {c} | " + " | ".join(_s(t[f"{p}_s"]) for p in phases) + " |"
+        for c, t in sorted(cases.items(), key=lambda kv: -(kv[1][f"{phases[0]}_s"] or 0))
     ]
     if data["tier"]["cut"]:
         lines += ["", f"Cut at --stage-limit-s {args.stage_limit_s:g}: {', '.join(data['tier']['cut'])}: "

@@ -20,6 +20,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "fp32 and bf16, the world model eager and CUDA graphs (GPU), the PhysicsNeMo block tiny (CPU)",
     )
     p.add_argument("--repeats", type=int, default=4, help="comparisons per condition and case (default 4)")
+    p.add_argument(
+        "--unchanged-repeats",
+        type=int,
+        default=None,
+        help="comparisons of unchanged code per case (default: --repeats); more bound the false-alarm rate",
+    )
+    p.add_argument(
+        "--kinds",
+        default="unchanged,gpu,host",
+        help="which conditions to compare: unchanged, gpu (GPU-side slowdowns), host (host-side), comma-separated "
+        "(default all three)",
+    )
     p.add_argument("--rounds", type=int, default=30, help="timed rounds per side of a comparison (default 30)")
     p.add_argument("--passes", type=int, default=3, help="passes of the stored record, its noise (default 3)")
     p.add_argument("--profile-steps", type=int, default=10, help="steps per profiler window (default 10)")
@@ -68,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
             cases=cases,
             sizes_pct=sizes,
             repeats=args.repeats,
+            unchanged_repeats=args.unchanged_repeats,
+            kinds=tuple(k.strip() for k in args.kinds.split(",")),
             rounds=args.rounds,
             passes=args.passes,
             profile_steps=args.profile_steps,

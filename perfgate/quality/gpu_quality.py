@@ -6,7 +6,8 @@ eager and CUDA-graph cases on a GPU), in one process:
 1. **Record** the case as a stored baseline would be: `passes` profiler windows and timed windows
    (wall-time samples, the GPU busy time per step, the kernel launches per step), their noise
    between passes (perfgate.gate.detectable) kept in the baseline record.
-2. **Compare**, `repeats` times each, the unchanged step and the step slowed:
+2. **Compare**, `repeats` times each (unchanged code `unchanged_repeats` times, for a false-alarm
+   bound; `kinds` picks the conditions), the unchanged step and the step slowed:
    - GPU-side: every Nth `F.linear` done twice, N sized from the step's linear share so that the
      step's GPU work grows by 1%, 2%, 5% (perfgate.quality.inject.every_nth); for a CUDA-graph case
      the doubling is captured into a graph of its own (the replay calls no F.linear);
@@ -47,6 +48,7 @@ from perfgate.record import CaseRecord, PassNoise, as_json
 
 GATES = ("wall-stored", "wall-ab", "wall-ab-paired", "device-time", "kernels")
 SIZES_PCT = (1.0, 2.0, 5.0)
+KINDS = ("unchanged", "gpu", "host")  # unchanged code, GPU-side and host-side slowdowns
 GPU_CASES = (
     ("physicsnemo-block", None, "baseline"),
     ("physicsnemo-block", None, "bf16"),
@@ -62,6 +64,8 @@ class Plan:
     cases: tuple[tuple[str, str | None, str], ...]  # (model, size or None for the device's default, variant)
     sizes_pct: tuple[float, ...] = SIZES_PCT
     repeats: int = 4  # comparisons per condition
+    unchanged_repeats: int | None = None  # comparisons of unchanged code (None: `repeats`): the false-alarm bound
+    kinds: tuple[str, ...] = KINDS  # which conditions: "unchanged", "gpu" and/or "host"
     rounds: int = 30  # timed rounds per side of a comparison
     passes: int = 3  # of the stored record (its noise)
     profile_steps: int = 10  # steps per profiler window
@@ -74,6 +78,10 @@ class Plan:
         for name in ("repeats", "rounds", "profile_steps", "trace_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.unchanged_repeats is not None and self.unchanged_repeats < 1:
+            raise ValueError(f"unchanged_repeats must be at least 1, got {self.unchanged_repeats}")
+        if not self.kinds or any(k not in KINDS for k in self.kinds):
+            raise ValueError(f"kinds {','.join(self.kinds)!r}: choose from {','.join(KINDS)}")
         if self.passes < 2:
             raise ValueError(f"passes must be at least 2 (the record's noise is between them), got {self.passes}")
 
@@ -253,8 +261,6 @@ def run(
     gets the run so far after each case (a run cut short by its time limit keeps what it did)."""
     import torch
 
-    from perfgate.quality.inject import slow_op
-
     rng = random.Random(plan.seed)
     cuda = plan.device.startswith("cuda")
     setups: list[CaseSetup] = []
@@ -293,39 +299,21 @@ def run(
             device_ms=dev,
             pass_noise=noise,
         )
-        # GPU-side sizing: the step with every F.linear done twice, against the plain step.
-        undo, _ = slow_op("linear", 1)
-        try:
-            doubled_case = build(spec)[1] if graphed else step
-            if cuda:
-                doubled = profiled(doubled_case, plan.device, plan.profile_steps)[0] or 0.0
-                share = linear_share(dev or 0.0, doubled)
-            else:
-                med = interleaved_ms([doubled_case], plan.device, max(5, plan.rounds // 3), rng)[0]
-                share = linear_share(wall, sorted(med)[len(med) // 2])
-        finally:
-            undo()
-        del doubled_case  # a graph case's doubled copy: one model fewer on the device
         gpu_steps: dict[float, Callable[[], Any]] = {}
         host_steps: dict[float, Callable[[], Any]] = {}
-        for k in plan.sizes_pct:
-            n = every_nth_for(share, k / 100)
-            setup.linear_every[f"{k:g}"] = n
-            if graphed:  # the doubling must be captured: a graph of its own, built under the patch
-                undo, _ = slow_op("linear", n)
-                try:
-                    gpu_steps[k] = build(spec)[1]
-                finally:
-                    undo()
-            else:
-                gpu_steps[k] = _during(step, n)
-            setup.busy_wait_ms[f"{k:g}"] = wall * k / 100
-            host_steps[k] = busy_wait_step(step, wall * k / 100)
+        if "gpu" in plan.kinds:
+            gpu_steps = _gpu_slowed(plan, spec, build, step, graphed, setup, rng)
+        if "host" in plan.kinds:
+            for k in plan.sizes_pct:
+                setup.busy_wait_ms[f"{k:g}"] = wall * k / 100
+                host_steps[k] = busy_wait_step(step, wall * k / 100)
         setup.build_s = time.perf_counter() - t0
         setups.append(setup)
-        conditions: list[tuple[str, float, Callable[[], Any]]] = [("unchanged", 0.0, step)]
-        conditions += [("gpu", k, gpu_steps[k]) for k in plan.sizes_pct]
-        conditions += [("host", k, host_steps[k]) for k in plan.sizes_pct]
+        conditions: list[tuple[str, float, Callable[[], Any]]] = []
+        if "unchanged" in plan.kinds:
+            conditions.append(("unchanged", 0.0, step))
+        conditions += [("gpu", k, slowed) for k, slowed in gpu_steps.items()]
+        conditions += [("host", k, slowed) for k, slowed in host_steps.items()]
         for row in _compare(plan, case, step, base, conditions, rng, settings, progress):
             rows.append(row)
             if checkpoint is not None:  # after each comparison: a run cut short keeps all it judged
@@ -353,7 +341,14 @@ def _compare(
     """Each condition `plan.repeats` times against the recorded `base`: stored and A/B, judged, one
     comparison at a time."""
     wall, dev = base.median_ms or 0.0, base.device_ms_per_step
-    schedule = [(c, r) for r in range(plan.repeats) for c in conditions]
+    unchanged = plan.unchanged_repeats or plan.repeats
+    # interleaved by repeat, so that a run cut short has some of every condition
+    schedule = [
+        (c, r)
+        for r in range(max(plan.repeats, unchanged))
+        for c in conditions
+        if r < (unchanged if c[0] == "unchanged" else plan.repeats)
+    ]
     for (kind, k, current), r in schedule:
         progress(f"{case}: {kind} {k:g}% #{r + 1}")
         t1 = time.perf_counter()
@@ -394,6 +389,46 @@ class QualityRun:
             "tally": [asdict(t) for t in self.tally],
             "wall_s": self.wall_s,
         }
+
+
+def _gpu_slowed(
+    plan: Plan,
+    spec: tuple[str, str | None, str],
+    build: Builder,
+    step: Callable[[], Any],
+    graphed: bool,
+    setup: CaseSetup,
+    rng: random.Random,
+) -> dict[float, Callable[[], Any]]:
+    """Per size, the step with every Nth F.linear done twice, N sized from the step with every
+    F.linear done twice against the plain step (on a CPU from wall time, on a GPU device time)."""
+    from perfgate.quality.inject import slow_op
+
+    undo, _ = slow_op("linear", 1)
+    try:
+        doubled_case = build(spec)[1] if graphed else step
+        if plan.device.startswith("cuda"):
+            doubled = profiled(doubled_case, plan.device, plan.profile_steps)[0] or 0.0
+            share = linear_share(setup.device_ms or 0.0, doubled)
+        else:
+            med = interleaved_ms([doubled_case], plan.device, max(5, plan.rounds // 3), rng)[0]
+            share = linear_share(setup.wall_ms, sorted(med)[len(med) // 2])
+    finally:
+        undo()
+    del doubled_case  # a graph case's doubled copy: one model fewer on the device
+    out: dict[float, Callable[[], Any]] = {}
+    for k in plan.sizes_pct:
+        n = every_nth_for(share, k / 100)
+        setup.linear_every[f"{k:g}"] = n
+        if graphed:  # the doubling must be captured: a graph of its own, built under the patch
+            undo, _ = slow_op("linear", n)
+            try:
+                out[k] = build(spec)[1]
+            finally:
+                undo()
+        else:
+            out[k] = _during(step, n)
+    return out
 
 
 def _during(step: Callable[[], Any], every: int) -> Callable[[], Any]:

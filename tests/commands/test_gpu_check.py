@@ -120,28 +120,52 @@ def test_options_of_the_quality_run_alone_are_a_one_line_usage_error(capsys) -> 
 
 
 @pytest.mark.slow
-def test_a_tier_timed_cold_then_warm_rehearsed_on_the_cpu(tmp_path: Path) -> None:
+def test_a_tier_timed_cold_then_warm_in_two_calls_rehearsed_on_the_cpu(tmp_path: Path) -> None:
+    """The split a lease's time limit needs: `--tier-phases cold`, then `warm` into the same folder,
+    the second on the cache the first left (not emptied)."""
     out = tmp_path / "out"
-    r = subprocess.run(
-        [str(ROOT / "scripts" / "gpu-check"), "--device", "cpu", "--tier-time", "cpu-pr", "--out", str(out), "--",
-         "-k", "physicsnemo-block-tiny", "--perfgate-budget-s", "0.3", "--perfgate-min-rounds", "5"],
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=HANG_GUARD_S,
-    )  # fmt: skip
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    data = json.loads((out / "summary.json").read_text())
-    assert [s["name"] for s in data["stages"]] == ["health", "tier-cold", "tier-warm"]
-    tier = data["tier"]
-    assert tier["name"] == "cpu-pr" and tier["cut"] == []
+    cache = out / "inductor-cache"
+
+    def call(phase: str) -> dict:
+        r = subprocess.run(
+            [str(ROOT / "scripts" / "gpu-check"), "--device", "cpu", "--tier-time", "cpu-pr", "--tier-phases", phase,
+             "--out", str(out), "--", "-k", "physicsnemo-block-tiny", "--perfgate-budget-s", "0.3",
+             "--perfgate-min-rounds", "5"],
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=HANG_GUARD_S,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        return json.loads((out / "summary.json").read_text())
+
+    data = call("cold")
+    assert [s["name"] for s in data["stages"]] == ["health", "tier-cold"]
+    (case,) = data["tier"]["cases"]
     # per case from pytest's own JUnit XML, named as the benchmark JSON names it
-    (case,) = tier["cases"]
     names = [b["name"] for b in json.loads((out / "tier-cold.json").read_text())["benchmarks"]]
     assert names == [f"test_step[{case}]"]
-    assert tier["cases"][case]["cold_s"] > 0 and tier["cases"][case]["warm_s"] > 0
-    assert (out / "inductor-cache").is_dir()  # the cache both runs shared, emptied before the first
-    assert f"| {case} |" in (out / "summary.md").read_text()
+    assert data["tier"]["cases"][case]["cold_s"] > 0 and data["tier"]["cold_s"] > 0
+    marker = cache / "left-by-the-cold-call"
+    marker.write_text("")
+    data = call("warm")
+    assert [s["name"] for s in data["stages"]] == ["health", "tier-warm"]
+    assert data["tier"]["name"] == "cpu-pr" and data["tier"]["cut"] == []
+    assert data["tier"]["cases"][case]["warm_s"] > 0 and "cold_s" not in data["tier"]
+    assert marker.is_file()  # the warm call ran on the cold call's cache
+    summary = (out / "summary.md").read_text()
+    assert f"| {case} |" in summary and "| case | warm s |" in summary
+
+
+def test_a_warm_call_without_the_cold_calls_cache_is_a_one_line_usage_error(tmp_path: Path, capsys) -> None:
+    from perfgate.commands import _gpu_check
+
+    rc = _gpu_check.main(["--device", "cpu", "--tier-time", "cpu-pr", "--tier-phases", "warm", "--out", str(tmp_path)])
+    assert rc == 4
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("gpu-check: --tier-phases warm: no ") and "run --tier-phases cold into the same --out" in err
+    assert _gpu_check.main(["--tier-phases", "cold"]) == 4
+    assert "--tier-phases applies to --tier-time only" in capsys.readouterr().err
 
 
 def test_a_stage_past_its_limit_is_interrupted_and_the_summary_says_so(tmp_path: Path) -> None:

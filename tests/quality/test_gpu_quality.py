@@ -105,6 +105,33 @@ def test_a_graph_case_gets_its_gpu_side_slowdown_built_in_and_every_comparison_i
     assert result.setups[0].linear_every.keys() == {"1", "2", "5"}
 
 
+def test_kinds_and_unchanged_repeats_choose_the_comparisons_and_a_cut_run_has_some_of_each() -> None:
+    """A lease's minutes spent where a goal needs them: many unchanged comparisons (the false-alarm
+    bound), host-side slowdowns alone on a launch-bound case; no GPU-side sizing when none is asked."""
+    import torch
+
+    lin, x = torch.nn.Linear(32, 32), torch.randn(8, 32)
+    builds: list[str] = []
+
+    def build(spec):
+        builds.append(spec[2])
+        return "m-tiny-baseline", (lambda: torch.nn.functional.linear(x, lin.weight, lin.bias)), False
+
+    plan = gq.Plan(device="cpu", cases=(("m", "tiny", "baseline"),), kinds=("unchanged", "host"), sizes_pct=(5.0,),
+                   repeats=2, unchanged_repeats=4, rounds=3, passes=2, profile_steps=1, warmup_s=0.0)  # fmt: skip
+    order: list[tuple[str, float]] = []
+    result = gq.run(plan, build, checkpoint=lambda run: order.append((run.rows[-1].kind, run.rows[-1].size_pct)))
+    assert builds == ["baseline"]  # no copy built to size a GPU-side slowdown
+    assert order == [("unchanged", 0), ("host", 5), ("unchanged", 0), ("host", 5), ("unchanged", 0), ("unchanged", 0)]
+    assert result.setups[0].linear_every == {} and result.setups[0].busy_wait_ms.keys() == {"5"}
+    tally = {(t.gate, t.kind): t.total for t in result.tally}
+    assert tally[("wall-ab", "unchanged")] == 4 and tally[("wall-ab", "host")] == 2
+    with pytest.raises(ValueError, match="kinds 'unchanged,slow': choose from unchanged,gpu,host"):
+        gq.Plan(device="cpu", cases=gq.CPU_CASES, kinds=("unchanged", "slow"))
+    with pytest.raises(ValueError, match="unchanged_repeats must be at least 1"):
+        gq.Plan(device="cpu", cases=gq.CPU_CASES, unchanged_repeats=0)
+
+
 def test_paired_rounds_judge_the_per_round_ratio_through_a_host_phase() -> None:
     """A launch-bound step's host runs in phases (docs/gpu-runs.md: ~22 ms for a stretch of rounds,
     then ~36 ms); both sides of a round share the phase, so the per-round ratio keeps the +5%."""
