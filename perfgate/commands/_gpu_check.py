@@ -145,6 +145,8 @@ def junit_seconds(path: Path) -> dict[str, float]:
     out: dict[str, float] = {}
     for case in ET.parse(path).getroot().iter("testcase"):
         name = case.get("name", "")
+        if not name:  # a run cut by Ctrl-C: pytest adds a nameless entry for the interrupted test
+            continue
         out[name[name.find("[") + 1 : -1] if name.endswith("]") else name] = float(case.get("time") or 0.0)
     return out
 

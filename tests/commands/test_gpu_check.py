@@ -188,3 +188,15 @@ def test_two_runs_in_one_call_or_a_limit_of_nothing_are_one_line_usage_errors(ca
     assert capsys.readouterr().err.strip() == "gpu-check: --quality and --tier-time are two runs; pick one per call"
     assert _gpu_check.main(["--tier-time", "pr", "--stage-limit-s", "0"]) == 4
     assert "--stage-limit-s 0: give seconds above 0" in capsys.readouterr().err
+
+
+def test_tier_seconds_of_a_cut_run_come_from_pytests_own_xml_without_the_interrupted_entry() -> None:
+    """The JUnit XML of the H200's `pr` tier cut at its stage limit (2026-11-27): pytest wrote the
+    13 cases that finished and one nameless entry for the one it was inside."""
+    from perfgate.commands import _gpu_check
+
+    xml = ROOT / "docs" / "data" / "gpu-2026-11-27-h200-b" / "tier-cold.xml"
+    seconds = _gpu_check.junit_seconds(xml)
+    assert len(seconds) == 13 and "" not in seconds
+    assert seconds["self-forcing-dit-1.3b-blockindex0-bf16+fp8-tensorwise+compile"] == 152.763
+    assert round(sum(seconds.values()), 1) == 440.1  # of the 467.8 s pytest reports: collection and the cut case
