@@ -338,8 +338,8 @@ def _compare(
     settings: GateSettings,
     progress: Callable[[str], None],
 ) -> Iterator[Comparison]:
-    """Each condition `plan.repeats` times against the recorded `base`: stored and A/B, judged, one
-    comparison at a time."""
+    """Each condition `plan.repeats` times (unchanged code `plan.unchanged_repeats` times) against the
+    recorded `base`: stored and A/B, judged, one comparison at a time."""
     wall, dev = base.median_ms or 0.0, base.device_ms_per_step
     unchanged = plan.unchanged_repeats or plan.repeats
     # interleaved by repeat, so that a run cut short has some of every condition
