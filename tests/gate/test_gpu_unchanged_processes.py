@@ -1,0 +1,38 @@
+"""The stored gate on two unchanged GPU processes: the H200's `pr` tier run with a cold inductor
+cache, then again minutes later on the same machine with a warm one (docs/data/gpu-2026-11-27-h200-b,
+the records pytest wrote there), the warm run judged against the cold one as its record. The data
+behind the pull request's default on a GPU runner: wall time by A/B, device time and kernels stored."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+from perfgate import gate
+from perfgate.gate.policy import Policy
+from perfgate.gate.verdicts import REGRESSION, UNCHANGED
+from perfgate.results import load_records
+
+RUN = Path(__file__).resolve().parents[2] / "docs" / "data" / "gpu-2026-11-27-h200-b"
+
+
+def test_two_unchanged_gpu_processes_move_wall_time_but_not_device_time_or_kernel_counts(tmp_path: Path) -> None:
+    records = {}
+    for phase in ("cold", "warm"):
+        path = tmp_path / f"tier-{phase}.json"
+        path.write_bytes(gzip.decompress((RUN / f"tier-{phase}.json.gz").read_bytes()))
+        records[phase] = load_records(path)
+    both = [c for c in records["cold"] if c in records["warm"]]
+    assert len(both) == 12  # each run was cut by the lease's time limit: 13 and 12 cases
+    verdicts = {}
+    for c in both:
+        judged = gate.compare(c, records["warm"][c], records["cold"][c], Policy())
+        verdicts[c.split("[")[-1].rstrip("]")] = {v.metric: v.verdict for v in judged}
+    assert {v["device_time"] for v in verdicts.values()} == {UNCHANGED}  # moved -0.33..+0.19% (tolerance 1.5%)
+    assert {v["kernels"] for v in verdicts.values()} == {UNCHANGED}  # identical counts
+    # the launch-bound compiled world model's wall time moved +17.5%, +20.2% and +62.7%
+    assert sorted(c for c, v in verdicts.items() if v["latency"] == REGRESSION) == [
+        "owl-world-model-1b-cacheframes0-compile",
+        "owl-world-model-1b-cacheframes0-compile-reduce-overhead",
+        "owl-world-model-1b-compile",
+    ]
