@@ -78,7 +78,8 @@ def judge_logs(
     lo, hi = math.exp(lo_log), math.exp(hi_log)
     up, down = 1 + s.ab_min_effect, 1 / (1 + s.ab_min_effect)
     ci = f"95% CI {(lo - 1) * 100:+.1f}%..{(hi - 1) * 100:+.1f}%"
-    what = f"head/base {(est - 1) * 100:+.1f}% ({ci}) over {len(logs)} {unit}s"
+    units = unit + ("es" if unit.endswith("s") else "s")  # "processes", "rounds", "process pairs"
+    what = f"head/base {(est - 1) * 100:+.1f}% ({ci}) over {len(logs)} {units}"
     judged = partial(
         Verdict,
         case=case,

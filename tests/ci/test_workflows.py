@@ -174,6 +174,37 @@ def test_ci_benchmark_ab_mode_judges_head_against_base_in_one_job(tmp_path: Path
     assert "perfgate ab:" in (out / "ab.log").read_text()
 
 
+@pytest.mark.slow
+def test_ci_benchmark_pr_mode_judges_wall_time_by_ab_then_the_rest_stored_on_the_heads_warm_cache(
+    tmp_path: Path,
+) -> None:
+    """PERFGATE_MODE=pr, the GPU runner's default for a pull request, as a whole (forced on the CPU):
+    `perfgate ab` for wall time, then the stored gate on the metrics host phases do not move, in the
+    inductor cache the head's A/B processes filled (the same revision's artifacts), not a cold one."""
+    (tmp_path / "gitconfig").write_text("")
+    git_env = dict(GIT_CONFIG_GLOBAL=str(tmp_path / "gitconfig"), GIT_CONFIG_NOSYSTEM="1")
+    git_env |= dict(GIT_AUTHOR_NAME="P", GIT_AUTHOR_EMAIL="p@x", GIT_COMMITTER_NAME="P", GIT_COMMITTER_EMAIL="p@x")
+    out = tmp_path / "out"
+    env = script_env(tmp_path, PERFGATE_MODE="pr", **git_env)
+    copy = project_copy_with_origin(tmp_path, env)
+    r = run(["scripts/bench", *SMALLEST, "--perfgate-record"], env, cwd=copy)  # a stored baseline to judge by
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    r = run(["scripts/ci-benchmark", "--out", str(out), *SMALLEST], env, cwd=copy, timeout=HANG_GUARD_S)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+
+    head_cache = copy / ".perfgate" / "ab" / "inductor" / "working-tree"
+    assert f"the stored run reuses the inductor cache of the head's A/B processes, {head_cache}\n" in r.stderr
+    assert head_cache.is_dir()  # made by the head's A/B processes (PERFGATE_INDUCTOR_CACHE is stored mode's)
+    assert (out / "ab-summary.md").read_text().startswith("### perfgate ab: no regression")
+    summary = (out / "summary.md").read_text()
+    assert summary.startswith("### perfgate ab: no regression")
+    assert "### Kernel launches, device time, memory and accuracy against the stored baseline" in summary
+    verdicts = json.loads((out / "verdicts.json").read_text())["verdicts"]
+    judged = {v["metric"]: v["verdict"] for v in verdicts}
+    assert judged["memory"] == "unchanged" and judged["accuracy"] == "unchanged"  # judged against the record
+    assert judged.get("latency") in (None, "not judged")  # wall time was A/B's
+
+
 def test_ci_benchmark_rejects_an_unknown_mode_in_one_line(tmp_path: Path) -> None:
     r = run([str(SCRIPTS / "ci-benchmark"), *SMALLEST], script_env(tmp_path, PERFGATE_MODE="abba"))
     assert r.returncode == 4

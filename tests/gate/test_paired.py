@@ -27,6 +27,7 @@ def test_interleaved_processes_decide_with_a_t_test() -> None:
     assert _judge([-4.9, -5.2, -5.0], "t").verdict == gate.IMPROVEMENT
     unchanged = _judge([0.3, -0.2, 0.1], "t")
     assert unchanged.verdict == gate.UNCHANGED and "within +-2%" in unchanged.message
+    assert " over 3 processes: " in unchanged.message  # once read "3 processs" in a pull request's summary
     assert _judge([3.0, -1.0, 6.0], "t") is None  # not clear yet: ask for another process
     assert _judge([3.0, -1.0, 6.0], "t", final=True).verdict == gate.INCONCLUSIVE
     assert _judge([1.0, 1.2], "t") is None  # fewer than MIN_PAIRS decide nothing
