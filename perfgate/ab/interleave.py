@@ -228,6 +228,10 @@ def main(argv: list[str] | None = None) -> int:
     from perfgate.measure.device import default_device, resolve
 
     load_models()
+    if args.inductor_cache is not None:
+        from perfgate.cases.variants import set_inductor_cache
+
+        set_inductor_cache(args.inductor_cache)
     if os.environ.get("PERFGATE_INJECT"):  # gate-quality: an op both sides share made slower
         from perfgate.quality.inject import parse, slow_linear
 

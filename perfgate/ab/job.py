@@ -25,16 +25,21 @@ class Job:
     cases: list[str]
     device: str | None = None
     budget_s: float = 3.0  # timed seconds per case
+    # The head side's inductor cache (perfgate.ab.run.Side.cache): the worker compiles both sides'
+    # model code into it (an FX graph's key is its graph: a base graph that differs gets its own
+    # entry), and a later run of the head (the stored run of ci-benchmark's pr mode) finds it warm.
+    inductor_cache: Path | None = None
 
     def write(self, path: Path) -> Path:
-        fields = {**dataclasses.asdict(self), "base": str(self.base), "head": str(self.head), "out": str(self.out)}
-        path.write_text(json.dumps(fields), encoding="utf8")
+        paths = {k: str(getattr(self, k)) for k in ("base", "head", "out", "inductor_cache") if getattr(self, k)}
+        path.write_text(json.dumps({**dataclasses.asdict(self), **paths}), encoding="utf8")
         return path
 
     @classmethod
     def read(cls, path: Path) -> Job:
         d = json.loads(path.read_text(encoding="utf8"))
-        return cls(**{**d, "base": Path(d["base"]), "head": Path(d["head"]), "out": Path(d["out"])})
+        paths = {k: Path(d[k]) for k in ("base", "head", "out", "inductor_cache") if d.get(k)}
+        return cls(**{**d, **paths})
 
 
 # --- what the worker writes back: one result per case -------------------------------------------------

@@ -5,7 +5,8 @@ the head is the working tree unless `--head` names another revision. Each side r
 its own code, harness included: `python -m pytest benchmarks` with the side's folder first on
 `PYTHONPATH` and as working directory, so a change to the harness is measured too (a slower
 harness shows as a slower case, as users would see it). Each side keeps its own inductor cache
-(`.perfgate/ab/inductor/<sha>`), so compiled artifacts of one revision never serve the other.
+(`.perfgate/ab/inductor/<sha>`), so compiled artifacts of one revision never serve the other
+(in interleaved mode one process holds both sides' model code and compiles into the head's).
 
 Pairs of processes (one per side, in random order) run the cases not yet decided; after each pair
 the gate (`perfgate.ab.verdicts`) decides what it can, and a case leaves the schedule once its verdict
@@ -297,7 +298,13 @@ def run_interleaved(
         with tempfile.TemporaryDirectory(prefix="perfgate-ab-") as tmp:
             out = Path(tmp) / "interleaved.json"
             job = Job(
-                base=base.root, head=head.root, out=out, cases=list(undecided), device=device, budget_s=case_budget_s
+                base=base.root,
+                head=head.root,
+                out=out,
+                cases=list(undecided),
+                device=device,
+                budget_s=case_budget_s,
+                inductor_cache=head.cache,
             ).write(Path(tmp) / "job.json")
             cmd = [sys.executable, "-m", "perfgate.ab.interleave", str(job)]
             r = subprocess.run(

@@ -237,6 +237,25 @@ def test_the_interleaved_base_builds_with_its_own_copy_of_a_factory(tmp_path: Pa
             del sys.modules[name]
 
 
+def test_the_interleaved_driver_gives_its_workers_the_heads_inductor_cache(tmp_path: Path, monkeypatch) -> None:
+    """What ci-benchmark's pr mode relies on: the stored run after `perfgate ab` finds the head's
+    compiled artifacts in the head side's cache, in interleaved mode too (the worker's Job says where)."""
+    from perfgate.ab.job import write_results
+
+    jobs: list[Job] = []
+
+    def worker(cmd, **kw):  # the worker process, as far as the driver can tell: its job read, no results
+        jobs.append(Job.read(Path(cmd[-1])))
+        write_results(jobs[-1].out, [NotMeasured(case=c, error="not run here") for c in jobs[-1].cases])
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(ab_run.subprocess, "run", worker)
+    head = ab_run.Side(name="head", label="h", sha="1" * 40, root=tmp_path, cache=tmp_path / "head-cache")
+    base = ab_run.Side(name="base", label="b", sha="2" * 40, root=tmp_path / "b", cache=tmp_path / "base-cache")
+    ab_run.run_interleaved(base, head, ["m-tiny-compile"], Policy(), max_processes=2)
+    assert jobs and {j.inductor_cache for j in jobs} == {head.cache}
+
+
 def test_the_workers_results_file_reads_back_key_for_key(tmp_path: Path, monkeypatch) -> None:
     """The interleaved worker itself (interleave.main: its job read, a case measured on both sides,
     its results file written) and the driver's reader: the file's keys and values, in their order,
@@ -252,9 +271,13 @@ def test_the_workers_results_file_reads_back_key_for_key(tmp_path: Path, monkeyp
     before, modules = dict(workload.MODELS), set(sys.modules)
     out = tmp_path / "out.json"
     case, gone = "sleepy-tiny-baseline", "no-such-case"
-    job = Job(base=project, head=project, out=out, cases=[case, gone], device="cpu", budget_s=0.2)
+    cache = tmp_path / "head-inductor-cache"
+    job = Job(base=project, head=project, out=out, cases=[case, gone], device="cpu", budget_s=0.2, inductor_cache=cache)
+    assert Job.read(job.write(tmp_path / "job.json")) == job
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "restored-after-the-test")
     try:
-        assert interleave.main([str(job.write(tmp_path / "job.json"))]) == 0
+        assert interleave.main([str(tmp_path / "job.json")]) == 0
+        assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(cache) and cache.is_dir()  # compiles go to the head's
     finally:
         workload.MODELS.clear()
         workload.MODELS.update(before)

@@ -194,7 +194,8 @@ def test_ci_benchmark_pr_mode_judges_wall_time_by_ab_then_the_rest_stored_on_the
 
     head_cache = copy / ".perfgate" / "ab" / "inductor" / "working-tree"
     assert f"the stored run reuses the inductor cache of the head's A/B processes, {head_cache}\n" in r.stderr
-    assert head_cache.is_dir()  # made by the head's A/B processes (PERFGATE_INDUCTOR_CACHE is stored mode's)
+    # (that the A/B workers compile into it: tests/ab/test_ab.py; PERFGATE_INDUCTOR_CACHE is stored mode's)
+    assert head_cache.is_dir()
     assert (out / "ab-summary.md").read_text().startswith("### perfgate ab: no regression")
     summary = (out / "summary.md").read_text()
     assert summary.startswith("### perfgate ab: no regression")
