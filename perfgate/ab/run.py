@@ -80,6 +80,11 @@ def checkout(repo: Path, ref: str, name: str) -> Side:
     )
 
 
+def working_tree_cache(repo: Path) -> Path:
+    """The working tree side's inductor cache: where a later run of the head finds its compiled artifacts."""
+    return repo / ".perfgate" / "ab" / "inductor" / "working-tree"
+
+
 def working_tree(repo: Path) -> Side:
     dirty = " with uncommitted changes" if git(repo, "status", "--porcelain", "--untracked-files=no") else ""
     sha = git(repo, "rev-parse", "HEAD")
@@ -88,7 +93,7 @@ def working_tree(repo: Path) -> Side:
         label=f"working tree at {sha[:10]}{dirty}",
         sha=sha,
         root=repo,
-        cache=repo / ".perfgate" / "ab" / "inductor" / "working-tree",
+        cache=working_tree_cache(repo),
     )
 
 
