@@ -326,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         print("gpu-check: --tier-phases applies to --tier-time only; add --tier-time TIER or leave it out",
               file=sys.stderr)  # fmt: skip
         return EXIT_BAD_INPUT
-    cache = Path(args.out).resolve() / "inductor-cache"
+    cache = tier_cache(Path(args.out).resolve())
     if args.tier_phases == "warm" and not cache.is_dir():  # a cold run creates it (empty where no case compiles)
         print(f"gpu-check: --tier-phases warm: no {cache}; run --tier-phases cold into the same --out first "
               "(on the same machine)", file=sys.stderr)  # fmt: skip
@@ -473,11 +473,16 @@ def quality_main(args: argparse.Namespace, py: str, device: str, out: Path, heal
     return _finish(out, text, data)
 
 
+def tier_cache(out: Path) -> Path:
+    """The inductor cache a `--tier-time` cold call fills and a warm call (maybe a later one) reuses."""
+    return out / "inductor-cache"
+
+
 def tier_main(args: argparse.Namespace, py: str, device: str, out: Path, health: StageResult) -> int:
     """`--tier-time TIER`: the tier run twice, ungated, into one inductor cache emptied first: what a
     pull request's benchmark job costs on this runner with a cold and with a warm cache.
     `--tier-phases warm` runs the second alone on the cache a `cold` call left in the same folder."""
-    cache = out / "inductor-cache"
+    cache = tier_cache(out)
     phases = args.tier_phases.split(",")
     if phases != ["warm"]:  # warm alone: the cache a cold call left (main checked it is there)
         shutil.rmtree(cache, ignore_errors=True)
