@@ -241,7 +241,7 @@ KEY_READ_EXCEPTIONS = {
     "perfgate/cases/flops.py": 4,
     # Torch profiler events, /proc/cpuinfo, `perfgate models` and `doctor` rows, report rows.
     "perfgate/measure/op_counts.py": 2,
-    "perfgate/measure/device_time.py": 1,
+    "perfgate/measure/device_time.py": 2,  # the busy time per name and per marked step
     "perfgate/measure/fingerprint.py": 1,
     "perfgate/commands/models.py": 4,
     "perfgate/commands/doctor.py": 1,

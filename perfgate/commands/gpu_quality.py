@@ -35,6 +35,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rounds", type=int, default=30, help="timed rounds per side of a comparison (default 30)")
     p.add_argument("--passes", type=int, default=3, help="passes of the stored record, its noise (default 3)")
     p.add_argument("--profile-steps", type=int, default=10, help="steps per profiler window (default 10)")
+    p.add_argument(
+        "--device-rounds",
+        type=int,
+        default=10,
+        help="rounds of the device-time A/B window, each the unchanged and the current step (default 10)",
+    )
     p.add_argument("--sizes", default="1,2,5", help="slowdown sizes in %% of the step (default 1,2,5)")
     p.add_argument("--seed", type=int, default=0, help="seed of the round order (default 0)")
     p.add_argument(
@@ -85,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
             rounds=args.rounds,
             passes=args.passes,
             profile_steps=args.profile_steps,
+            device_rounds=args.device_rounds,
             seed=args.seed,
             trace_dir=str(args.traces) if args.traces else None,
         )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import partial
 
 from perfgate.gate.settings import GateSettings
@@ -56,6 +57,7 @@ def judge_logs(
     baseline_ms: float | None,
     current_ms: float | None,
     n_total: int,
+    metric: str = "latency",
 ) -> Verdict | None:
     """A latency verdict on per-process log ratios head/base, or None while more are needed (never
     when `final`: then an undecided case is inconclusive or unchanged by its estimate).
@@ -67,7 +69,7 @@ def judge_logs(
         if not final:
             return None
         why = f"{len(logs)} reliable {unit}(s) of {n_total}: too few to judge"
-        return Verdict(case=case, metric="latency", verdict=UNRELIABLE if n_total else INCONCLUSIVE, message=why)
+        return Verdict(case=case, metric=metric, verdict=UNRELIABLE if n_total else INCONCLUSIVE, message=why)
     if test == "t":
         p_slower, p_faster, lo_log, hi_log = _t_test(logs)
         est = math.exp(statistics.fmean(logs))
@@ -83,7 +85,7 @@ def judge_logs(
     judged = partial(
         Verdict,
         case=case,
-        metric="latency",
+        metric=metric,
         change_pct=(est - 1) * 100,
         baseline=baseline_ms,
         current=current_ms,
@@ -101,3 +103,28 @@ def judge_logs(
     moved = est > up or est < down
     why = "moved but not significantly" if moved else "no change beyond the noise"
     return judged(verdict=INCONCLUSIVE if moved else UNCHANGED, p_value=p, message=f"{what}: {why} (p={p:.2g})")
+
+
+def judge_device_time_rounds(
+    case: str, current_ms: Sequence[float], base_ms: Sequence[float], s: GateSettings
+) -> Verdict | None:
+    """The GPU busy time judged as same-job A/B: the per-round log ratios current/base of one
+    profiler window in which the two steps alternate (perfgate.measure.op_counts.interleaved_device_ms),
+    by the rule above with `device_time_tolerance` as the smallest effect. None without device time."""
+    logs = [math.log(c / b) for c, b in zip(current_ms, base_ms, strict=True) if c > 0 and b > 0]
+    if not logs:
+        return None
+    v = judge_logs(
+        case,
+        logs,
+        replace(s, ab_min_effect=s.device_time_tolerance),
+        final=True,
+        unit="round",
+        test="wilcoxon",
+        baseline_ms=statistics.median(base_ms),
+        current_ms=statistics.median(current_ms),
+        n_total=len(logs),
+        metric="device_time",
+    )
+    assert v is not None  # final: always a verdict
+    return replace(v, compared="GPU busy ms per step, current/base per round of one window")

@@ -14,12 +14,15 @@ the device time is what the GPU did, and the wall time minus it is what the host
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")  # kineto's names of CUPTI's activity types
+LAUNCH_CATS = ("cuda_runtime", "cuda_driver")  # the host calls that launched them (cudaLaunchKernel, cudaGraphLaunch)
+STEP_MARK = "perfgate.step:"  # a record_function range around one step's launches: `perfgate.step:<label>`
 LAUNCH_BOUND_SHARE = 0.5  # the GPU busy less than half the step: the host decides the step's time
 
 
@@ -70,6 +73,43 @@ def device_time_from_events(events: Iterable[Mapping[str, Any]], steps: int) -> 
         kernel_ms_per_step={k: v / 1000 / steps for k, v in names},
         intervals=seen,
     )
+
+
+def device_ms_per_marked_step(events: Iterable[Mapping[str, Any]], prefix: str = STEP_MARK) -> dict[str, list[float]]:
+    """The GPU busy time (ms) of each marked step, per label, in the order the steps ran.
+
+    A step's GPU work runs after its host code returned (launches are asynchronous), so it is told
+    by its launch, not by its time: each device activity carries CUPTI's correlation id, the same
+    as the runtime or driver call that launched it (kernels replayed from a CUDA graph carry the
+    `cudaGraphLaunch`'s), and that call lies inside the step's `record_function` range (kineto's
+    `user_annotation` events). Activities launched outside every mark (a synchronize) are left out;
+    each step's own activities are merged like `device_time_from_events`'s."""
+    marks: list[tuple[float, float, str]] = []
+    launches: dict[Any, float] = {}
+    activities: list[tuple[Any, float, float]] = []
+    for e in events:
+        if e.get("ph") != "X":
+            continue
+        cat, args = e.get("cat"), e.get("args") or {}
+        ts, dur = float(e.get("ts") or 0.0), float(e.get("dur") or 0.0)
+        if cat == "user_annotation" and (name := str(e.get("name", ""))).startswith(prefix):
+            marks.append((ts, ts + dur, name[len(prefix) :]))
+        elif cat in LAUNCH_CATS and "correlation" in args:
+            launches[args["correlation"]] = ts
+        elif cat in DEVICE_CATS and "correlation" in args:
+            activities.append((args["correlation"], ts, ts + dur))
+    marks.sort()
+    starts = [m[0] for m in marks]
+    per_mark: list[list[tuple[float, float]]] = [[] for _ in marks]
+    for corr, start, end in activities:
+        launched = launches.get(corr)
+        i = bisect.bisect_right(starts, launched) - 1 if launched is not None else -1
+        if i >= 0 and launched <= marks[i][1]:  # type: ignore[operator]
+            per_mark[i].append((start, end))
+    out: dict[str, list[float]] = defaultdict(list)
+    for (_, _, label), intervals in zip(marks, per_mark, strict=True):
+        out[label].append(merged_us(intervals) / 1000)
+    return dict(out)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -15,14 +15,15 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import random
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfgate.measure.device_time import device_time_from_events
+from perfgate.measure.device_time import STEP_MARK, device_ms_per_marked_step, device_time_from_events
 
 STEPS = 10
 KERNEL_CATS = ("kernel",)  # CUPTI's kernel activity (memcpy / memset have categories of their own)
@@ -134,3 +135,32 @@ def count_step(
         path = os.path.join(scratch, "trace.json")
         prof.export_chrome_trace(path)
         return counts_from_events(read_trace(path), steps, device_traced=cuda)
+
+
+def interleaved_device_ms(
+    steps: Sequence[Callable[[], Any]], device: str, rounds: int, rng: random.Random
+) -> list[list[float]] | None:
+    """Per step, `rounds` GPU busy times (ms), the steps interleaved in a random order each round
+    inside ONE profiler window: what drifts between windows (the GPU's clocks and temperature;
+    a record's kernels ran up to 3% slower minutes later on unchanged code, docs/gpu-runs.md) hits
+    both sides of a round alike, and per-round ratios cancel it. None off a GPU (nothing to time)."""
+    if not str(device).startswith("cuda"):
+        return None
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    for s in steps:
+        s()  # an untimed call first, as the wall-time rounds do
+    order = list(range(len(steps)))
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(rounds):
+            rng.shuffle(order)
+            for i in order:
+                with record_function(f"{STEP_MARK}{i}"):
+                    steps[i]()
+        torch.cuda.synchronize(torch.device(device))
+    with tempfile.TemporaryDirectory(prefix="perfgate-device-") as scratch:  # read back at once
+        path = os.path.join(scratch, "trace.json")
+        prof.export_chrome_trace(path)
+        per_step = device_ms_per_marked_step(read_trace(path))
+    return [per_step.get(str(i), []) for i in range(len(steps))]

@@ -13,12 +13,14 @@ eager and CUDA-graph cases on a GPU), in one process:
      the doubling is captured into a graph of its own (the replay calls no F.linear);
    - host-side: a busy-wait at the start of the step worth 1%, 2%, 5% of its wall time (the GPU
      idles meanwhile: what a slower Python path or dispatch does).
-   Each comparison is judged five ways, by the gate's own judges: wall time against the stored
+   Each comparison is judged six ways, by the gate's own judges: wall time against the stored
    record (`judge_latency`), wall time by same-job A/B (the base and the current step interleaved
    round by round in one window, with the A/B minimum effect as tolerance), judged unpaired
    (`judge_latency_samples`) and by paired rounds (`perfgate.gate.paired`, as `perfgate ab`
-   judges), device time against the record (`judge_device_time`, with the record's pass noise)
-   and kernel counts against the record (`judge_kernels`). Each comparison's raw rounds are kept,
+   judges), device time against the record (`judge_device_time`, with the record's pass noise),
+   device time by same-job A/B (the two steps alternating in one profiler window, each step's GPU
+   busy time told apart by its launches; paired rounds, `judge_device_time_rounds`) and kernel
+   counts against the record (`judge_kernels`). Each comparison's raw rounds are kept,
    and the run is written after each comparison (a run cut short keeps what it judged).
 3. **Tally**, per gate and condition: caught/total for slowdowns, false alarms/comparisons for the
    unchanged ones, and the wall time each comparison took.
@@ -41,12 +43,12 @@ from typing import Any
 from perfgate.gate.detectable import noise_block, noise_of
 from perfgate.gate.instructions import judge_kernels
 from perfgate.gate.metrics import judge_device_time, judge_latency, judge_latency_samples
-from perfgate.gate.paired import judge_logs
+from perfgate.gate.paired import judge_device_time_rounds, judge_logs
 from perfgate.gate.settings import GateSettings
 from perfgate.gate.verdicts import REGRESSION, Verdict
 from perfgate.record import CaseRecord, PassNoise, as_json
 
-GATES = ("wall-stored", "wall-ab", "wall-ab-paired", "device-time", "kernels")
+GATES = ("wall-stored", "wall-ab", "wall-ab-paired", "device-time", "device-time-ab", "kernels")
 SIZES_PCT = (1.0, 2.0, 5.0)
 KINDS = ("unchanged", "gpu", "host")  # unchanged code, GPU-side and host-side slowdowns
 GPU_CASES = (
@@ -69,13 +71,14 @@ class Plan:
     rounds: int = 30  # timed rounds per side of a comparison
     passes: int = 3  # of the stored record (its noise)
     profile_steps: int = 10  # steps per profiler window
+    device_rounds: int = 10  # rounds of the device-time A/B window (each runs the base and the current step)
     warmup_s: float = 1.0  # calls of the step before its record
     seed: int = 0
     trace_dir: str | None = None  # keep each case's profiler trace of `trace_steps` steps here (gzipped)
     trace_steps: int = 3
 
     def __post_init__(self) -> None:
-        for name in ("repeats", "rounds", "profile_steps", "trace_steps"):
+        for name in ("repeats", "rounds", "profile_steps", "device_rounds", "trace_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.unchanged_repeats is not None and self.unchanged_repeats < 1:
@@ -99,6 +102,8 @@ class Comparison:
     device_change_pct: float | None
     samples_ms: list[float] = field(default_factory=list)  # the current step's timed rounds
     ab_base_ms: list[float] = field(default_factory=list)  # the unchanged step's, round by round beside them
+    device_ms: list[float] = field(default_factory=list)  # the current step's GPU busy time per round of one window
+    ab_base_device_ms: list[float] = field(default_factory=list)  # the unchanged step's, beside them
 
 
 @dataclass(kw_only=True)
@@ -230,8 +235,10 @@ def judge_all(
     cur: CaseRecord,
     ab_base: list[float],
     s: GateSettings,
+    device_rounds: tuple[list[float], list[float]] | None = None,
 ) -> tuple[dict[str, str | None], dict[str, str]]:
-    """The four gates' verdicts on one comparison."""
+    """Every gate's verdict on one comparison (`device_rounds`: the unchanged and the current step's
+    GPU busy times, round by round of one profiler window; None on a CPU)."""
     out: dict[str, str | None] = {}
     msgs: dict[str, str] = {}
     v = judge_latency(case, cur, base, s)
@@ -244,6 +251,9 @@ def judge_all(
     dv = judge_device_time(case, cur, base, s)
     out["device-time"] = dv.verdict if dv else None
     msgs["device-time"] = dv.message if dv else "no device time here (a CPU run)"
+    da = judge_device_time_rounds(case, device_rounds[1], device_rounds[0], s) if device_rounds else None
+    out["device-time-ab"] = da.verdict if da else None
+    msgs["device-time-ab"] = da.message if da else "no device time here (a CPU run)"
     kv = judge_kernels(case, cur, base, s)
     out["kernels"] = kv.verdict if kv else None
     msgs["kernels"] = kv.message if kv else "no kernel count here (a CPU run)"
@@ -354,7 +364,12 @@ def _compare(
         t1 = time.perf_counter()
         ab_base, cur_samples = interleaved_ms([step, current], plan.device, plan.rounds, rng)
         cur = record_of(cur_samples, profiled(current, plan.device, plan.profile_steps))
-        verdicts, msgs = judge_all(case, base, cur, ab_base, settings)
+        from perfgate.measure.op_counts import interleaved_device_ms
+
+        device_rounds = interleaved_device_ms([step, current], plan.device, plan.device_rounds, rng)
+        verdicts, msgs = judge_all(
+            case, base, cur, ab_base, settings, (device_rounds[0], device_rounds[1]) if device_rounds else None
+        )
         yield Comparison(
             case=case,
             kind=kind,
@@ -369,6 +384,8 @@ def _compare(
             else None,
             samples_ms=list(cur_samples),
             ab_base_ms=list(ab_base),
+            device_ms=device_rounds[1] if device_rounds else [],
+            ab_base_device_ms=device_rounds[0] if device_rounds else [],
         )
 
 

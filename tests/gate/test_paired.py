@@ -40,3 +40,26 @@ def test_process_pairs_need_seven_for_the_rank_test() -> None:
     assert (
         _judge([1.5, 1.8, 1.2, 1.9, 1.6, 1.7, 1.4], "wilcoxon", final=True).verdict == gate.UNCHANGED
     )  # significant, under 2%
+
+
+def test_device_time_rounds_judge_a_small_change_through_a_drift_both_sides_share() -> None:
+    """The GPU's clocks drift over a window (the H200's bf16 block ran up to 3% slower minutes after
+    its record): in one interleaved window both sides of a round share the drift, and +2% per round
+    is a regression while unchanged rounds stay unchanged."""
+    import random
+
+    from perfgate.gate.paired import judge_device_time_rounds
+    from perfgate.gate.verdicts import REGRESSION, UNCHANGED
+
+    rng = random.Random(3)
+    drift = [1.4 * (1 + 0.03 * i / 9) for i in range(10)]  # ms, +3% across the window
+    base = [d * (1 + rng.gauss(0, 0.002)) for d in drift]
+    slower = [d * 1.02 * (1 + rng.gauss(0, 0.002)) for d in drift]
+    same = [d * (1 + rng.gauss(0, 0.002)) for d in drift]
+    s = GateSettings()
+    v = judge_device_time_rounds("c", slower, base, s)
+    assert v is not None and v.verdict == REGRESSION and v.metric == "device_time"
+    assert "over 10 rounds" in v.message and v.compared and v.compared.startswith("GPU busy ms per step")
+    u = judge_device_time_rounds("c", same, base, s)
+    assert u is not None and u.verdict == UNCHANGED
+    assert judge_device_time_rounds("c", [], [], s) is None  # no device time (a CPU run)

@@ -205,3 +205,61 @@ def test_losing_bf16_on_the_h200_is_a_device_time_regression_that_names_the_fp32
     assert top.startswith("fmha_cutlassF_f32") and top[:40] in v.message and "(new)" in v.message
     same = judge_device_time("physicsnemo-block-full", rec(bf16), rec(bf16), GateSettings())
     assert same is not None and same.verdict == UNCHANGED
+
+
+def _marks_like_record_function(tmp_path: Path, spans: list[tuple[float, float]], labels: list[str]) -> list[dict]:
+    """`record_function` ranges as this torch's profiler writes them (a real CPU trace with one range
+    per label), moved onto the given host-time spans of a kept GPU trace: the kept traces were taken
+    without step marks, so the marks' times are placed around the real launches of each step."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from perfgate.measure.device_time import STEP_MARK
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for label in labels:
+            with record_function(f"{STEP_MARK}{label}"):
+                torch.ones(2) + 1
+    path = tmp_path / "marks.json"
+    prof.export_chrome_trace(str(path))
+    marks = [e for e in op_counts.read_trace(path) if str(e.get("name", "")).startswith(STEP_MARK)]
+    assert [m["cat"] for m in marks] == ["user_annotation"] * len(labels)  # the category the parser reads
+    for m, (start, end) in zip(sorted(marks, key=lambda m: m["ts"]), spans, strict=True):
+        m["ts"], m["dur"] = start, end - start
+    return marks
+
+
+def _launch_spans(events: list[dict], steps: int) -> list[tuple[float, float]]:
+    """Host-time spans of `steps` equal runs of consecutive calls that launched device work (each
+    step launches the same)."""
+    from perfgate.measure.device_time import DEVICE_CATS, LAUNCH_CATS
+
+    launched = {e["args"]["correlation"] for e in events if e.get("cat") in DEVICE_CATS}
+    calls = sorted((e for e in events if e.get("cat") in LAUNCH_CATS and e["args"].get("correlation") in launched),
+                   key=lambda e: e["ts"])  # fmt: skip
+    per = len(calls) // steps
+    assert per * steps == len(calls)
+    groups = [calls[i * per : (i + 1) * per] for i in range(steps)]
+    return [(g[0]["ts"] - 0.5, g[-1]["ts"] + g[-1]["dur"] + 0.5) for g in groups]
+
+
+@pytest.mark.parametrize(
+    "traced", ["owl-world-model-1b-cacheframes0-cudagraphs", "owl-world-model-1b-cacheframes0-baseline"]
+)
+def test_each_marked_step_gets_the_gpu_work_it_launched_in_a_kept_h200_trace(tmp_path: Path, traced: str) -> None:
+    """The device-time A/B window tells the steps apart by their launches (CUPTI's correlation id):
+    a graph's 1,570 replayed kernels belong to its cudaGraphLaunch, an eager step's to its launches,
+    though they run after the host moved on. Three real steps, marked A, B, A."""
+    from perfgate.measure.device_time import device_ms_per_marked_step
+
+    events = op_counts.read_trace(H200_RUN / "traces" / f"{traced}.trace.json.gz")
+    whole = device_time_from_events(events, TRACE_STEPS).device_ms_per_step
+    spans = _launch_spans(events, TRACE_STEPS)
+    got = device_ms_per_marked_step(events + _marks_like_record_function(tmp_path, spans, ["A", "B", "A"]))
+    assert list(got) == ["A", "B"] and len(got["A"]) == 2 and len(got["B"]) == 1
+    steps = [got["A"][0], got["B"][0], got["A"][1]]
+    assert sum(steps) / TRACE_STEPS == pytest.approx(whole, rel=1e-4)  # every activity in one step, none twice
+    assert max(steps) / min(steps) < 1.02  # the same step three times
+    # launches outside every mark (the window's synchronize, a step left unmarked) count for no step
+    first = device_ms_per_marked_step(events + _marks_like_record_function(tmp_path, spans[:1], ["A"]))
+    assert first == {"A": [pytest.approx(steps[0])]}
+    assert device_ms_per_marked_step(events) == {}
