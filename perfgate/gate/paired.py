@@ -105,26 +105,36 @@ def judge_logs(
     return judged(verdict=INCONCLUSIVE if moved else UNCHANGED, p_value=p, message=f"{what}: {why} (p={p:.2g})")
 
 
-def judge_device_time_rounds(
-    case: str, current_ms: Sequence[float], base_ms: Sequence[float], s: GateSettings
-) -> Verdict | None:
-    """The GPU busy time judged as same-job A/B: the per-round log ratios current/base of one
-    profiler window in which the two steps alternate (perfgate.measure.op_counts.interleaved_device_ms),
-    by the rule above with `device_time_tolerance` as the smallest effect. None without device time."""
-    logs = [math.log(c / b) for c, b in zip(current_ms, base_ms, strict=True) if c > 0 and b > 0]
-    if not logs:
-        return None
+def judge_rounds(
+    case: str, current: Sequence[float], base: Sequence[float], s: GateSettings, *, metric: str = "latency"
+) -> Verdict:
+    """Same-job A/B within one window: the per-round log ratios current/base of two steps
+    interleaved round by round (a phase lasting many rounds hits both sides of a round alike),
+    by the rule above (Wilcoxon signed-rank, `ab_min_effect`)."""
+    logs = [math.log(c / b) for c, b in zip(current, base, strict=True) if c > 0 and b > 0]
     v = judge_logs(
         case,
         logs,
-        replace(s, ab_min_effect=s.device_time_tolerance),
+        s,
         final=True,
         unit="round",
         test="wilcoxon",
-        baseline_ms=statistics.median(base_ms),
-        current_ms=statistics.median(current_ms),
+        baseline_ms=statistics.median(base) if base else None,
+        current_ms=statistics.median(current) if current else None,
         n_total=len(logs),
-        metric="device_time",
+        metric=metric,
     )
     assert v is not None  # final: always a verdict
+    return v
+
+
+def judge_device_time_rounds(
+    case: str, current_ms: Sequence[float], base_ms: Sequence[float], s: GateSettings
+) -> Verdict | None:
+    """The GPU busy time judged as same-job A/B: `judge_rounds` on one profiler window in which the
+    two steps alternate (perfgate.measure.op_counts.interleaved_device_ms), `device_time_tolerance`
+    the smallest effect. None without device time (a CPU run)."""
+    if not current_ms or not base_ms:
+        return None
+    v = judge_rounds(case, current_ms, base_ms, replace(s, ab_min_effect=s.device_time_tolerance), metric="device_time")
     return replace(v, compared="GPU busy ms per step, current/base per round of one window")

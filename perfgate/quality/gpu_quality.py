@@ -43,9 +43,9 @@ from typing import Any
 from perfgate.gate.detectable import noise_block, noise_of
 from perfgate.gate.instructions import judge_kernels
 from perfgate.gate.metrics import judge_device_time, judge_latency, judge_latency_samples
-from perfgate.gate.paired import judge_device_time_rounds, judge_logs
+from perfgate.gate.paired import judge_device_time_rounds, judge_rounds
 from perfgate.gate.settings import GateSettings
-from perfgate.gate.verdicts import REGRESSION, Verdict
+from perfgate.gate.verdicts import REGRESSION
 from perfgate.record import CaseRecord, PassNoise, as_json
 
 GATES = ("wall-stored", "wall-ab", "wall-ab-paired", "device-time", "device-time-ab", "kernels")
@@ -161,7 +161,6 @@ def profiled(step: Callable[[], Any], device: str, steps: int) -> tuple[float | 
 
 
 def record_of(samples: list[float], prof: tuple[float | None, float | None, dict, dict]) -> CaseRecord:
-    import statistics
 
     return CaseRecord(
         samples_ms=list(samples),
@@ -209,26 +208,6 @@ Builder = Callable[[tuple[str, str | None, str]], tuple[str, Callable[[], Any], 
 Whatever is patched while it builds (an F.linear done twice) is captured into a graph it builds."""
 
 
-def paired_rounds_verdict(case: str, current: Sequence[float], base: Sequence[float], s: GateSettings) -> Verdict:
-    """Same-job A/B judged as `perfgate ab` pairs: the per-round log ratios current/base of the
-    interleaved window (a host phase lasting many rounds hits both sides of a round alike), by the
-    A/B's own judge (perfgate.gate.paired.judge_logs, Wilcoxon signed-rank, `ab_min_effect`)."""
-    logs = [math.log(c / b) for c, b in zip(current, base, strict=True) if c > 0 and b > 0]
-    v = judge_logs(
-        case,
-        logs,
-        s,
-        final=True,
-        unit="round",
-        test="wilcoxon",
-        baseline_ms=statistics.median(base),
-        current_ms=statistics.median(current),
-        n_total=len(logs),
-    )
-    assert v is not None  # final: always a verdict
-    return v
-
-
 def judge_all(
     case: str,
     base: CaseRecord,
@@ -246,7 +225,7 @@ def judge_all(
     ab_settings = GateSettings(latency_tolerance=s.ab_min_effect, alpha=s.alpha)
     v = judge_latency_samples(case, cur.samples_ms, ab_base, ab_settings)
     out["wall-ab"], msgs["wall-ab"] = v.verdict, v.message
-    v = paired_rounds_verdict(case, cur.samples_ms, ab_base, s)
+    v = judge_rounds(case, cur.samples_ms, ab_base, s)
     out["wall-ab-paired"], msgs["wall-ab-paired"] = v.verdict, v.message
     dv = judge_device_time(case, cur, base, s)
     out["device-time"] = dv.verdict if dv else None

@@ -63,3 +63,20 @@ def test_device_time_rounds_judge_a_small_change_through_a_drift_both_sides_shar
     u = judge_device_time_rounds("c", same, base, s)
     assert u is not None and u.verdict == UNCHANGED
     assert judge_device_time_rounds("c", [], [], s) is None  # no device time (a CPU run)
+
+
+def test_paired_rounds_judge_the_per_round_ratio_through_a_host_phase() -> None:
+    """A launch-bound step's host runs in phases (docs/gpu-runs.md: ~22 ms for a stretch of rounds,
+    then ~36 ms); both sides of a round share the phase, so the per-round ratio keeps the +5%."""
+    import random
+
+    from perfgate.gate.paired import judge_rounds
+
+    rng = random.Random(1)
+    phase = [22.0 if (i // 8) % 2 == 0 else 36.0 for i in range(30)]
+    base = [p * rng.uniform(0.99, 1.01) for p in phase]
+    slowed = [p * 1.05 * rng.uniform(0.99, 1.01) for p in phase]
+    s = GateSettings()
+    assert judge_rounds("c", slowed, base, s).verdict == "regression"
+    same = [p * rng.uniform(0.99, 1.01) for p in phase]
+    assert judge_rounds("c", same, base, s).verdict == "unchanged"

@@ -131,20 +131,3 @@ def test_kinds_and_unchanged_repeats_choose_the_comparisons_and_a_cut_run_has_so
         gq.Plan(device="cpu", cases=gq.CPU_CASES, kinds=("unchanged", "slow"))
     with pytest.raises(ValueError, match="unchanged_repeats must be at least 1"):
         gq.Plan(device="cpu", cases=gq.CPU_CASES, unchanged_repeats=0)
-
-
-def test_paired_rounds_judge_the_per_round_ratio_through_a_host_phase() -> None:
-    """A launch-bound step's host runs in phases (docs/gpu-runs.md: ~22 ms for a stretch of rounds,
-    then ~36 ms); both sides of a round share the phase, so the per-round ratio keeps the +5%."""
-    import random
-
-    from perfgate.gate.settings import GateSettings
-
-    rng = random.Random(1)
-    phase = [22.0 if (i // 8) % 2 == 0 else 36.0 for i in range(30)]
-    base = [p * rng.uniform(0.99, 1.01) for p in phase]
-    slowed = [p * 1.05 * rng.uniform(0.99, 1.01) for p in phase]
-    s = GateSettings()
-    assert gq.paired_rounds_verdict("c", slowed, base, s).verdict == "regression"
-    same = [p * rng.uniform(0.99, 1.01) for p in phase]
-    assert gq.paired_rounds_verdict("c", same, base, s).verdict == "unchanged"
