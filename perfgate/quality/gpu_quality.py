@@ -161,7 +161,6 @@ def profiled(step: Callable[[], Any], device: str, steps: int) -> tuple[float | 
 
 
 def record_of(samples: list[float], prof: tuple[float | None, float | None, dict, dict]) -> CaseRecord:
-
     return CaseRecord(
         samples_ms=list(samples),
         median_ms=statistics.median(samples),
