@@ -344,10 +344,16 @@ def _compare(
         cur = record_of(cur_samples, profiled(current, plan.device, plan.profile_steps))
         from perfgate.measure.op_counts import interleaved_device_ms
 
-        device_rounds = interleaved_device_ms([step, current], plan.device, plan.device_rounds, rng)
+        try:
+            device_rounds = interleaved_device_ms([step, current], plan.device, plan.device_rounds, rng)
+            device_error = None
+        except Exception as exc:  # noqa: BLE001 - this window never ran on a GPU yet: it may lose its gate, not the run
+            device_rounds, device_error = None, f"{type(exc).__name__}: {exc}"
         verdicts, msgs = judge_all(
             case, base, cur, ab_base, settings, (device_rounds[0], device_rounds[1]) if device_rounds else None
         )
+        if device_error is not None:
+            msgs["device-time-ab"] = f"not measured: {device_error}"
         yield Comparison(
             case=case,
             kind=kind,

@@ -131,3 +131,24 @@ def test_kinds_and_unchanged_repeats_choose_the_comparisons_and_a_cut_run_has_so
         gq.Plan(device="cpu", cases=gq.CPU_CASES, kinds=("unchanged", "slow"))
     with pytest.raises(ValueError, match="unchanged_repeats must be at least 1"):
         gq.Plan(device="cpu", cases=gq.CPU_CASES, unchanged_repeats=0)
+
+
+def test_a_failing_device_time_window_loses_its_gate_not_the_comparison(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The device-time A/B window has not run on a GPU yet: should it fail there, the comparison
+    keeps its other gates and says why that one judged nothing."""
+    import torch
+
+    lin, x = torch.nn.Linear(32, 32), torch.randn(8, 32)
+
+    def build(spec):
+        return "m-tiny-baseline", (lambda: torch.nn.functional.linear(x, lin.weight, lin.bias)), False
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED")
+
+    monkeypatch.setattr(op_counts, "interleaved_device_ms", broken)
+    plan = gq.Plan(device="cpu", cases=(("m", "tiny", "baseline"),), kinds=("unchanged",), repeats=1, rounds=3,
+                   passes=2, profile_steps=1, warmup_s=0.0)  # fmt: skip
+    (row,) = gq.run(plan, build).rows
+    assert row.verdicts["device-time-ab"] is None and row.verdicts["wall-ab"] is not None
+    assert row.messages["device-time-ab"] == "not measured: RuntimeError: CUPTI_ERROR_NOT_INITIALIZED"
