@@ -349,7 +349,7 @@ def aggregate(
     block = out.setdefault("perfgate", {})
     fp_ids = {r: i.fingerprint_id for r, i in infos.items()}
     if isinstance(block.get("fingerprint"), dict):
-        block["fingerprint"]["world_size"] = world  # informative: not (yet) a key field
+        block["fingerprint"]["world_size"] = world  # as each rank keyed its own (WORLD_SIZE), here from the ranks
     block["distributed"] = Distributed(
         world_size=world,
         ranks=ranks,

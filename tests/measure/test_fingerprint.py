@@ -56,3 +56,15 @@ def test_id_is_stable_and_changes_with_every_key_field():
         assert fingerprint_id({**fp, k: v}) != base, k
     assert fingerprint_id({**fp, "platform": "other"}) == base  # informative fields do not key
     assert differences(fp, {**fp, "threads": 99}) == {"threads": (fp["threads"], 99)}
+
+
+def test_a_torchrun_world_size_keys_its_own_baselines(monkeypatch):
+    """Each rank fingerprints itself with torchrun's WORLD_SIZE: a 4-rank run is gated against 4-rank
+    baselines only, never against a single process's (or a 2-rank run's)."""
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    single = fingerprint("cpu")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    four = fingerprint("cpu")
+    assert (single["world_size"], four["world_size"]) == (1, 4)
+    assert fingerprint_id(four) != fingerprint_id(single)
+    assert differences(single, four) == {"world_size": (1, 4)}
