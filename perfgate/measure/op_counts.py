@@ -21,9 +21,12 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfgate.measure.device_time import STEP_MARK, device_ms_per_marked_step, device_time_from_events
+
+if TYPE_CHECKING:
+    from torch.profiler import profile
 
 STEPS = 10
 KERNEL_CATS = ("kernel",)  # CUPTI's kernel activity (memcpy / memset have categories of their own)
@@ -131,10 +134,16 @@ def count_step(
         keep.parent.mkdir(parents=True, exist_ok=True)
         prof.export_chrome_trace(str(keep))  # torch gzips a path ending in .gz
         return counts_from_events(read_trace(keep), steps, device_traced=cuda)
-    with tempfile.TemporaryDirectory(prefix="perfgate-ops-") as scratch:  # a scratch trace, read back at once
+    return counts_from_events(exported_events(prof), steps, device_traced=cuda)
+
+
+def exported_events(prof: profile) -> list[dict[str, Any]]:
+    """A finished profiler's chrome-trace events, through a scratch file read back at once (the
+    same export `keep` writes, so a live window and a kept trace are read alike)."""
+    with tempfile.TemporaryDirectory(prefix="perfgate-ops-") as scratch:
         path = os.path.join(scratch, "trace.json")
         prof.export_chrome_trace(path)
-        return counts_from_events(read_trace(path), steps, device_traced=cuda)
+        return read_trace(path)
 
 
 def interleaved_device_ms(
@@ -159,8 +168,5 @@ def interleaved_device_ms(
                 with record_function(f"{STEP_MARK}{i}"):
                     steps[i]()
         torch.cuda.synchronize(torch.device(device))
-    with tempfile.TemporaryDirectory(prefix="perfgate-device-") as scratch:  # read back at once
-        path = os.path.join(scratch, "trace.json")
-        prof.export_chrome_trace(path)
-        per_step = device_ms_per_marked_step(read_trace(path))
+    per_step = device_ms_per_marked_step(exported_events(prof))
     return [per_step.get(str(i), []) for i in range(len(steps))]
