@@ -475,8 +475,9 @@ def test_slowdowns_from_sitecustomize_a_plugin_and_a_fixture_fail_the_instructio
     pytester.makefile(
         ".toml",
         pyproject='[tool.perfgate]\nregistries = ["models"]\nmodel_files = ["probes.py"]\n'
-        # Two identical processes differ by up to ~2k instructions per step (PROBES): 0.26% of the probes'
-        # ~820k, over the 0.1% that marks a case nondeterministic.
+        # A suspect's recount (an identical process) has read up to ~600 instructions per step apart
+        # (0.389% of the old 156k probes; 0.06% of the block): near the 0.1% that marks a case
+        # nondeterministic. Processes of another history differ by more (PROBES).
         "[tool.perfgate.gate]\ncontention_max = 1000.0\ninstructions_nondeterministic = 0.02\n"
         '[tool.perfgate.counts]\ninstructions = ["*-baseline"]\n',
     )
