@@ -1,6 +1,6 @@
 """The gate's judges for counts: instructions per step by tolerance (no statistics: unchanged code
 counts the same in every pinned process), CUDA kernel launches per step exactly. A regression's
-message names the cause (perfgate.measure.attribution)."""
+or an improvement's message names the cause (perfgate.measure.attribution)."""
 
 from __future__ import annotations
 
@@ -64,7 +64,13 @@ def judge_instructions(case: str, cur: CaseRecord, base: CaseRecord, s: GateSett
             message=f"{what} > {s.instructions_tolerance:.1%}{confirmed}" + (f"; {why}" if why else ""),
         )
     if change < -s.instructions_tolerance:
-        return Verdict(**kw, verdict=IMPROVEMENT, message=f"{what}: fewer by more than {s.instructions_tolerance:.1%}")
+        # Named too: an unchanged case judged an improvement is the baseline's odd count, and says where.
+        why = cause(base, cur)
+        return Verdict(
+            **kw,
+            verdict=IMPROVEMENT,
+            message=f"{what}: fewer by more than {s.instructions_tolerance:.1%}" + (f"; {why}" if why else ""),
+        )
     return Verdict(**kw, verdict=UNCHANGED, message=f"{what}: within {s.instructions_tolerance:.1%}")
 
 

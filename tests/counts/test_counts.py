@@ -182,6 +182,17 @@ def test_a_regression_names_the_function_and_the_op_that_changed():
     assert f"aten::linear {ops['aten::linear']:g} -> {ops['aten::linear'] + 0.4:g}" in v.message
 
 
+def test_an_improvement_names_the_function_that_counts_fewer():
+    """An unchanged case judged an improvement (CI's 156k probe against an odd record) says where."""
+    base, cur = _records(-0.03)
+    fns = dict(base.instructions_functions)
+    fns["_int_malloc"] = [fns.get("_int_malloc", [0, 0])[0] + 2_100_000, fns.get("_int_malloc", [0, 0])[1] + 2_100_000]
+    base = replace(base, instructions_functions=fns)
+    v = judge_instructions("c", cur, base, GateSettings())
+    assert v.verdict == IMPROVEMENT
+    assert "_int_malloc self -2.10M" in v.message and "fewer by more than 1.0%" in v.message
+
+
 def test_kernel_launches_are_gated_exactly():
     base = CaseRecord(kernels_per_step=96.0, kernel_names_per_step={"gemm": 96.0})
     assert judge_kernels("c", base, base, GateSettings()).verdict == UNCHANGED
