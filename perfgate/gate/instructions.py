@@ -64,7 +64,7 @@ def judge_instructions(case: str, cur: CaseRecord, base: CaseRecord, s: GateSett
             message=f"{what} > {s.instructions_tolerance:.1%}{confirmed}" + (f"; {why}" if why else ""),
         )
     if change < -s.instructions_tolerance:
-        # Named too: an unchanged case judged an improvement is the baseline's odd count, and says where.
+        # Named too: a real saving says where, and so does an unchanged case judged one (an odd baseline count).
         why = cause(base, cur)
         return Verdict(
             **kw,
