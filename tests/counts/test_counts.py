@@ -186,7 +186,8 @@ def test_an_improvement_names_the_function_that_counts_fewer():
     """An unchanged case judged an improvement (CI's 156k probe against an odd record) says where."""
     base, cur = _records(-0.03)
     fns = dict(base.instructions_functions)
-    fns["_int_malloc"] = [fns.get("_int_malloc", [0, 0])[0] + 2_100_000, fns.get("_int_malloc", [0, 0])[1] + 2_100_000]
+    self_ir, incl = fns.get("_int_malloc", [0, 0])
+    fns["_int_malloc"] = [self_ir + 2_100_000, incl + 2_100_000]
     base = replace(base, instructions_functions=fns)
     v = judge_instructions("c", cur, base, GateSettings())
     assert v.verdict == IMPROVEMENT
