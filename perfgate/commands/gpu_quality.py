@@ -39,7 +39,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--device-rounds",
         type=int,
         default=10,
-        help="rounds of the device-time A/B window, each the unchanged and the current step (default 10)",
+        help="blocks of the device-time A/B window, each --device-block-steps calls of the unchanged and of the "
+        "current step, interleaved (default 10)",
+    )
+    p.add_argument(
+        "--device-block-steps",
+        type=int,
+        default=5,
+        help="steps of each side per block of the device-time A/B window: a slowdown that hits one step in N shows "
+        "in every block when N divides it (default 5)",
     )
     p.add_argument("--sizes", default="1,2,5", help="slowdown sizes in %% of the step (default 1,2,5)")
     p.add_argument("--seed", type=int, default=0, help="seed of the round order (default 0)")
@@ -92,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
             passes=args.passes,
             profile_steps=args.profile_steps,
             device_rounds=args.device_rounds,
+            device_block_steps=args.device_block_steps,
             seed=args.seed,
             trace_dir=str(args.traces) if args.traces else None,
         )

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from statistics import fmean
 from typing import Any
 
 DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")  # kineto's names of CUPTI's activity types
@@ -117,6 +118,14 @@ class HostShare:
     host_ms_per_step: float  # wall minus device: what the host added (launches, Python, syncs)
     device_busy_share: float  # device / wall
     bound: str  # "launch-bound" (the GPU idles most of the step) or "device-bound"
+
+
+def block_means(values: Sequence[float], block: int) -> list[float]:
+    """The means of consecutive blocks of `block` values (a trailing partial block dropped): per-step
+    figures of one side of an interleaved window, as per-block figures of `block` steps each."""
+    if block < 1:
+        raise ValueError(f"block must be at least 1, got {block}")
+    return [fmean(values[i : i + block]) for i in range(0, len(values) - block + 1, block)]
 
 
 def host_share(wall_ms: float, device_ms: float) -> HostShare:

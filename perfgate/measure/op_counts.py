@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from perfgate.measure.device_time import STEP_MARK, device_ms_per_marked_step, device_time_from_events
+from perfgate.measure.device_time import STEP_MARK, block_means, device_ms_per_marked_step, device_time_from_events
 
 if TYPE_CHECKING:
     from torch.profiler import profile
@@ -147,12 +147,15 @@ def exported_events(prof: profile) -> list[dict[str, Any]]:
 
 
 def interleaved_device_ms(
-    steps: Sequence[Callable[[], Any]], device: str, rounds: int, rng: random.Random
+    steps: Sequence[Callable[[], Any]], device: str, rounds: int, rng: random.Random, *, block_steps: int = 1
 ) -> list[list[float]] | None:
-    """Per step, `rounds` GPU busy times (ms), the steps interleaved in a random order each round
-    inside ONE profiler window: what drifts between windows (the GPU's clocks and temperature;
-    a record's kernels ran up to 3% slower minutes later on unchanged code, docs/gpu-runs.md) hits
-    both sides of a round alike, and per-round ratios cancel it. None off a GPU (nothing to time)."""
+    """Per step, `rounds` GPU busy times (ms per step), the steps interleaved in a random order
+    inside ONE profiler window: what drifts between windows (the GPU's clocks and temperature; an
+    unchanged bf16 block read -0.3..+4.9% against its record minutes later, docs/gpu-runs.md) hits
+    both sides alike, and per-round ratios cancel it. Each round is a block of `block_steps`
+    interleaved calls per step, its figure their mean: a slowdown that hits one step in five (every
+    Nth `F.linear`, a periodic re-allocation) shows in every block of five, where single-step rounds
+    read +12% in one round of five and +0% in the rest. None off a GPU (nothing to time)."""
     if not str(device).startswith("cuda"):
         return None
     import torch
@@ -162,11 +165,11 @@ def interleaved_device_ms(
         s()  # an untimed call first, as the wall-time rounds do
     order = list(range(len(steps)))
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(rounds):
+        for _ in range(rounds * block_steps):
             rng.shuffle(order)
             for i in order:
                 with record_function(f"{STEP_MARK}{i}"):
                     steps[i]()
         torch.cuda.synchronize(torch.device(device))
     per_step = device_ms_per_marked_step(exported_events(prof))
-    return [per_step.get(str(i), []) for i in range(len(steps))]
+    return [block_means(per_step.get(str(i), []), block_steps) for i in range(len(steps))]

@@ -14,7 +14,7 @@ GATE_LABELS = {
     "wall-ab": "wall time, same-job A/B (unpaired)",
     "wall-ab-paired": "wall time, same-job A/B (paired rounds)",
     "device-time": "device time, stored",
-    "device-time-ab": "device time, same-job A/B (paired rounds)",
+    "device-time-ab": "device time, same-job A/B (paired blocks, mean)",
     "kernels": "kernel counts, stored",
 }
 

@@ -71,14 +71,17 @@ class Plan:
     rounds: int = 30  # timed rounds per side of a comparison
     passes: int = 3  # of the stored record (its noise)
     profile_steps: int = 10  # steps per profiler window
-    device_rounds: int = 10  # rounds of the device-time A/B window (each runs the base and the current step)
+    device_rounds: int = 10  # blocks of the device-time A/B window, its figures (each a mean of `device_block_steps`)
+    # steps of each side per block: 5 holds a slowdown that hits one step in five (the bf16 block's
+    # GPU-side +2%) in every block; single steps (1) read it in one round of five (docs/gpu-runs.md)
+    device_block_steps: int = 5
     warmup_s: float = 1.0  # calls of the step before its record
     seed: int = 0
     trace_dir: str | None = None  # keep each case's profiler trace of `trace_steps` steps here (gzipped)
     trace_steps: int = 3
 
     def __post_init__(self) -> None:
-        for name in ("repeats", "rounds", "profile_steps", "device_rounds", "trace_steps"):
+        for name in ("repeats", "rounds", "profile_steps", "device_rounds", "device_block_steps", "trace_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.unchanged_repeats is not None and self.unchanged_repeats < 1:
@@ -214,9 +217,12 @@ def judge_all(
     ab_base: list[float],
     s: GateSettings,
     device_rounds: tuple[list[float], list[float]] | None = None,
+    *,
+    block_steps: int = 1,
 ) -> tuple[dict[str, str | None], dict[str, str]]:
     """Every gate's verdict on one comparison (`device_rounds`: the unchanged and the current step's
-    GPU busy times, round by round of one profiler window; None on a CPU)."""
+    GPU busy times per step, block by block of `block_steps` steps of one profiler window; None on
+    a CPU)."""
     out: dict[str, str | None] = {}
     msgs: dict[str, str] = {}
     v = judge_latency(case, cur, base, s)
@@ -229,7 +235,11 @@ def judge_all(
     dv = judge_device_time(case, cur, base, s)
     out["device-time"] = dv.verdict if dv else None
     msgs["device-time"] = dv.message if dv else "no device time here (a CPU run)"
-    da = judge_device_time_rounds(case, device_rounds[1], device_rounds[0], s) if device_rounds else None
+    da = (
+        judge_device_time_rounds(case, device_rounds[1], device_rounds[0], s, block_steps=block_steps)
+        if device_rounds
+        else None
+    )
     out["device-time-ab"] = da.verdict if da else None
     msgs["device-time-ab"] = da.message if da else "no device time here (a CPU run)"
     kv = judge_kernels(case, cur, base, s)
@@ -345,12 +355,20 @@ def _compare(
         from perfgate.measure.op_counts import interleaved_device_ms
 
         try:
-            device_rounds = interleaved_device_ms([step, current], plan.device, plan.device_rounds, rng)
+            device_rounds = interleaved_device_ms(
+                [step, current], plan.device, plan.device_rounds, rng, block_steps=plan.device_block_steps
+            )
             device_error = None
         except Exception as exc:  # noqa: BLE001 - this window never ran on a GPU yet: it may lose its gate, not the run
             device_rounds, device_error = None, f"{type(exc).__name__}: {exc}"
         verdicts, msgs = judge_all(
-            case, base, cur, ab_base, settings, (device_rounds[0], device_rounds[1]) if device_rounds else None
+            case,
+            base,
+            cur,
+            ab_base,
+            settings,
+            (device_rounds[0], device_rounds[1]) if device_rounds else None,
+            block_steps=plan.device_block_steps,
         )
         if device_error is not None:
             msgs["device-time-ab"] = f"not measured: {device_error}"

@@ -36,3 +36,31 @@ def test_two_unchanged_gpu_processes_move_wall_time_but_not_device_time_or_kerne
         "owl-world-model-1b-cacheframes0-compile-reduce-overhead",
         "owl-world-model-1b-compile",
     ]
+
+
+def test_unchanged_gpu_processes_on_two_leases_keep_device_time_and_kernel_counts() -> None:
+    """The `pr` tier cold on the sixth run's H200 lease (2026-11-28) judged against the fifth run's
+    cold and warm records (2026-11-27, another lease, the same kind of machine): every case's device
+    time and kernel count unchanged; wall time not (the compiled world model +74.7% against the cold
+    record)."""
+    import tempfile
+
+    def load(run: Path, phase: str) -> dict:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "tier.json"
+            path.write_bytes(gzip.decompress((run / f"tier-{phase}.json.gz").read_bytes()))
+            return load_records(path)
+
+    new = load(RUN.parent / "gpu-2026-11-28-h200", "cold")
+    judged: dict[str, dict[str, set[str]]] = {}
+    for phase in ("cold", "warm"):
+        old = load(RUN, phase)
+        assert len(new) == 12 and set(new) <= set(old)  # cut after 12 cases; the fifth run's cold got 13
+        for c in new:
+            for v in gate.compare(c, new[c], old[c], Policy()):
+                judged.setdefault(v.metric, {}).setdefault(v.verdict, set()).add(
+                    f"{phase}:{c.split('[')[-1].rstrip(']')}"
+                )
+    assert set(judged["device_time"]) == set(judged["kernels"]) == {UNCHANGED}
+    assert len(judged["kernels"][UNCHANGED]) == 24
+    assert judged["latency"][REGRESSION] == {"cold:owl-world-model-1b-compile", "warm:owl-world-model-1b-compile"}

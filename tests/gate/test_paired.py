@@ -80,3 +80,55 @@ def test_paired_rounds_judge_the_per_round_ratio_through_a_host_phase() -> None:
     assert judge_rounds("c", slowed, base, s).verdict == "regression"
     same = [p * rng.uniform(0.99, 1.01) for p in phase]
     assert judge_rounds("c", same, base, s).verdict == "unchanged"
+
+
+def _h200_quality_rows() -> list[dict]:
+    """The sixth GPU run's comparisons (H200, 2026-11-28): per comparison, the device-time A/B
+    window's per-round GPU busy ms of the unchanged (`ab_base_device_ms`) and the current step."""
+    import gzip
+    import json
+    from pathlib import Path
+
+    run = Path(__file__).resolve().parents[2] / "docs" / "data" / "gpu-2026-11-28-h200" / "quality.json.gz"
+    return json.loads(gzip.decompress(run.read_bytes()))["rows"]
+
+
+def test_device_time_ab_judges_the_mean_so_a_slowdown_in_one_step_of_five_is_never_unchanged() -> None:
+    """On the H200 the bf16 block's GPU-side +2% (every 20th F.linear twice: one step in five) read
+    +12% in 2 of its 10 single-step rounds and +0% in 8: the median called it "unchanged" 20 times of
+    20. Judged by the mean it is never called unchanged; the world model's +2% (every step) is still
+    a regression, and no unchanged comparison is one."""
+    from perfgate.gate.paired import judge_device_time_rounds
+    from perfgate.gate.verdicts import INCONCLUSIVE, REGRESSION
+
+    seen: dict[tuple[str, str], set[str]] = {}
+    for row in _h200_quality_rows():
+        v = judge_device_time_rounds(row["case"], row["device_ms"], row["ab_base_device_ms"], S)
+        assert v is not None
+        seen.setdefault((row["case"].split("-")[0], row["kind"]), set()).add(v.verdict)
+    assert seen[("physicsnemo", "gpu")] == {INCONCLUSIVE}
+    assert seen[("owl", "gpu")] == {REGRESSION}
+    assert seen[("physicsnemo", "unchanged")] == seen[("owl", "unchanged")] == {gate.UNCHANGED}
+
+
+def test_device_time_ab_in_blocks_of_five_steps_catches_the_slowdown_in_one_step_of_five() -> None:
+    """The same run's per-step figures in blocks of five (perfgate.measure.device_time.block_means,
+    what the window now measures): each block holds one doubled F.linear, so the bf16 block's +2%
+    is a regression in every comparison (two windows' blocks joined: 4 blocks), and unchanged stays
+    unchanged."""
+    from perfgate.gate.paired import judge_device_time_rounds
+    from perfgate.measure.device_time import block_means
+
+    rows = _h200_quality_rows()
+    seen: dict[tuple[str, str], set[str]] = {}
+    for case in {r["case"] for r in rows}:
+        for kind in ("unchanged", "gpu"):
+            mine = [r for r in rows if r["case"] == case and r["kind"] == kind]
+            for a, b in zip(mine[::2], mine[1::2], strict=True):
+                cur = block_means(a["device_ms"], 5) + block_means(b["device_ms"], 5)
+                base = block_means(a["ab_base_device_ms"], 5) + block_means(b["ab_base_device_ms"], 5)
+                v = judge_device_time_rounds(case, cur, base, S, block_steps=5)
+                assert v is not None and "over 4 blocks" in v.message and "block of 5 steps" in (v.compared or "")
+                seen.setdefault((case.split("-")[0], kind), set()).add(v.verdict)
+    assert seen[("physicsnemo", "gpu")] == seen[("owl", "gpu")] == {gate.REGRESSION}
+    assert seen[("physicsnemo", "unchanged")] == seen[("owl", "unchanged")] == {gate.UNCHANGED}

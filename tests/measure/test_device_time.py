@@ -21,7 +21,7 @@ from perfgate.gate.metrics import judge_device_time
 from perfgate.gate.settings import GateSettings
 from perfgate.gate.verdicts import INCONCLUSIVE, REGRESSION, UNCHANGED
 from perfgate.measure import op_counts
-from perfgate.measure.device_time import device_time_from_events, host_share, merged_us
+from perfgate.measure.device_time import block_means, device_time_from_events, host_share, merged_us
 from perfgate.record import CaseRecord, PassNoise
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,6 +101,14 @@ def test_busy_time_and_per_kernel_time_from_a_real_trace_with_kineto_device_even
         json.dump({"traceEvents": events}, fh)
     again = device_time_from_events(op_counts.read_trace(tmp_path / "t.json.gz"), steps)
     assert again.device_ms_per_step == pytest.approx(dt.device_ms_per_step)
+
+
+def test_block_means_average_consecutive_steps_and_drop_a_partial_block() -> None:
+    assert block_means([1.0, 3.0, 2.0, 4.0, 9.0], 2) == [2.0, 3.0]
+    assert block_means([1.0, 2.0], 1) == [1.0, 2.0]
+    assert block_means([1.0], 2) == []
+    with pytest.raises(ValueError, match="block must be at least 1"):
+        block_means([1.0], 0)
 
 
 def test_two_devices_are_busy_separately() -> None:

@@ -70,7 +70,8 @@ def test_the_quality_run_rehearsed_on_the_cpu_writes_its_detection_table(tmp_pat
         assert totals == {1}
         assert {tally[(g, kind, size)]["total"] for g in ("device-time", "device-time-ab", "kernels")} == {0}
     table = (out / "summary.md").read_text()
-    assert "| device time, stored | - | - |" in table and "| device time, same-job A/B (paired rounds) | - |" in table
+    assert "| device time, stored | - | - |" in table
+    assert "| device time, same-job A/B (paired blocks, mean) | - |" in table
     assert "| wall time, same-job A/B (paired rounds) |" in table
     row = data["rows"][0]  # the raw rounds, side by side, so a table can be re-judged offline
     assert len(row["samples_ms"]) == len(row["ab_base_ms"]) == 3
@@ -152,3 +153,37 @@ def test_a_failing_device_time_window_loses_its_gate_not_the_comparison(monkeypa
     (row,) = gq.run(plan, build).rows
     assert row.verdicts["device-time-ab"] is None and row.verdicts["wall-ab"] is not None
     assert row.messages["device-time-ab"] == "not measured: RuntimeError: CUPTI_ERROR_NOT_INITIALIZED"
+
+
+def test_the_device_time_window_is_asked_for_blocks_and_judged_per_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan's `device_block_steps` reaches the window and the judge: the window's figures are
+    per-block means (here the H200 run's own, docs/data/gpu-2026-11-28-h200: the bf16 block's
+    GPU-side +2% comparisons #0 and #1, blocked by five), judged as blocks of that many steps."""
+    import gzip
+
+    import torch
+
+    from perfgate.measure.device_time import block_means
+
+    run = Path(__file__).resolve().parents[2] / "docs" / "data" / "gpu-2026-11-28-h200" / "quality.json.gz"
+    rows = [r for r in json.loads(gzip.decompress(run.read_bytes()))["rows"] if r["kind"] == "gpu"][:2]
+    measured = [[m for r in rows for m in block_means(r[key], 5)] for key in ("ab_base_device_ms", "device_ms")]
+    asked: list[tuple[int, int]] = []
+
+    def window(steps, device, rounds, rng, *, block_steps=1):
+        asked.append((rounds, block_steps))
+        return measured
+
+    lin, x = torch.nn.Linear(32, 32), torch.randn(8, 32)
+
+    def build(spec):
+        return "m-tiny-baseline", (lambda: torch.nn.functional.linear(x, lin.weight, lin.bias)), False
+
+    monkeypatch.setattr(op_counts, "interleaved_device_ms", window)
+    plan = gq.Plan(device="cpu", cases=(("m", "tiny", "baseline"),), kinds=("unchanged",), repeats=1, rounds=3,
+                   passes=2, profile_steps=1, warmup_s=0.0, device_rounds=4, device_block_steps=5)  # fmt: skip
+    (row,) = gq.run(plan, build).rows
+    assert asked == [(4, 5)]
+    assert row.verdicts["device-time-ab"] == "regression" and "over 4 blocks" in row.messages["device-time-ab"]
+    with pytest.raises(ValueError, match="device_block_steps must be at least 1"):
+        gq.Plan(device="cpu", cases=gq.CPU_CASES, device_block_steps=0)
