@@ -29,8 +29,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--kinds",
         default="unchanged,gpu,host",
-        help="which conditions to compare: unchanged, gpu (GPU-side slowdowns), host (host-side), comma-separated "
-        "(default all three)",
+        help="which conditions to compare, comma-separated: unchanged, gpu (GPU-side slowdowns: every Nth F.linear "
+        "twice, added kernels), host (host-side), kernel (a slower kernel: every Nth F.linear twice as wide in one "
+        "launch, the same kernel count) (default unchanged,gpu,host)",
     )
     p.add_argument("--rounds", type=int, default=30, help="timed rounds per side of a comparison (default 30)")
     p.add_argument("--passes", type=int, default=3, help="passes of the stored record, its noise (default 3)")

@@ -20,7 +20,9 @@ GATE_LABELS = {
 
 
 def _condition(kind: str, size_pct: float) -> str:
-    return "unchanged" if kind == "unchanged" else f"{kind}-side +{size_pct:g}%"
+    if kind == "unchanged":
+        return "unchanged"
+    return f"{'slower kernel' if kind == 'kernel' else f'{kind}-side'} +{size_pct:g}%"
 
 
 def _spread(noise: Mapping[str, PassNoise], metric: str) -> str:
@@ -53,19 +55,20 @@ def detection_markdown(run: QualityRun) -> str:
     lines += [
         "",
         "| case | bound | wall ms | device ms | pass spread % (latency / device) | every Nth F.linear twice "
-        "(per size) | busy-wait ms (per size) | set-up s |",
-        "|---|---|---|---|---|---|---|---|",
+        "(per size) | every Nth F.linear twice as wide (per size) | busy-wait ms (per size) | set-up s |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for s in run.setups:
         if s.error:
-            lines.append(f"| {s.case} | could not run: {s.error[:160]} | | | | | | |")
+            lines.append(f"| {s.case} | could not run: {s.error[:160]} | | | | | | | |")
             continue
         dev_ms = f"{s.device_ms:.3f}" if s.device_ms is not None else "-"
         every = "/".join(str(v) for v in s.linear_every.values())
+        wider = s.kernel_note or "/".join(str(v) for v in s.wider_every.values())
         wait = "/".join(f"{v:.3f}" for v in s.busy_wait_ms.values())
         spread = f"{_spread(s.pass_noise, 'latency')} / {_spread(s.pass_noise, 'device_time')}"
         lines.append(
-            f"| {s.case} | {s.bound or '-'} | {s.wall_ms:.3f} | {dev_ms} | {spread} | {every} | {wait} "
+            f"| {s.case} | {s.bound or '-'} | {s.wall_ms:.3f} | {dev_ms} | {spread} | {every} | {wider} | {wait} "
             f"| {s.build_s:.1f} |"
         )
     return "\n".join(lines) + "\n"

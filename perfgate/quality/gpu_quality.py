@@ -13,13 +13,18 @@ eager and CUDA-graph cases on a GPU), in one process:
      the doubling is captured into a graph of its own (the replay calls no F.linear);
    - host-side: a busy-wait at the start of the step worth 1%, 2%, 5% of its wall time (the GPU
      idles meanwhile: what a slower Python path or dispatch does).
+   - a slower kernel (kind "kernel", asked for by name): every Nth `F.linear` twice as wide in one
+     launch, its extra half sliced off (perfgate.quality.inject), sized like the GPU-side kind: the
+     same kernel launches doing more work, what only device time sees; dropped, with the reason in
+     the set-up, where the wider step launches another number of kernels than the record.
    Each comparison is judged six ways, by the gate's own judges: wall time against the stored
    record (`judge_latency`), wall time by same-job A/B (the base and the current step interleaved
    round by round in one window, with the A/B minimum effect as tolerance), judged unpaired
    (`judge_latency_samples`) and by paired rounds (`perfgate.gate.paired`, as `perfgate ab`
    judges), device time against the record (`judge_device_time`, with the record's pass noise),
    device time by same-job A/B (the two steps alternating in one profiler window, each step's GPU
-   busy time told apart by its launches; paired rounds, `judge_device_time_rounds`) and kernel
+   busy time told apart by its launches; paired blocks of steps judged by their mean,
+   `judge_device_time_rounds`) and kernel
    counts against the record (`judge_kernels`). Each comparison's raw rounds are kept,
    and the run is written after each comparison (a run cut short keeps what it judged).
 3. **Tally**, per gate and condition: caught/total for slowdowns, false alarms/comparisons for the
@@ -50,7 +55,9 @@ from perfgate.record import CaseRecord, PassNoise, as_json
 
 GATES = ("wall-stored", "wall-ab", "wall-ab-paired", "device-time", "device-time-ab", "kernels")
 SIZES_PCT = (1.0, 2.0, 5.0)
-KINDS = ("unchanged", "gpu", "host")  # unchanged code, GPU-side and host-side slowdowns
+# unchanged code, GPU-side (added kernels), host-side and slower-kernel (the same launches) slowdowns
+KINDS = ("unchanged", "gpu", "host", "kernel")
+DEFAULT_KINDS = ("unchanged", "gpu", "host")
 GPU_CASES = (
     ("physicsnemo-block", None, "baseline"),
     ("physicsnemo-block", None, "bf16"),
@@ -67,7 +74,7 @@ class Plan:
     sizes_pct: tuple[float, ...] = SIZES_PCT
     repeats: int = 4  # comparisons per condition
     unchanged_repeats: int | None = None  # comparisons of unchanged code (None: `repeats`): the false-alarm bound
-    kinds: tuple[str, ...] = KINDS  # which conditions: "unchanged", "gpu" and/or "host"
+    kinds: tuple[str, ...] = DEFAULT_KINDS  # which conditions: any of KINDS
     rounds: int = 30  # timed rounds per side of a comparison
     passes: int = 3  # of the stored record (its noise)
     profile_steps: int = 10  # steps per profiler window
@@ -95,7 +102,7 @@ class Plan:
 @dataclass(frozen=True, kw_only=True)
 class Comparison:
     case: str
-    kind: str  # "unchanged", "gpu" or "host"
+    kind: str  # one of KINDS
     size_pct: float  # the slowdown's target, 0 for unchanged
     repeat: int
     verdicts: dict[str, str | None]  # gate -> verdict (None: that gate has nothing to judge here)
@@ -116,6 +123,8 @@ class CaseSetup:
     wall_ms: float
     device_ms: float | None
     linear_every: dict[str, int] = field(default_factory=dict)  # size -> N of the GPU-side slowdown
+    wider_every: dict[str, int] = field(default_factory=dict)  # size -> N of the slower-kernel slowdown
+    kernel_note: str | None = None  # why the slower-kernel slowdown did not run here
     busy_wait_ms: dict[str, float] = field(default_factory=dict)  # size -> the host-side busy-wait
     pass_noise: dict[str, PassNoise] = field(default_factory=dict)  # by metric, as the record keeps it
     build_s: float = 0.0
@@ -299,8 +308,16 @@ def run(
         )
         gpu_steps: dict[float, Callable[[], Any]] = {}
         host_steps: dict[float, Callable[[], Any]] = {}
+        kernel_steps: dict[float, Callable[[], Any]] = {}
         if "gpu" in plan.kinds:
             gpu_steps = _gpu_slowed(plan, spec, build, step, graphed, setup, rng)
+        if "kernel" in plan.kinds:
+            try:
+                kernel_steps = _gpu_slowed(
+                    plan, spec, build, step, graphed, setup, rng, same_launch=True, launches=base.kernels_per_step
+                )
+            except Exception as exc:  # noqa: BLE001 - a model whose code cannot take a wider output loses this kind only
+                setup.kernel_note = f"could not inject: {type(exc).__name__}: {str(exc)[:120]}"
         if "host" in plan.kinds:
             for k in plan.sizes_pct:
                 setup.busy_wait_ms[f"{k:g}"] = wall * k / 100
@@ -312,6 +329,7 @@ def run(
             conditions.append(("unchanged", 0.0, step))
         conditions += [("gpu", k, slowed) for k, slowed in gpu_steps.items()]
         conditions += [("host", k, slowed) for k, slowed in host_steps.items()]
+        conditions += [("kernel", k, slowed) for k, slowed in kernel_steps.items()]
         for row in _compare(plan, case, step, base, conditions, rng, settings, progress):
             rows.append(row)
             if checkpoint is not None:  # after each comparison: a run cut short keeps all it judged
@@ -320,7 +338,7 @@ def run(
                         plan=plan, setups=setups, rows=rows, tally=tally(rows), wall_s=time.perf_counter() - t_start
                     )
                 )
-        del step, gpu_steps, host_steps, conditions
+        del step, gpu_steps, host_steps, kernel_steps, conditions
         if cuda:
             torch.cuda.empty_cache()
     return QualityRun(plan=plan, setups=setups, rows=rows, tally=tally(rows), wall_s=time.perf_counter() - t_start)
@@ -418,35 +436,50 @@ def _gpu_slowed(
     graphed: bool,
     setup: CaseSetup,
     rng: random.Random,
+    *,
+    same_launch: bool = False,
+    launches: float | None = None,
 ) -> dict[float, Callable[[], Any]]:
-    """Per size, the step with every Nth F.linear done twice, N sized from the step with every
-    F.linear done twice against the plain step (on a CPU from wall time, on a GPU device time)."""
-    from perfgate.quality.inject import slow_op
+    """Per size, the step with every Nth F.linear done twice (GPU-side: added kernels), or, with
+    `same_launch`, with every Nth F.linear twice as wide in one launch (a slower kernel; `launches`:
+    the record's kernel launches per step, None on a CPU). N sized from the step with every F.linear slowed so
+    against the plain step (on a CPU from wall time, on a GPU device time). A wider step that
+    launches more kernels than the record is no same-launch slowdown: none is returned, and the
+    set-up says why."""
+    from perfgate.quality.inject import slow_linear_wider, slow_op, wider_step
 
-    undo, _ = slow_op("linear", 1)
+    patch = slow_linear_wider if same_launch else (lambda n: slow_op("linear", n))
+    undo, _ = patch(1)
     try:
-        doubled_case = build(spec)[1] if graphed else step
+        slowed_case = build(spec)[1] if graphed else step
         if plan.device.startswith("cuda"):
-            doubled = profiled(doubled_case, plan.device, plan.profile_steps)[0] or 0.0
-            share = linear_share(setup.device_ms or 0.0, doubled)
+            slowed_ms, slowed_kernels, _, _ = profiled(slowed_case, plan.device, plan.profile_steps)
+            share = linear_share(setup.device_ms or 0.0, slowed_ms or 0.0)
         else:
-            med = interleaved_ms([doubled_case], plan.device, max(5, plan.rounds // 3), rng)[0]
+            med = interleaved_ms([slowed_case], plan.device, max(5, plan.rounds // 3), rng)[0]
             share = linear_share(setup.wall_ms, sorted(med)[len(med) // 2])
+            slowed_kernels = None
     finally:
         undo()
-    del doubled_case  # a graph case's doubled copy: one model fewer on the device
+    del slowed_case  # a graph case's slowed copy: one model fewer on the device
+    if same_launch and slowed_kernels != launches:
+        setup.kernel_note = (
+            f"not a same-launch slowdown here: {slowed_kernels} kernel launches per step, not {launches}"
+        )
+        return {}
+    every = setup.wider_every if same_launch else setup.linear_every
     out: dict[float, Callable[[], Any]] = {}
     for k in plan.sizes_pct:
         n = every_nth_for(share, k / 100)
-        setup.linear_every[f"{k:g}"] = n
-        if graphed:  # the doubling must be captured: a graph of its own, built under the patch
-            undo, _ = slow_op("linear", n)
+        every[f"{k:g}"] = n
+        if graphed:  # the slowdown must be captured: a graph of its own, built under the patch
+            undo, _ = patch(n)
             try:
                 out[k] = build(spec)[1]
             finally:
                 undo()
         else:
-            out[k] = _during(step, n)
+            out[k] = wider_step(step, n) if same_launch else _during(step, n)
     return out
 
 

@@ -201,6 +201,55 @@ def slow_op(op: str, every: int) -> tuple[Callable[[], None], OpCalls]:
     return (lambda: setattr(torch.nn.functional, name, original)), seen
 
 
+def _every_nth_wider(every: int) -> tuple[Callable[..., Any], Callable[..., Any], OpCalls]:
+    """(F.linear, one computing every `every`-th call with twice the output features and slicing
+    the extra half off, its counter): the GPU does more work in the same GEMM launch, so the kernel
+    count stays (a slower kernel, what only device time sees). The result is the same values (a
+    view of the wider output). Each weight's wider copy is made at its first call, once (in the
+    warm-up; a CUDA graph captured after it replays no copy)."""
+    if every < 1:
+        raise ValueError(f"every must be >= 1, got {every}")
+    original = torch.nn.functional.linear
+    seen = OpCalls()
+    wider: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = {}
+
+    def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        entry = wider.get(id(weight))
+        if entry is None or entry[0] is not weight:  # keyed by identity: an id reused after a free is not this weight
+            with torch.no_grad():
+                entry = (weight, torch.cat([weight, weight]), None if bias is None else torch.cat([bias, bias]))
+            wider[id(weight)] = entry
+        seen.calls += 1
+        if seen.calls % every == 0:
+            seen.doubled += 1
+            return original(x, entry[1], entry[2])[..., : weight.shape[0]]
+        return original(x, weight, bias)
+
+    return original, linear, seen
+
+
+def slow_linear_wider(every: int) -> tuple[Callable[[], None], OpCalls]:
+    """Every `every`-th call of torch.nn.functional.linear (in this process, from now) done with
+    twice the output features in one launch; returns the undo and the call counter."""
+    original, linear, seen = _every_nth_wider(every)
+    torch.nn.functional.linear = linear
+    return (lambda: setattr(torch.nn.functional, "linear", original)), seen
+
+
+def wider_step(step: Callable[[], Any], every: int) -> Callable[[], Any]:
+    """`step` with every `every`-th F.linear twice as wide while it runs (one counter across steps)."""
+    original, linear, _ = _every_nth_wider(every)
+
+    def injected() -> Any:
+        torch.nn.functional.linear = linear
+        try:
+            return step()
+        finally:
+            torch.nn.functional.linear = original
+
+    return injected
+
+
 def every_nth(share: float, target: float) -> int:
     """Every how many calls to do an op twice so that the step grows by `target` (a fraction), the
     op being `share` of the step's instructions (the step with every call doubled counts 1 + share

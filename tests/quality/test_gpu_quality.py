@@ -187,3 +187,31 @@ def test_the_device_time_window_is_asked_for_blocks_and_judged_per_block(monkeyp
     assert row.verdicts["device-time-ab"] == "regression" and "over 4 blocks" in row.messages["device-time-ab"]
     with pytest.raises(ValueError, match="device_block_steps must be at least 1"):
         gq.Plan(device="cpu", cases=gq.CPU_CASES, device_block_steps=0)
+
+
+def test_the_slower_kernel_kind_runs_sized_and_is_dropped_where_it_adds_launches() -> None:
+    """kind "kernel": every Nth F.linear twice as wide (the same launches, more work in each), sized
+    like the GPU-side kind and judged by every gate; a step whose wider copy launches another
+    number of kernels than its record is no same-launch slowdown, and the set-up says so."""
+    import random
+
+    import torch
+
+    from perfgate.output.gpu_quality import detection_markdown
+
+    lin, x = torch.nn.Linear(256, 256), torch.randn(64, 256)
+
+    def build(spec):
+        return "m-tiny-baseline", (lambda: torch.nn.functional.linear(x, lin.weight, lin.bias)), False
+
+    plan = gq.Plan(device="cpu", cases=(("m", "tiny", "baseline"),), kinds=("unchanged", "kernel"), sizes_pct=(50.0,),
+                   repeats=1, rounds=5, passes=2, profile_steps=1, warmup_s=0.0)  # fmt: skip
+    result = gq.run(plan, build)
+    assert [r.kind for r in result.rows] == ["unchanged", "kernel"]
+    assert result.setups[0].wider_every.keys() == {"50"} and result.setups[0].kernel_note is None
+    assert "| gate | unchanged | slower kernel +50% |" in detection_markdown(result)
+    setup = gq.CaseSetup(case="m-tiny-baseline", bound=None, wall_ms=1.0, device_ms=None)
+    _, step, _ = build(None)
+    slowed = gq._gpu_slowed(plan, None, build, step, False, setup, random.Random(0), same_launch=True, launches=5.0)
+    assert slowed == {}
+    assert setup.kernel_note == "not a same-launch slowdown here: None kernel launches per step, not 5.0"

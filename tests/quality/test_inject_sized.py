@@ -174,3 +174,41 @@ def test_the_time_gates_sub_runs_count_no_instructions(tmp_path, monkeypatch):
     assert len(ab_calls) == 2 and all(env[NO_COUNTS_ENV] == "1" for _, env in ab_calls)
     (head_env,) = [env for selection, env in ab_calls if "perfgate.quality.inject" in selection]
     assert head_env[inject.SIZED_ENV] == cond.sized  # the head's processes alone are slowed
+
+
+def test_a_wider_linear_gives_the_same_output_with_more_work_in_the_same_ops() -> None:
+    """The slower-kernel slowdown (every Nth F.linear twice as wide, sliced back) on the repository's
+    PhysicsNeMo block, whose qkv output is reshaped into heads: the same output, every
+    Nth call widened (one counter across steps), each weight copied once, and per step the same
+    aten ops that launch work (only views added: the GEMM does more, nothing else runs)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from models.physicsnemo_block import CONFIGS, PhysicsNeMoBlock, example_inputs
+
+    torch.manual_seed(0)
+    model = PhysicsNeMoBlock(CONFIGS["tiny"]).eval()
+    (x,) = example_inputs(CONFIGS["tiny"])
+    with torch.no_grad():
+        want = model(x)
+        original, linear, seen = inject._every_nth_wider(2)
+        torch.nn.functional.linear = linear
+        try:
+            got = [model(x) for _ in range(3)]
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                model(x)
+        finally:
+            torch.nn.functional.linear = original
+        with profile(activities=[ProfilerActivity.CPU]) as plain:
+            model(x)
+    for g in got:  # the same values up to the GEMM's rounding (a wider GEMM may block its sums otherwise)
+        torch.testing.assert_close(g, want)
+    assert (seen.calls, seen.doubled) == (16, 8)  # 4 linears a step, every 2nd widened
+    views = {"aten::slice", "aten::as_strided", "aten::alias"}
+
+    def work_ops(p: profile) -> list[str]:
+        return sorted(e.key for e in p.key_averages() if e.key not in views for _ in range(e.count))
+
+    # the step's ops less the views: what the widening adds is the copies made at the first step only
+    assert work_ops(prof) == work_ops(plain)
+    with pytest.raises(ValueError, match="every must be >= 1"):
+        inject._every_nth_wider(0)
