@@ -71,4 +71,38 @@ def detection_markdown(run: QualityRun) -> str:
             f"| {s.case} | {s.bound or '-'} | {s.wall_ms:.3f} | {dev_ms} | {spread} | {every} | {wider} | {wait} "
             f"| {s.build_s:.1f} |"
         )
+    lines += _gpu_state_lines(run)
     return "\n".join(lines) + "\n"
+
+
+def _span(values: list[float], fmt: str) -> str:
+    return f"{min(values):{fmt}}..{max(values):{fmt}}" if values else "-"
+
+
+def _gpu_state_lines(run: QualityRun) -> list[str]:
+    """Per case, what the GPU did while its comparisons were measured (Comparison.gpu_state): none
+    off a GPU or without NVML."""
+    cases = [s.case for s in run.setups if not s.error]
+    rows = {
+        c: [r.gpu_state for r in run.rows if r.case == c and r.gpu_state and r.gpu_state.busy_sm_clock_mhz]
+        for c in cases
+    }
+    if not any(rows.values()):
+        return []
+    out = [
+        "",
+        "| case | busy SM clock MHz (comparisons' means) | power W | clock events seen (share of readings, max) "
+        "| comparisons the gate's telemetry rule calls unreliable |",
+        "|---|---|---|---|---|",
+    ]
+    for c, states in rows.items():
+        events: dict[str, float] = {}
+        for st in states:
+            for k, v in st.clock_events.items():
+                events[k] = max(events.get(k, 0.0), v)
+        seen = ", ".join(f"{k} {v:.0%}" for k, v in sorted(events.items())) or "none"
+        clocks = [st.busy_sm_clock_mhz for st in states if st.busy_sm_clock_mhz is not None]
+        power = [st.gpu_power_w for st in states if st.gpu_power_w is not None]
+        flagged = sum(1 for st in states if st.unreliable)
+        out.append(f"| {c} | {_span(clocks, '.0f')} | {_span(power, '.0f')} | {seen} | {flagged}/{len(states)} |")
+    return out

@@ -43,7 +43,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfgate.gate.detectable import noise_block, noise_of
 from perfgate.gate.instructions import judge_kernels
@@ -52,6 +52,9 @@ from perfgate.gate.paired import judge_device_time_rounds, judge_rounds
 from perfgate.gate.settings import GateSettings
 from perfgate.gate.verdicts import REGRESSION
 from perfgate.record import CaseRecord, PassNoise, as_json
+
+if TYPE_CHECKING:
+    from perfgate.measure.telemetry import TelemetrySampler
 
 GATES = ("wall-stored", "wall-ab", "wall-ab-paired", "device-time", "device-time-ab", "kernels")
 SIZES_PCT = (1.0, 2.0, 5.0)
@@ -114,6 +117,7 @@ class Comparison:
     ab_base_ms: list[float] = field(default_factory=list)  # the unchanged step's, round by round beside them
     device_ms: list[float] = field(default_factory=list)  # the current step's GPU busy time per round of one window
     ab_base_device_ms: list[float] = field(default_factory=list)  # the unchanged step's, beside them
+    gpu_state: GpuState | None = None  # the GPU's clocks and power meanwhile
 
 
 @dataclass(kw_only=True)
@@ -125,6 +129,7 @@ class CaseSetup:
     linear_every: dict[str, int] = field(default_factory=dict)  # size -> N of the GPU-side slowdown
     wider_every: dict[str, int] = field(default_factory=dict)  # size -> N of the slower-kernel slowdown
     kernel_note: str | None = None  # why the slower-kernel slowdown did not run here
+    record_gpu_state: GpuState | None = None  # the GPU while the record's passes ran
     busy_wait_ms: dict[str, float] = field(default_factory=dict)  # size -> the host-side busy-wait
     pass_noise: dict[str, PassNoise] = field(default_factory=dict)  # by metric, as the record keeps it
     build_s: float = 0.0
@@ -132,6 +137,47 @@ class CaseSetup:
 
 
 # --- timing and profiling -------------------------------------------------------------------------
+
+
+TELEMETRY_INTERVAL_S = 0.02  # a 1.4 ms step's comparison lasts ~0.2 s: ten readings
+
+
+def gpu_sampler(device: str) -> TelemetrySampler:
+    """The telemetry sampler (perfgate.measure.telemetry) around a comparison's stored measurement:
+    the GPU's SM clock, power and clock events through NVML; the CPU alone off a GPU."""
+    from perfgate.measure.telemetry import TelemetrySampler
+
+    return TelemetrySampler(device, interval_s=TELEMETRY_INTERVAL_S)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuState:
+    """What the GPU did while a comparison (or the record) was measured, through NVML: kept per
+    comparison so that a device-time change can be laid beside the clocks (2026-11-28: the unchanged
+    bf16 block read -0.3..+7.8% against its record, the clocks unsampled)."""
+
+    busy_sm_clock_mhz: float | None  # mean SM clock over the readings without the idle reason
+    gpu_power_w: float | None
+    gpu_temp_c: float | None
+    clock_events: dict[str, float]  # each reason but idle: its share of the readings
+    unreliable: str | None  # the gate's own reason to distrust such timings (perfgate.gate.decide)
+    samples: int | None
+
+
+def gpu_state(sampler: TelemetrySampler) -> GpuState:
+    """The sampler's summary as a GpuState (after the sampler stopped)."""
+    from perfgate.gate.decide import telemetry_reason
+
+    summary = sampler.summary()
+    power, temp = summary.metric("gpu_power_w"), summary.metric("gpu_temp_c")
+    return GpuState(
+        busy_sm_clock_mhz=summary.busy_sm_clock_mhz.mean if summary.busy_sm_clock_mhz else None,
+        gpu_power_w=power.mean if power else None,
+        gpu_temp_c=temp.mean if temp else None,
+        clock_events={k: v for k, v in (summary.clock_events or {}).items() if k != "gpu_idle"},
+        unreliable=telemetry_reason(summary),
+        samples=summary.n_samples,
+    )
 
 
 def interleaved_ms(
@@ -284,9 +330,10 @@ def run(
         progress(f"{case}: warming up, then recording ({plan.passes} passes)")
         warm_up(step, plan.device, plan.warmup_s)
         passes = []
-        for _ in range(plan.passes):
-            samples = interleaved_ms([step], plan.device, plan.rounds, rng)[0]
-            passes.append(record_of(samples, profiled(step, plan.device, plan.profile_steps)))
+        with gpu_sampler(plan.device) as tel:
+            for _ in range(plan.passes):
+                samples = interleaved_ms([step], plan.device, plan.rounds, rng)[0]
+                passes.append(record_of(samples, profiled(step, plan.device, plan.profile_steps)))
         noise = noise_block(noise_of(passes))
         base = replace(passes[-1], pass_noise=noise)
         if plan.trace_dir is not None:  # a real trace of a few steps, for tests that read one offline
@@ -305,6 +352,7 @@ def run(
             wall_ms=wall,
             device_ms=dev,
             pass_noise=noise,
+            record_gpu_state=gpu_state(tel),
         )
         gpu_steps: dict[float, Callable[[], Any]] = {}
         host_steps: dict[float, Callable[[], Any]] = {}
@@ -368,8 +416,9 @@ def _compare(
     for (kind, k, current), r in schedule:
         progress(f"{case}: {kind} {k:g}% #{r + 1}")
         t1 = time.perf_counter()
-        ab_base, cur_samples = interleaved_ms([step, current], plan.device, plan.rounds, rng)
-        cur = record_of(cur_samples, profiled(current, plan.device, plan.profile_steps))
+        with gpu_sampler(plan.device) as tel:
+            ab_base, cur_samples = interleaved_ms([step, current], plan.device, plan.rounds, rng)
+            cur = record_of(cur_samples, profiled(current, plan.device, plan.profile_steps))
         from perfgate.measure.op_counts import interleaved_device_ms
 
         try:
@@ -406,6 +455,7 @@ def _compare(
             ab_base_ms=list(ab_base),
             device_ms=device_rounds[1] if device_rounds else [],
             ab_base_device_ms=device_rounds[0] if device_rounds else [],
+            gpu_state=gpu_state(tel),
         )
 
 

@@ -215,3 +215,37 @@ def test_the_slower_kernel_kind_runs_sized_and_is_dropped_where_it_adds_launches
     slowed = gq._gpu_slowed(plan, None, build, step, False, setup, random.Random(0), same_launch=True, launches=5.0)
     assert slowed == {}
     assert setup.kernel_note == "not a same-launch slowdown here: None kernel launches per step, not 5.0"
+
+
+def test_each_comparison_keeps_the_gpus_clocks_and_the_gates_telemetry_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    """gpu_state through the real nvidia-ml-py over a stand-in driver (tests/fake_nvml.py): a GPU
+    held at 1800 of 1980 MHz by its power cap reads as such, and the gate's telemetry rule does not
+    distrust it (a power cap is no slowdown reason there: what a lease must show to matter); a
+    thermal slowdown it does. The detection table lays the clocks beside the case."""
+    import pynvml
+
+    from perfgate.output.gpu_quality import detection_markdown
+    from tests.fake_nvml import FakeGpu, install
+
+    def state_of(gpu: FakeGpu) -> gq.GpuState:
+        install(monkeypatch, gpu)
+        sampler = gq.gpu_sampler("cuda:0")
+        for _ in range(3):
+            sampler.sample()
+        sampler.stop()
+        return gq.gpu_state(sampler)
+
+    capped = state_of(FakeGpu(sm_mhz=1800, clock_events=pynvml.nvmlClocksEventReasonSwPowerCap))
+    assert capped.busy_sm_clock_mhz == 1800 and capped.clock_events == {"sw_power_cap": 1.0}
+    assert capped.unreliable is None
+    hot = state_of(FakeGpu(sm_mhz=1900, clock_events=pynvml.nvmlClocksEventReasonHwThermalSlowdown))
+    assert hot.unreliable and "hw_thermal_slowdown in 100% of samples" in hot.unreliable
+    setup = gq.CaseSetup(case="c", bound="device-bound", wall_ms=1.4, device_ms=1.37)
+    rows = [
+        gq.Comparison(case="c", kind="unchanged", size_pct=0.0, repeat=i, verdicts=dict.fromkeys(gq.GATES, "unchanged"),
+                      messages={}, wall_s=0.2, wall_change_pct=0.0, device_change_pct=0.0, gpu_state=st)
+        for i, st in enumerate((capped, hot))
+    ]  # fmt: skip
+    plan = gq.Plan(device="cuda:0", cases=(("c", None, "bf16"),))
+    table = detection_markdown(gq.QualityRun(plan=plan, setups=[setup], rows=rows, tally=gq.tally(rows), wall_s=1.0))
+    assert "| c | 1800..1900 | - | hw_thermal_slowdown 100%, sw_power_cap 100% | 1/2 |" in table
