@@ -186,6 +186,7 @@ def measure_case(case_id: str, cases: dict[str, Any], head_root: Path, base_root
         if spec := load_sized(sized).get(case_id):
             head_step = sized_step(spec, head_step, built["head"].converted.module)
     m = measure_interleaved(built["base"].step, head_step, device, stop=stop, seed=random.randrange(2**31))
+    device_blocks, device_error = device_window(built["base"].step, head_step, device)
     acc = {
         side: accuracy.metrics(out, built[side].reference, kind=built[side].workload.output_kind)
         for side, out in (("base", m.out_base), ("head", m.out_head))
@@ -204,7 +205,31 @@ def measure_case(case_id: str, cases: dict[str, Any], head_root: Path, base_root
         device=str(device),
         model=case.model,
         variant=case.variant,
+        device_base_ms=device_blocks[0] if device_blocks else None,
+        device_head_ms=device_blocks[1] if device_blocks else None,
+        device_block_steps=DEVICE_BLOCK_STEPS if device_blocks else None,
+        device_error=device_error,
     )
+
+
+DEVICE_BLOCKS, DEVICE_BLOCK_STEPS = 10, 5  # the GPU quality run's window (perfgate.quality.gpu_quality.Plan)
+
+
+def device_window(
+    base: Callable[[], Any], head: Callable[[], Any], device: torch.device
+) -> tuple[list[list[float]] | None, str | None]:
+    """On a GPU, both sides' GPU busy ms per step in blocks of one profiler window in which they
+    alternate, or why none was measured; (None, None) off a GPU. A window that fails loses the
+    device-time verdict, not the case (a profiler that cannot trace here is the machine's problem,
+    not the change's)."""
+    from perfgate.measure.op_counts import interleaved_device_ms
+
+    rng = random.Random(random.randrange(2**31))
+    try:
+        blocks = interleaved_device_ms([base, head], str(device), DEVICE_BLOCKS, rng, block_steps=DEVICE_BLOCK_STEPS)
+    except Exception as exc:  # noqa: BLE001 - see the docstring
+        return None, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return blocks, None
 
 
 def all_cases(device: str) -> list[Any]:

@@ -68,6 +68,12 @@ class Measured(RecordBlock):
     device: str
     model: str
     variant: str
+    # On a GPU: each side's GPU busy ms per step, block by block of one profiler window in which the
+    # two sides alternate (perfgate.measure.op_counts.interleaved_device_ms), blocks of this many steps
+    device_base_ms: list[float] | None = None
+    device_head_ms: list[float] | None = None
+    device_block_steps: int | None = None
+    device_error: str | None = None  # why the device-time window measured nothing on a GPU
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -13,7 +13,8 @@ The decision is sequential, so a clear case stops early: "unchanged" as soon as 
 confidence interval of the median ratio lies within +-`ab_min_effect`, a regression or improvement
 as soon as it is significant (Wilcoxon's exact test needs at least 7 pairs for p < 0.01), else
 "inconclusive" when the pairs run out. Memory, accuracy and speedup are judged on the per-side
-medians with the stored gate's own judges.
+medians with the stored gate's own judges; on a GPU the device time per step by the pairs' (or,
+interleaved, one window's blocks') log ratios, whose mean a t test judges.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from dataclasses import dataclass, replace
 from perfgate.ab.job import CaseResult, Measured, NotMeasured
 from perfgate.gate.instructions import judge_instructions
 from perfgate.gate.metrics import judge_accuracy, judge_memory, judge_speedup
-from perfgate.gate.paired import judge_logs
+from perfgate.gate.paired import judge_device_time_rounds, judge_logs
 from perfgate.gate.policy import Policy
 from perfgate.gate.settings import GateSettings
 from perfgate.gate.verdicts import INCONCLUSIVE, UNRELIABLE, Verdict
@@ -82,6 +83,29 @@ def latency_verdict(case: str, pairs: Sequence[Pair], s: GateSettings, *, final:
     )
 
 
+def device_time_verdict(case: str, pairs: Sequence[Pair], s: GateSettings) -> Verdict | None:
+    """Process mode: the GPU busy time per step of each process's profiler window, head/base per
+    reliable pair, by the mean of the log ratios (a t test; device time adds up and host phases do
+    not reach it) with `device_time_tolerance` as the smallest effect. Adjacent processes share the
+    GPU's speed of that minute, which a stored record does not (an H200's 1.4 ms bf16 block read
+    -0.3..+7.8% against its record on unchanged code, docs/gpu-runs.md). None without device time."""
+    both = [p for p in pairs if p.reliable and p.base.device_ms_per_step and p.head.device_ms_per_step]
+    if not both:
+        return None
+    return judge_logs(
+        case,
+        [math.log(p.head.device_ms_per_step / p.base.device_ms_per_step) for p in both],  # type: ignore[operator]
+        replace(s, ab_min_effect=s.device_time_tolerance),
+        final=True,
+        unit="process pair",
+        test="t",
+        n_total=len(both),
+        baseline_ms=_median([p.base.device_ms_per_step for p in both]),
+        current_ms=_median([p.head.device_ms_per_step for p in both]),
+        metric="device_time",
+    )
+
+
 def interleaved_verdicts(
     case: str, results: Sequence[CaseResult], policy: Policy, *, final: bool
 ) -> list[Verdict] | None:
@@ -119,11 +143,29 @@ def interleaved_verdicts(
         accuracy=dict(last.accuracy_base),
     )
     head = replace(base, peak_mem_mib=_median([r.peak_head_mib for r in ok]), accuracy=dict(last.accuracy_head))
+    blocks = [r for r in ok if r.device_base_ms and r.device_head_ms]
     others = [
+        judge_device_time_rounds(
+            case,
+            [x for r in blocks for x in r.device_head_ms or ()],
+            [x for r in blocks for x in r.device_base_ms or ()],
+            settings("device_time"),
+            block_steps=blocks[-1].device_block_steps or 1,
+        )
+        if blocks
+        else _device_not_measured(case, ok),
         judge_memory(case, head, base, settings("memory")),
         judge_accuracy(case, head, base, settings("accuracy")),
     ]
     return [latency, *(v for v in others if v is not None)]
+
+
+def _device_not_measured(case: str, results: Sequence[Measured]) -> Verdict | None:
+    """Interleaved mode on a GPU whose device-time window failed in every process: said, not silent."""
+    errors = [r.device_error for r in results if r.device_error]
+    if not errors:
+        return None
+    return Verdict(case=case, metric="device_time", verdict=INCONCLUSIVE, message=f"not measured: {errors[-1]}")
 
 
 def _side(pairs: Sequence[Pair], side: str) -> CaseRecord:
@@ -160,6 +202,7 @@ def verdicts(case: str, pairs: Sequence[Pair], policy: Policy, *, final: bool) -
     base, head = _side(pairs, "base"), _side(pairs, "head")
     others = [
         judge_instructions(case, counted.head, counted.base, settings("instructions")) if counted else None,
+        device_time_verdict(case, pairs, settings("device_time")),
         judge_memory(case, head, base, settings("memory")),
         judge_accuracy(case, head, base, settings("accuracy")),
     ]

@@ -199,7 +199,7 @@ def test_ci_benchmark_pr_mode_judges_wall_time_by_ab_then_the_rest_stored_on_the
     assert (out / "ab-summary.md").read_text().startswith("### perfgate ab: no regression")
     summary = (out / "summary.md").read_text()
     assert summary.startswith("### perfgate ab: no regression")
-    assert "### Kernel launches, device time, memory and accuracy against the stored baseline" in summary
+    assert "### Kernel launches, memory and accuracy against the stored baseline" in summary
     verdicts = json.loads((out / "verdicts.json").read_text())["verdicts"]
     judged = {v["metric"]: v["verdict"] for v in verdicts}
     assert judged["memory"] == "unchanged" and judged["accuracy"] == "unchanged"  # judged against the record
@@ -212,7 +212,7 @@ def test_ci_benchmark_rejects_an_unknown_mode_in_one_line(tmp_path: Path) -> Non
     assert r.returncode == 4
     assert r.stderr.strip() == (
         "ci-benchmark: PERFGATE_MODE=abba is not a mode; use stored (the stored baseline), ab (same-job A/B) or pr "
-        "(A/B for wall time, stored for kernels and device time)"
+        "(A/B for wall and device time, stored for kernels)"
     )
 
 
