@@ -186,7 +186,8 @@ def measure_case(case_id: str, cases: dict[str, Any], head_root: Path, base_root
         if spec := load_sized(sized).get(case_id):
             head_step = sized_step(spec, head_step, built["head"].converted.module)
     m = measure_interleaved(built["base"].step, head_step, device, stop=stop, seed=random.randrange(2**31))
-    device_blocks, device_error = device_window(built["base"].step, head_step, device)
+    step_s = statistics.median(m.samples_base_ms + m.samples_head_ms) / 1000
+    device_blocks, device_error = device_window(built["base"].step, head_step, device, step_s)
     acc = {
         side: accuracy.metrics(out, built[side].reference, kind=built[side].workload.output_kind)
         for side, out in (("base", m.out_base), ("head", m.out_head))
@@ -212,11 +213,21 @@ def measure_case(case_id: str, cases: dict[str, Any], head_root: Path, base_root
     )
 
 
-DEVICE_BLOCKS, DEVICE_BLOCK_STEPS = 10, 5  # the GPU quality run's window (perfgate.quality.gpu_quality.Plan)
+DEVICE_BLOCK_STEPS = 5  # steps of each side per block, as the GPU quality run's window (gpu_quality.Plan)
+DEVICE_BLOCKS = (3, 10)  # blocks per window at least (a t test needs 3) and at most
+DEVICE_WINDOW_S = 2.0  # the window's target length: a 393 ms step gets 3 blocks (12 s), a 12 ms one 10 (1.2 s)
+
+
+def device_blocks_for(step_s: float) -> int:
+    """Blocks of the device-time window for a step of `step_s` seconds: as many as fit the target
+    length, within DEVICE_BLOCKS (each worker process adds its blocks to the pool judged)."""
+    lo, hi = DEVICE_BLOCKS
+    fit = int(DEVICE_WINDOW_S / (2 * DEVICE_BLOCK_STEPS * step_s)) if step_s > 0 else hi
+    return max(lo, min(hi, fit))
 
 
 def device_window(
-    base: Callable[[], Any], head: Callable[[], Any], device: torch.device
+    base: Callable[[], Any], head: Callable[[], Any], device: torch.device, step_s: float
 ) -> tuple[list[list[float]] | None, str | None]:
     """On a GPU, both sides' GPU busy ms per step in blocks of one profiler window in which they
     alternate, or why none was measured; (None, None) off a GPU. A window that fails loses the
@@ -225,8 +236,9 @@ def device_window(
     from perfgate.measure.op_counts import interleaved_device_ms
 
     rng = random.Random(random.randrange(2**31))
+    blocks_n = device_blocks_for(step_s)
     try:
-        blocks = interleaved_device_ms([base, head], str(device), DEVICE_BLOCKS, rng, block_steps=DEVICE_BLOCK_STEPS)
+        blocks = interleaved_device_ms([base, head], str(device), blocks_n, rng, block_steps=DEVICE_BLOCK_STEPS)
     except Exception as exc:  # noqa: BLE001 - see the docstring
         return None, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     return blocks, None

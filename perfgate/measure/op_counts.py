@@ -151,7 +151,7 @@ def interleaved_device_ms(
 ) -> list[list[float]] | None:
     """Per step, `rounds` GPU busy times (ms per step), the steps interleaved in a random order
     inside ONE profiler window: what drifts between windows (the GPU's clocks and temperature; an
-    unchanged bf16 block read -0.3..+4.9% against its record minutes later, docs/gpu-runs.md) hits
+    unchanged bf16 block read -0.3..+7.8% against its record minutes later, docs/gpu-runs.md) hits
     both sides alike, and per-round ratios cancel it. Each round is a block of `block_steps`
     interleaved calls per step, its figure their mean: a slowdown that hits one step in five (every
     Nth `F.linear`, a periodic re-allocation) shows in every block of five, where single-step rounds

@@ -40,3 +40,12 @@ def test_base_and_head_alternate_randomly_each_after_its_untimed_call(clock):
     assert m.ratios == [2.5] * 12 and m.median_ratio == 2.5
     assert m.samples_base_ms == [2.0] * 12 and m.samples_head_ms == [5.0] * 12
     assert (m.out_base, m.out_head) == ("base", "head")
+
+
+def test_the_device_time_window_fits_its_blocks_to_the_step() -> None:
+    """A worker's device-time window (GPU only) is sized by the step it times: the Self Forcing
+    block's 393 ms step gets the 3 blocks a t test needs (12 s), the world model's 12 ms graph the
+    10 the GPU quality run uses, and a 50 ms step what fits two seconds."""
+    from perfgate.ab.interleave import device_blocks_for
+
+    assert [device_blocks_for(s) for s in (0.393, 0.012, 0.05, 0.0)] == [3, 10, 4, 10]
