@@ -42,6 +42,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +56,7 @@ from perfgate.record import CaseRecord, PassNoise, as_json
 
 if TYPE_CHECKING:
     from perfgate.measure.telemetry import TelemetrySampler
+    from perfgate.quality.inject import OpCalls
 
 GATES = ("wall-stored", "wall-ab", "wall-ab-paired", "device-time", "device-time-ab", "kernels")
 SIZES_PCT = (1.0, 2.0, 5.0)
@@ -523,14 +525,25 @@ def _gpu_slowed(
         n = every_nth_for(share, k / 100)
         every[f"{k:g}"] = n
         if graphed:  # the slowdown must be captured: a graph of its own, built under the patch
-            undo, _ = patch(n)
+            undo, seen = patch(n)
             try:
-                out[k] = build(spec)[1]
+                out[k] = _holding(build(spec)[1], seen)
             finally:
                 undo()
         else:
             out[k] = wider_step(step, n) if same_launch else _during(step, n)
     return out
+
+
+def _holding(step: Callable[[], Any], seen: OpCalls) -> Callable[[], Any]:
+    """A graph case's slowed step, holding what its patch made (`seen.made`): the graph replays
+    kernels that read the wider weights by address, and the caching allocator would hand their
+    memory to the next build once nothing referenced them."""
+    return partial(_replay, step, seen)
+
+
+def _replay(step: Callable[[], Any], held: OpCalls) -> Any:
+    return step()
 
 
 def _during(step: Callable[[], Any], every: int) -> Callable[[], Any]:

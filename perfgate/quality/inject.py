@@ -173,6 +173,7 @@ class OpCalls:
     def __init__(self) -> None:
         self.calls = 0
         self.doubled = 0
+        self.made: dict[int, tuple[torch.Tensor, ...]] = {}  # tensors the patch made (a wider weight)
 
 
 def _every_nth_twice(op: str, every: int) -> tuple[str, Callable[..., Any], Callable[..., Any], OpCalls]:
@@ -211,7 +212,7 @@ def _every_nth_wider(every: int) -> tuple[Callable[..., Any], Callable[..., Any]
         raise ValueError(f"every must be >= 1, got {every}")
     original = torch.nn.functional.linear
     seen = OpCalls()
-    wider: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = {}
+    wider = seen.made  # held by the counter: a CUDA graph captured under the patch reads these after its undo
 
     def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         entry = wider.get(id(weight))

@@ -215,6 +215,15 @@ def test_the_slower_kernel_kind_runs_sized_and_is_dropped_where_it_adds_launches
     slowed = gq._gpu_slowed(plan, None, build, step, False, setup, random.Random(0), same_launch=True, launches=5.0)
     assert slowed == {}
     assert setup.kernel_note == "not a same-launch slowdown here: None kernel launches per step, not 5.0"
+    from perfgate.quality.inject import slow_linear_wider
+
+    undo, seen = slow_linear_wider(1)
+    try:
+        graphed = gq._holding(step, seen)  # a graph case's step keeps its patch's wider weights alive
+        graphed()
+    finally:
+        undo()
+    assert graphed.args[1] is seen and len(seen.made) == 1
 
 
 def test_each_comparison_keeps_the_gpus_clocks_and_the_gates_telemetry_reason(monkeypatch: pytest.MonkeyPatch) -> None:

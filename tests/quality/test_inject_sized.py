@@ -203,6 +203,14 @@ def test_a_wider_linear_gives_the_same_output_with_more_work_in_the_same_ops() -
     for g in got:  # the same values up to the GEMM's rounding (a wider GEMM may block its sums otherwise)
         torch.testing.assert_close(g, want)
     assert (seen.calls, seen.doubled) == (16, 8)  # 4 linears a step, every 2nd widened
+    # each weight's wider copy made once, and held by the counter after the patch is undone (a CUDA
+    # graph captured under it reads them by address)
+    assert [tuple(t.shape[0] for t in made[1:] if t is not None) for made in seen.made.values()] == [
+        (384,),
+        (128, 128),
+        (512, 512),
+        (128, 128),
+    ]
     views = {"aten::slice", "aten::as_strided", "aten::alias"}
 
     def work_ops(p: profile) -> list[str]:
