@@ -173,7 +173,8 @@ class OpCalls:
     def __init__(self) -> None:
         self.calls = 0
         self.doubled = 0
-        self.made: dict[int, tuple[torch.Tensor, ...]] = {}  # tensors the patch made (a wider weight)
+        # tensors the patch made: per weight (by id), (the weight, its wider copy, the wider bias or None)
+        self.made: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = {}
 
 
 def _every_nth_twice(op: str, every: int) -> tuple[str, Callable[..., Any], Callable[..., Any], OpCalls]:
