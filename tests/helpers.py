@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -162,3 +163,18 @@ def counted_run(
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps(data))
     return Path(out)
+
+
+def kept_gpu_records(run: str, name: str) -> dict:
+    """The records of a gzipped pytest-benchmark JSON a GPU run left in docs/data/RUN/NAME.json.gz
+    (perfgate.results.load_records: by case id)."""
+    import gzip
+    import tempfile
+
+    from perfgate.results import load_records
+
+    data = Path(__file__).resolve().parents[1] / "docs" / "data" / run / f"{name}.json.gz"
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"{name}.json"
+        path.write_bytes(gzip.decompress(data.read_bytes()))
+        return load_records(path)

@@ -141,15 +141,14 @@ class CaseSetup:
 # --- timing and profiling -------------------------------------------------------------------------
 
 
-TELEMETRY_INTERVAL_S = 0.02  # a 1.4 ms step's comparison lasts ~0.2 s: ten readings
-
-
 def gpu_sampler(device: str) -> TelemetrySampler:
     """The telemetry sampler (perfgate.measure.telemetry) around a comparison's stored measurement:
-    the GPU's SM clock, power and clock events through NVML; the CPU alone off a GPU."""
+    the GPU's SM clock, power and clock events through NVML; the CPU alone off a GPU. At the
+    interval the suite's own timed runs sample (its default), so the comparisons carry the same
+    sampling thread as the runs the gate judges, no more."""
     from perfgate.measure.telemetry import TelemetrySampler
 
-    return TelemetrySampler(device, interval_s=TELEMETRY_INTERVAL_S)
+    return TelemetrySampler(device)
 
 
 @dataclass(frozen=True, kw_only=True)

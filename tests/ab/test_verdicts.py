@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,27 +15,17 @@ from perfgate.gate.policy import Policy
 from perfgate.gate.settings import GateSettings
 from perfgate.gate.verdicts import INCONCLUSIVE, REGRESSION, UNCHANGED
 from perfgate.measure.device_time import block_means
-from perfgate.results import load_records
+from tests.helpers import kept_gpu_records
 
 DATA = Path(__file__).resolve().parents[2] / "docs" / "data"
-
-
-def _tier(run: str, phase: str) -> dict:
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "tier.json"
-        path.write_bytes(gzip.decompress((DATA / run / f"tier-{phase}.json.gz").read_bytes()))
-        return load_records(path)
 
 
 def test_process_pairs_judge_device_time_by_their_mean_log_ratio() -> None:
     """Three pairs of unchanged processes (the fifth run's cold and warm processes and the sixth
     run's, a lease apart) read every case's device time unchanged; the same heads with their GPU
     work 3% longer (each record's figure scaled: a slower GPU side) read a regression."""
-    cold5, warm5, cold6 = (
-        _tier("gpu-2026-11-27-h200-b", "cold"),
-        _tier("gpu-2026-11-27-h200-b", "warm"),
-        _tier("gpu-2026-11-28-h200", "cold"),
-    )
+    cold5, warm5 = (kept_gpu_records("gpu-2026-11-27-h200-b", f"tier-{phase}") for phase in ("cold", "warm"))
+    cold6 = kept_gpu_records("gpu-2026-11-28-h200", "tier-cold")
     s = GateSettings()
     for case in cold6:
         pairs = [ab.Pair(base=cold5[case], head=cold6[case]), ab.Pair(base=warm5[case], head=cold6[case]),

@@ -5,23 +5,16 @@ behind the pull request's default on a GPU runner: wall time by A/B, device time
 
 from __future__ import annotations
 
-import gzip
-from pathlib import Path
-
 from perfgate import gate
 from perfgate.gate.policy import Policy
 from perfgate.gate.verdicts import REGRESSION, UNCHANGED
-from perfgate.results import load_records
+from tests.helpers import kept_gpu_records
 
-RUN = Path(__file__).resolve().parents[2] / "docs" / "data" / "gpu-2026-11-27-h200-b"
+RUN = "gpu-2026-11-27-h200-b"
 
 
-def test_two_unchanged_gpu_processes_move_wall_time_but_not_device_time_or_kernel_counts(tmp_path: Path) -> None:
-    records = {}
-    for phase in ("cold", "warm"):
-        path = tmp_path / f"tier-{phase}.json"
-        path.write_bytes(gzip.decompress((RUN / f"tier-{phase}.json.gz").read_bytes()))
-        records[phase] = load_records(path)
+def test_two_unchanged_gpu_processes_move_wall_time_but_not_device_time_or_kernel_counts() -> None:
+    records = {phase: kept_gpu_records(RUN, f"tier-{phase}") for phase in ("cold", "warm")}
     both = [c for c in records["cold"] if c in records["warm"]]
     assert len(both) == 12  # each run was cut by the lease's time limit: 13 and 12 cases
     verdicts = {}
@@ -43,18 +36,10 @@ def test_unchanged_gpu_processes_on_two_leases_keep_device_time_and_kernel_count
     cold and warm records (2026-11-27, another lease, the same kind of machine): every case's device
     time and kernel count unchanged; wall time not (the compiled world model +74.7% against the cold
     record)."""
-    import tempfile
-
-    def load(run: Path, phase: str) -> dict:
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / "tier.json"
-            path.write_bytes(gzip.decompress((run / f"tier-{phase}.json.gz").read_bytes()))
-            return load_records(path)
-
-    new = load(RUN.parent / "gpu-2026-11-28-h200", "cold")
+    new = kept_gpu_records("gpu-2026-11-28-h200", "tier-cold")
     judged: dict[str, dict[str, set[str]]] = {}
     for phase in ("cold", "warm"):
-        old = load(RUN, phase)
+        old = kept_gpu_records(RUN, f"tier-{phase}")
         assert len(new) == 12 and set(new) <= set(old)  # cut after 12 cases; the fifth run's cold got 13
         for c in new:
             for v in gate.compare(c, new[c], old[c], Policy()):
