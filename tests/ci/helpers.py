@@ -89,6 +89,19 @@ if args[0] == "api":
         if number not in state.get("pulls", {}):
             sys.exit(f"gh: HTTP 404: Not Found ({path})")
         print(json.dumps(state["pulls"][number]))
+    elif method == "GET" and path.endswith("/pulls"):  # the list, filtered as GitHub filters it
+        assert "--paginate" in args and "--slurp" in args, args
+        query = dict(args[i + 1].split("=", 1) for i, a in enumerate(args) if a == "-f")
+        listed = list(state.get("pulls", {}).values())
+        if state.get("filtered", True):  # False: every pull request, as a filter GitHub ignored
+            user, _, ref = query.get("head", "").partition(":")
+            listed = [
+                p for p in listed
+                if p["state"] == query.get("state", "open")
+                and p["base"]["ref"] == query.get("base", p["base"]["ref"])
+                and (p["head"]["repo"]["full_name"].split("/")[0], p["head"]["ref"]) == (user, ref)
+            ]
+        print(json.dumps([listed[i:i + 2] for i in range(0, len(listed), 2)] or [[]]))
     elif method == "GET":  # --paginate --slurp: one JSON array of pages, two comments a page
         assert "--paginate" in args and "--slurp" in args, args
         print(json.dumps([comments[i:i + 2] for i in range(0, len(comments), 2)] or [[]]))
@@ -107,15 +120,19 @@ state_file.write_text(json.dumps(state))
 '''
 
 
-def install_fake_gh(tmp_path: Path, comments: list[dict] | None = None, pulls: dict | None = None) -> Path:
+def install_fake_gh(
+    tmp_path: Path, comments: list[dict] | None = None, pulls: dict | None = None, filtered: bool = True
+) -> Path:
     """Put the fake `gh` on tmp_path/bin; returns the state file (calls, comments, pr_body).
-    `pulls`: number (a string) -> what GET repos/OWNER/REPO/pulls/N returns."""
+    `pulls`: number (a string) -> what GET repos/OWNER/REPO/pulls/N returns (and GET .../pulls lists);
+    `filtered` False: GET .../pulls lists them all, whatever its query (GitHub ignores a `head`
+    filter it cannot read), so that what pr-comment checks itself is tested."""
     (tmp_path / "bin").mkdir(exist_ok=True)
     gh = tmp_path / "bin" / "gh"
     gh.write_text(FAKE_GH.replace("{python}", sys.executable))
     gh.chmod(0o755)
     state = tmp_path / "gh-state.json"
-    state.write_text(json.dumps({"calls": [], "comments": comments or [], "pulls": pulls or {}}))
+    state.write_text(json.dumps({"calls": [], "comments": comments or [], "pulls": pulls or {}, "filtered": filtered}))
     return state
 
 

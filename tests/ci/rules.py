@@ -34,6 +34,7 @@ PR_EDITABLE = {"pull_request", "pull_request_review", "pull_request_review_comme
 # The only job whose token may write, and what.
 WRITES = {
     ("pr-comment.yml", "comment"): {"pull-requests"},
+    ("pr-comment.yml", "comment-cpu"): {"pull-requests"},
     ("pages.yml", "deploy"): {"pages", "id-token"},  # GitHub's deploy-pages action, alone
 }
 HISTORY_SCRIPT = "scripts/history-store"  # validates the artifact (perfgate store add) before it commits
@@ -834,13 +835,14 @@ def _downloads(s: Setup) -> list[str]:
     found = []
     uploads: dict[str, set[str]] = {MAIN_SET: set(), PR_SET: set()}
     main_of: dict[str, set[str]] = {}  # workflow file -> the artifacts its main jobs upload
+    pr_of: dict[str, set[str]] = {}  # workflow file -> the artifacts its pull-request jobs upload
     for n, _, job, wf in all_jobs(s):
         kind = _upload_kind(job, wf)
         for st in steps(job):
             if uses(st, "actions/upload-artifact") and kind:
                 uploads[kind].add(str((st.get("with") or {}).get("name")))
-                if kind == MAIN_SET:
-                    main_of.setdefault(n, set()).add(str((st.get("with") or {}).get("name")))
+                of = main_of if kind == MAIN_SET else pr_of
+                of.setdefault(n, set()).add(str((st.get("with") or {}).get("name")))
     for n, j, job, wf in all_jobs(s):
         for st in steps(job):
             if not uses(st, "actions/download-artifact"):
@@ -856,8 +858,7 @@ def _downloads(s: Setup) -> list[str]:
             # A job for pull-request runs reads the pull-request job's artifact; one for main's
             # runs reads the main job's and excludes pull-request runs.
             if name in uploads[PR_SET] - uploads[MAIN_SET]:
-                if RUN_IS_PR not in terms:
-                    found.append(f"{w(n, j)}: reads the pull-request artifact {name!r} for other runs too")
+                found += _pull_request_artifact(w(n, j), name, terms, pr_of, s.workflows)
             elif name in uploads[MAIN_SET] - uploads[PR_SET]:
                 if RUN_NOT_PR not in terms or RUN_NOT_PULL_REQUEST not in terms:
                     found.append(f"{w(n, j)}: reads main's artifact {name!r} without excluding pull-request runs")
@@ -865,6 +866,24 @@ def _downloads(s: Setup) -> list[str]:
             else:
                 found.append(f"{w(n, j)}: reads artifact {name!r}, which no main or pull-request job alone uploads")
     return found
+
+
+def _pull_request_artifact(
+    where: str, name: str, terms: list[str], pr_of: dict[str, set[str]], workflows: dict[str, dict[str, Any]]
+) -> list[str]:
+    """A job reading a pull-request job's artifact runs only for the pull-request runs of the one
+    workflow that uploads it: its `if:` names that workflow's path and its pull-request event."""
+    for term in terms:
+        m = RUN_PATH.fullmatch(term)
+        if m and name in pr_of.get(f"{m.group(1)}.yml", set()):
+            event = (
+                "pull_request_target"
+                if "pull_request_target" in triggers(workflows[f"{m.group(1)}.yml"])
+                else "pull_request"
+            )
+            if f"github.event.workflow_run.event == '{event}'" in terms:
+                return []
+    return [f"{where}: reads the pull-request artifact {name!r} for other runs too"]
 
 
 def _upload_kind(job: dict[str, Any], wf: dict[str, Any]) -> str | None:
@@ -897,9 +916,47 @@ def _artifact_of_its_workflow(
     return []
 
 
+# The comment jobs, by the benchmark workflow whose pull-request runs each comments on: the event
+# term its `if:` requires, and what its scripts/pr-comment call must carry. A benchmark-cpu run of a
+# pull request ran the pull request's own copy of the workflow (`pull_request`), so its title is the
+# pull request's words: the call names the run by GitHub's head commit, repository and branch instead.
+COMMENT_JOBS = {
+    "benchmark-gpu": {"event": RUN_IS_PR, "args": ["--run-title"], "not": ["--gate cpu", "--head-sha"]},
+    "benchmark-cpu": {
+        "event": "github.event.workflow_run.event == 'pull_request'",
+        "args": ["--gate cpu", "--head-sha", "--head-repo", "--head-branch"],
+        "not": ["--run-title", "--pr "],
+    },
+}
+# The only workflow_run job that runs after a pull request's run (comment-workflow says what it may do).
+PULL_REQUEST_RUN_READERS = {("pr-comment.yml", "comment-cpu")}
+EVENT_VALUES = {  # each --head-* argument's variable, as the run's event gives it (GitHub's, not the run's)
+    "--head-sha": "${{ github.event.workflow_run.head_sha }}",
+    "--head-repo": "${{ github.event.workflow_run.head_repository.full_name }}",
+    "--head-branch": "${{ github.event.workflow_run.head_branch }}",
+}
+
+
+def _comment_call(where: str, st: dict[str, Any], env: dict[str, Any], workflow: str) -> list[str]:
+    """One step of a comment job: scripts/pr-comment alone, with --author, and the arguments that
+    name the pull request the way `workflow`'s runs can be trusted to."""
+    cmd = " ".join(str(st.get("run", "")).split())
+    if not re.fullmatch(r"\./scripts/pr-comment( [^;&|`$(]*| \$[A-Z_]+| \"\$[A-Z_]+\")*", cmd):
+        return [f"{where}: runs `{cmd}` (a comment job runs ./scripts/pr-comment alone)"]
+    found = [] if "--author" in cmd else [f"{where}: pr-comment without --author would edit anyone's marked comment"]
+    want = COMMENT_JOBS[workflow]
+    found += [f"{where}: pr-comment without {a} for {workflow}'s runs" for a in want["args"] if a not in cmd]
+    found += [f"{where}: pr-comment with {a} for {workflow}'s runs" for a in want["not"] if a in cmd]
+    for arg, value in EVENT_VALUES.items():
+        m = re.search(rf"{arg} \"?\$([A-Z_]+)", cmd)
+        if m and env.get(m.group(1)) != value:
+            found.append(f"{where}: {arg} from {env.get(m.group(1))!r}, not the event's {value}")
+    return found
+
+
 @rule(
     "comment-workflow",
-    "the comment runs for benchmark-gpu's pull-request runs only, one at a time per PR, bot's comment only",
+    "each comment job runs for one benchmark workflow's pull-request runs, names the PR as GitHub does, bot's only",
 )
 def _comment(s: Setup) -> list[str]:
     found = []
@@ -910,16 +967,14 @@ def _comment(s: Setup) -> list[str]:
         if not isinstance(wf.get("concurrency"), dict) or "${{" not in str(wf["concurrency"].get("group", "")):
             found.append(f"{n}: no concurrency group per pull request")
         for j, job in (wf.get("jobs") or {}).items():
-            terms = conjuncts(job.get("if"))
-            needed = [
-                "github.event.workflow_run.event == 'pull_request_target'",
-                "startsWith(github.event.workflow_run.path, '.github/workflows/benchmark-gpu.yml')",
-            ]
-            if terms is None or any(t not in terms for t in needed):
-                found.append(f"{w(n, j)}: if {job.get('if')!r} does not require {' && '.join(needed)}")
-            for st in steps(job):
-                if "scripts/pr-comment" in str(st.get("run", "")) and "--author" not in str(st["run"]):
-                    found.append(f"{w(n, j)}: pr-comment without --author would edit anyone's marked comment")
+            terms = conjuncts(job.get("if")) or []
+            named = [m.group(1) for t in terms if (m := RUN_PATH.fullmatch(t))]
+            workflow = named[0] if len(named) == 1 and named[0] in COMMENT_JOBS else None
+            if workflow is None or COMMENT_JOBS[workflow]["event"] not in terms:
+                options = " or ".join(f"{v['event']} && its path {k}.yml" for k, v in COMMENT_JOBS.items())
+                found.append(f"{w(n, j)}: if {job.get('if')!r} does not require {options}")
+                continue
+            found += [p for st in steps(job) if "run" in st for p in _comment_call(w(n, j), st, env_of(job), workflow)]
     return found
 
 
@@ -1244,12 +1299,13 @@ def _pull_request_runs(wf: dict[str, Any]) -> list[dict[str, Any]]:
 
 @rule(
     "workflow-run-ignores-pull-request-runs",
-    "no workflow_run job runs for a run a pull request started (a workflow of the same name it added)",
+    "no workflow_run job runs for a run a pull request started (a workflow of the same name it added)"
+    " but the CPU gate's comment",
 )
 def _workflow_run(s: Setup) -> list[str]:
     found = []
     for n, j, _, wf in all_jobs(s):
-        if "workflow_run" not in triggers(wf):
+        if "workflow_run" not in triggers(wf) or (n, j) in PULL_REQUEST_RUN_READERS:
             continue
         for ctx in _pull_request_runs(wf):
             try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+import itertools
 import json
 import re
 from html.parser import HTMLParser
@@ -121,7 +122,7 @@ def _mark_math(markdown: str) -> str:
     return re.sub(r"(?<!\\)((?:\\\\)*)\$", lambda m: m.group(1) + MATH_MARK, markdown)
 
 
-def problems(markdown: str) -> list[str]:
+def problems(markdown: str, marker: str = MARKER) -> list[str]:
     """What in the rendered comment did not come from perfgate: a tag it does not write, a link
     other than the run's, a second marker, a mention, a cross-reference, an autolink, a fence GitHub
     renders as a diagram or formula, math, a bidirectional-text control, an open <details>."""
@@ -137,7 +138,7 @@ def problems(markdown: str) -> list[str]:
     found += [f"<{t}> rendered" for t, _ in reader.tags if t not in ALLOWED_TAGS]
     found += [f"link to {a.get('href')}" for t, a in reader.tags if t == "a" and a.get("href") != RUN_URL]
     found += [f"attribute {k} on <{t}>" for t, a in reader.tags for k in a if k.startswith("on") or k == "src"]
-    if reader.comments != [" perfgate "]:
+    if reader.comments != [marker.removeprefix("<!--").removesuffix("-->")]:
         found.append(f"HTML comments {reader.comments}")
     text = "".join(reader.text)
     found += [f"mention {m}" for m in MENTION.findall(text)]
@@ -326,6 +327,10 @@ def test_only_the_bots_own_marked_comment_is_updated(tmp_path: Path) -> None:
     assert "### perfgate: no results" in json.loads(state_file.read_text())["comments"][2]["body"]
 
 
+def cpu_head(sha: str = SHA, repo: str = "contributor/repo", branch: str = "feature") -> list[str]:
+    return ["--gate", "cpu", "--head-sha", sha, "--head-repo", repo, "--head-branch", branch]
+
+
 def test_bad_input_is_one_line_and_posts_nothing(tmp_path: Path) -> None:
     state_file = install_fake_gh(tmp_path)
     env = script_env(tmp_path)
@@ -339,6 +344,13 @@ def test_bad_input_is_one_line_and_posts_nothing(tmp_path: Path) -> None:
         ),
         (["--pr", "6", "--run-title", f"benchmark-gpu: pull request #5 at {SHA}", str(results)], "disagree"),
         (["--pr", "5", "--run-url", "javascript:alert(1)", str(results)], "is not a plain https URL"),
+        # A benchmark-cpu run's title is the pull request's words (its own copy of the workflow).
+        (["--gate", "cpu", "--run-title", f"benchmark-gpu: pull request #5 at {SHA}", str(results)], "--head-sha"),
+        (["--pr", "5", *cpu_head(), str(results)], "without --pr or --run-title"),
+        ([*cpu_head(sha="HEAD"), str(results)], "are not a commit (40 hex digits)"),
+        ([*cpu_head(repo="contributor/repo/x"), str(results)], "are not a commit (40 hex digits)"),
+        ([*cpu_head(branch=""), str(results)], "is not a branch name"),
+        ([*cpu_head(branch="a\nb"), str(results)], "is not a branch name"),
     ]:
         r = run([str(SCRIPTS / "pr-comment"), *args], env)
         assert r.returncode == 4 and says in r.stderr and len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)
@@ -371,9 +383,22 @@ def _step_outputs(path: Path) -> dict[str, str]:
     return outputs
 
 
-def pull(number: int, head: str, base: str = "main", repo: str = "owner/repo", state: str = "open") -> dict:
-    """GitHub's GET repos/OWNER/REPO/pulls/N, the fields pr-comment reads."""
-    return {"number": number, "state": state, "head": {"sha": head}, "base": {"ref": base, "repo": {"full_name": repo}}}
+def pull(
+    number: int,
+    head: str,
+    base: str = "main",
+    repo: str = "owner/repo",
+    state: str = "open",
+    head_ref: str = "feature",
+    head_repo: str = "contributor/repo",
+) -> dict:
+    """GitHub's GET repos/OWNER/REPO/pulls/N (one entry of GET .../pulls), the fields pr-comment reads."""
+    return {
+        "number": number,
+        "state": state,
+        "head": {"sha": head, "ref": head_ref, "repo": {"full_name": head_repo}},
+        "base": {"ref": base, "repo": {"full_name": repo}},
+    }
 
 
 def test_the_comment_goes_to_the_pull_request_the_run_measured(tmp_path: Path) -> None:
@@ -463,3 +488,85 @@ def test_a_cut_inside_details_closes_it_so_the_footer_stays_visible() -> None:
     assert html.rindex("</details>") < html.rindex("<sub>")  # the footer after the fold, shown
     unclosed = body.replace("\n</details>\n", "\n")
     assert "1 <details> opened, 0 closed" in problems(unclosed)
+
+
+# --- the CPU gate's comment (benchmark-cpu's pull-request runs) ------------------------------------
+
+CPU_MARKER = "<!-- perfgate:cpu -->"
+
+
+def counts_summary(tmp_path: Path, scale: float) -> str:
+    """`perfgate ab --counts`'s Markdown (scripts/ci-counts' summary.md) from the real producer: the
+    head counted at `scale` times the counts kept for its merge base, each pytest process the fake of
+    tests/ab/test_counts.py that writes a real counted run's results."""
+    from perfgate.ab import counts as ab_counts
+    from perfgate.output import markdown
+    from tests.ab.test_counts import BASE_SHA, HEAD_SHA, KEY, FakePytest, kept_store, no_checkout, side
+
+    got = ab_counts.run_counts(
+        side("head", HEAD_SHA, tmp_path), BASE_SHA, no_checkout, kept_store(tmp_path), [], tmp_path / "work",
+        runner=FakePytest(scale={"head": scale}), predict=lambda k: KEY, say=lambda line: None,
+    )  # fmt: skip
+    return markdown.counts_summary(got, got.verdicts)
+
+
+def test_the_cpu_gate_comments_on_the_pull_request_whose_head_it_counted(tmp_path: Path) -> None:
+    """benchmark-cpu's pull-request run, commented as pr-comment.yml's comment-cpu job does: the pull
+    request found from the run's head commit, repository and branch (GitHub's words, not the run's
+    title, which the pull request wrote), in a comment of its own beside the GPU gate's."""
+    summary = tmp_path / "perfgate-pr-cpu" / "summary.md"
+    summary.parent.mkdir()
+    summary.write_text(counts_summary(tmp_path, 1.03))
+    gpu_comment = {"id": 1, "user": {"login": BOT}, "body": f"{MARKER}\n### perfgate: no regression\n"}
+    pulls = {
+        "41": pull(41, "a" * 40, head_ref="other"),  # the same fork, another branch
+        "42": pull(42, SHA),  # the run's: contributor/repo's branch feature at SHA
+        "43": pull(43, SHA, head_repo="mallory/repo"),  # the same commit pushed from another fork
+        "44": pull(44, SHA, base="release"),  # the same branch, into another base
+    }
+    # GitHub lists them all (filters it ignored): the script picks the run's pull request.
+    state_file = install_fake_gh(tmp_path, [gpu_comment], pulls=pulls, filtered=False)
+    env = script_env(tmp_path, GH_REPO="owner/repo")
+    cmd = [str(SCRIPTS / "pr-comment"), "--author", BOT, "--run-url", RUN_URL, *cpu_head()]
+
+    r = run([*cmd, str(summary)], env)
+    assert r.returncode == 0, r.stderr
+    state = json.loads(state_file.read_text())
+    assert state["calls"][0][:6] == ["api", "--paginate", "--slurp", "--method", "GET", "repos/owner/repo/pulls"]
+    assert state["calls"][-1][1:4] == ["--method", "POST", "repos/owner/repo/issues/42/comments"]
+    assert state["comments"][0] == gpu_comment  # the GPU gate's comment is not the CPU gate's
+    body = state["comments"][1]["body"]
+    assert body.startswith(CPU_MARKER + "\n") and "### perfgate ab --counts: 1 regression(s)" in body
+    assert "physicsnemo-block" in body and "instructions" in body
+    assert problems(body, CPU_MARKER) == []
+
+    summary.write_text(counts_summary(tmp_path / "again", 1.0))  # the next push: its own comment edited
+    state_file.write_text(json.dumps({**state, "filtered": True}))  # and GitHub's query finds it
+    r = run([*cmd, str(summary)], env)
+    assert r.returncode == 0, r.stderr
+    state = json.loads(state_file.read_text())
+    assert state["calls"][-1][1:4] == ["--method", "PATCH", "repos/owner/repo/issues/comments/9001"]
+    assert state["comments"][0] == gpu_comment and len(state["comments"]) == 2
+    assert "### perfgate ab --counts: no regression" in state["comments"][1]["body"]
+    r = run([*cmd, str(tmp_path / "no-artifact" / "summary.md")], env)  # the job wrote nothing
+    assert (
+        r.returncode == 0
+        and "### perfgate, CPU gate: no results" in json.loads(state_file.read_text())["comments"][1]["body"]
+    )
+
+    # The run's head is no open pull request's head (moved on, closed, or only another fork's
+    # branch at that commit): no comment. GitHub ignoring the `head` filter changes nothing.
+    for pulled, filtered in itertools.product(
+        (
+            {"42": pull(42, "e" * 40)},
+            {"42": pull(42, SHA, state="closed")},
+            {"43": pull(43, SHA, head_repo="mallory/repo"), "44": pull(44, SHA, base="release")},
+            {"41": pull(41, SHA, head_ref="other"), "45": pull(45, SHA, repo="mallory/repo")},
+        ),
+        (True, False),
+    ):
+        install_fake_gh(tmp_path, pulls=pulled, filtered=filtered)
+        r = run([*cmd, str(summary)], env)
+        assert r.returncode == 0 and "no open pull request into main has contributor/repo:feature" in r.stderr
+        calls = json.loads(state_file.read_text())["calls"]
+        assert [c for c in calls if "POST" in c or "PATCH" in c] == []

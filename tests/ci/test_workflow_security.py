@@ -750,6 +750,67 @@ ISSUE_39_MISTAKES: dict[str, tuple[str, Callable[[Setup], None]]] = {
 MISTAKES.update(ISSUE_39_MISTAKES)
 
 
+def _cpu_comment_run(old: str, new: str) -> Callable[[Setup], None]:
+    def apply(s: Setup) -> None:
+        st = run_step(s, "pr-comment.yml", "comment-cpu")
+        assert old in st["run"], old
+        st["run"] = st["run"].replace(old, new)
+
+    return apply
+
+
+# The CPU gate's comment (pr-comment.yml's comment-cpu): it runs after a pull request's own run of
+# benchmark-cpu, whose title, artifact and workflow file are the pull request's.
+CPU_COMMENT_MISTAKES: dict[str, tuple[str, Callable[[Setup], None]]] = {
+    # The pull request named by the run's title, which the pull request's copy of the workflow set.
+    "cpu-comment-pr-from-run-title": (
+        "comment-workflow",
+        lambda s: (
+            _cpu_comment_run('--head-sha "$HEAD_SHA"', '--run-title "$RUN_TITLE" --head-sha "$HEAD_SHA"')(s),
+            _env("pr-comment.yml", "comment-cpu", RUN_TITLE="${{ github.event.workflow_run.display_title }}")(s),
+        ),
+    ),
+    "cpu-comment-head-from-artifact": (
+        "comment-workflow",
+        _env("pr-comment.yml", "comment-cpu", HEAD_SHA="${{ steps.artifact.outputs.head_sha }}"),
+    ),
+    "cpu-comment-branch-from-title": (
+        "comment-workflow",
+        _env("pr-comment.yml", "comment-cpu", HEAD_BRANCH="${{ github.event.workflow_run.display_title }}"),
+    ),
+    # Without --gate cpu the CPU run would overwrite the GPU gate's comment.
+    "cpu-comment-without-gate": ("comment-workflow", _cpu_comment_run("--gate cpu ", "")),
+    "cpu-comment-runs-more-than-the-comment": (
+        "comment-workflow",
+        _cpu_comment_run("./scripts/pr-comment", "pip install -r requirements/ci-cpu.txt && ./scripts/pr-comment"),
+    ),
+    "cpu-comment-for-every-pull-request-run": (
+        "comment-workflow",
+        set_("pr-comment.yml:comment-cpu:if", "github.event.workflow_run.event == 'pull_request'"),
+    ),
+    "cpu-comment-reads-the-gpu-artifact": (
+        "artifacts-downloaded-by-name",
+        set_("pr-comment.yml:comment-cpu:steps.1.with.name", "perfgate-pr"),
+    ),
+    "gpu-comment-reads-the-cpu-artifact": (
+        "artifacts-downloaded-by-name",
+        set_("pr-comment.yml:comment:steps.1.with.name", "perfgate-pr-cpu"),
+    ),
+    # The GPU comment after a pull request's own run of a workflow named benchmark-gpu (its title forged).
+    "gpu-comment-for-pull-request-runs": (
+        "comment-workflow",
+        lambda s: job(s, "pr-comment.yml", "comment").update(
+            {"if": job(s, "pr-comment.yml", "comment")["if"].replace("'pull_request_target'", "'pull_request'")}
+        ),
+    ),
+    "cpu-comment-writes-contents": (
+        "job-permissions-minimal",
+        set_("pr-comment.yml:comment-cpu:permissions.contents", "write"),
+    ),
+}
+MISTAKES.update(CPU_COMMENT_MISTAKES)
+
+
 @pytest.mark.parametrize("mistake", MISTAKES)
 def test_a_realistic_mistake_is_caught(mistake: str) -> None:
     expected, change = MISTAKES[mistake]
