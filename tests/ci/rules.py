@@ -940,8 +940,9 @@ EVENT_VALUES = {  # each --head-* argument's variable, as the run's event gives 
 def _comment_call(where: str, st: dict[str, Any], env: dict[str, Any], workflow: str) -> list[str]:
     """One step of a comment job: scripts/pr-comment alone, with --author, and the arguments that
     name the pull request the way `workflow`'s runs can be trusted to."""
-    cmd = " ".join(str(st.get("run", "")).split())
-    if not re.fullmatch(r"\./scripts/pr-comment( [^;&|`$(]*| \$[A-Z_]+| \"\$[A-Z_]+\")*", cmd):
+    raw = str(st.get("run", "")).strip()
+    cmd = " ".join(raw.split())
+    if "\n" in raw or not re.fullmatch(r"\./scripts/pr-comment( [^;&|`$(]*| \$[A-Z_]+| \"\$[A-Z_]+\")*", cmd):
         return [f"{where}: runs `{cmd}` (a comment job runs ./scripts/pr-comment alone)"]
     found = [] if "--author" in cmd else [f"{where}: pr-comment without --author would edit anyone's marked comment"]
     want = COMMENT_JOBS[workflow]

@@ -784,6 +784,10 @@ CPU_COMMENT_MISTAKES: dict[str, tuple[str, Callable[[Setup], None]]] = {
         "comment-workflow",
         _cpu_comment_run("./scripts/pr-comment", "pip install -r requirements/ci-cpu.txt && ./scripts/pr-comment"),
     ),
+    "cpu-comment-runs-a-second-line": (
+        "comment-workflow",
+        _cpu_comment_run('"$SUMMARY"', '"$SUMMARY"\n./scripts/ci-counts'),
+    ),
     "cpu-comment-for-every-pull-request-run": (
         "comment-workflow",
         set_("pr-comment.yml:comment-cpu:if", "github.event.workflow_run.event == 'pull_request'"),
