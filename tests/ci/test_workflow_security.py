@@ -807,6 +807,13 @@ CPU_COMMENT_MISTAKES: dict[str, tuple[str, Callable[[Setup], None]]] = {
             {"if": job(s, "pr-comment.yml", "comment")["if"].replace("'pull_request_target'", "'pull_request'")}
         ),
     ),
+    # --gate cpu copied into the GPU job: its runs would overwrite the CPU gate's comment.
+    "gpu-comment-with-the-cpu-gate": (
+        "comment-workflow",
+        lambda s: run_step(s, "pr-comment.yml", "comment").update(
+            run=run_step(s, "pr-comment.yml", "comment")["run"].replace("--author", "--gate cpu --author")
+        ),
+    ),
     "cpu-comment-writes-contents": (
         "job-permissions-minimal",
         set_("pr-comment.yml:comment-cpu:permissions.contents", "write"),
