@@ -7,7 +7,8 @@
     cases = ["*-int8-dynamic+compile"]           # globs on the case id
     metrics = ["accuracy"]                       # the failing verdicts it explains (default: accuracy)
     device = "cpu"                               # glob on the case's device (default: any)
-    cpu_features = ["amx_tile"]                  # CPU flags (Linux /proc/cpuinfo names) that must all be present
+    cpu_features = ["amx_tile"]                  # CPU flags (Linux /proc/cpuinfo names) that must all be present;
+                                                 # "!avx512f": a flag that must be absent
     packages = { torch = ">=2.13,<2.14" }        # PEP 440 ranges the installed versions must all meet
     record = { inductor_freezing = false }       # record fields the case must have (absent reads as false)
     workaround = "compile with inductor freezing"
@@ -26,6 +27,7 @@ from __future__ import annotations
 import fnmatch
 import functools
 import importlib.metadata
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -96,9 +98,12 @@ class KnownDefect:
 
     def machine_reason(self, host: Host) -> str | None:
         """Why this machine and its packages fall outside the entry, or None when they match."""
-        missing = [f for f in self.cpu_features if f not in host.cpu_features]
+        missing = [f for f in self.cpu_features if not f.startswith("!") and f not in host.cpu_features]
         if missing:
             return f"this CPU has no {', '.join(missing)}"
+        present = [f[1:] for f in self.cpu_features if f.startswith("!") and f[1:] in host.cpu_features]
+        if present:
+            return f"this CPU has {', '.join(present)}"
         for dist, spec in self.packages.items():
             have = host.version(dist)
             if have is None:
@@ -210,6 +215,10 @@ def parse_one(raw: Any, where: str) -> KnownDefect:
             out[key] = dict(value)
         else:
             out[key] = value
+    bad = [f for f in out["cpu_features"] if not re.fullmatch(r"!?[a-z0-9_]+", f)]  # Linux's flag names
+    if bad:
+        why = f'cpu_features entry {bad[0]!r} is no flag; write "avx2" (present) or "!avx512f" (absent)'
+        raise PolicyError(f"{where}: {why}")
     bad = [m for m in out["metrics"] if m not in METRIC_NAMES]
     if bad:
         raise PolicyError(f"{where}: metric {bad[0]!r} is none of {', '.join(METRIC_NAMES)}")

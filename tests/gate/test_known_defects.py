@@ -140,6 +140,10 @@ def test_an_entry_names_the_failure_it_explains_and_only_that_one(pytester: pyte
             {"name": "n", "title": "t", "workaround": "w", "cases": ["*"], "record": {"freezing": False}},
             "*record.freezing is no field of the case record*",
         ),
+        (
+            {"name": "n", "title": "t", "workaround": "w", "cases": ["*"], "cpu_features": ["not avx512f"]},
+            '*cpu_features entry \'not avx512f\' is no flag; write "avx2" (present) or "!avx512f" (absent)',
+        ),
     ],
 )
 def test_a_bad_entry_is_a_one_line_error_naming_it(entry: dict, message: str) -> None:
