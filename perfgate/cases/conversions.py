@@ -7,6 +7,7 @@ step runs in, and `unavailable(env)`, the reason it cannot run here (None when i
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import importlib.util
 import logging
@@ -257,6 +258,8 @@ class Compile:
     # not in torch.compile(): `options={"freezing": True}` does not reach it (measured: the owl world
     # model stayed wrong on AMX with it). So the step's context sets it around every call (~6 us)
     # and restores it, leaving the process's config as it was for later cases. docs/variants.md.
+    # Not on a CPU whose oneDNN int8 matmul saturates (`frozen_int8_saturates`): there the plain
+    # compile is the exact one.
     cpu_freezing: bool = False
     phase: int = COMPILE
 
@@ -271,11 +274,31 @@ class Compile:
         if self.cpu_freezing:
             importlib.import_module("torch._inductor.config")  # the step's context sets a flag in it
         if self.cpu_freezing and all(t.device.type == "cpu" for t in c.inputs if isinstance(t, torch.Tensor)):
-            info["inductor_freezing"] = True
+            info["inductor_freezing"] = self.freezes("cpu")
         return Converted(module, c.inputs, info)
 
+    def freezes(self, device_type: str) -> bool:
+        return self.cpu_freezing and device_type == "cpu" and not frozen_int8_saturates()
+
     def context(self, device_type: str) -> ContextManager:
-        return InductorFreezing() if self.cpu_freezing and device_type == "cpu" else contextlib.nullcontext()
+        return InductorFreezing() if self.freezes(device_type) else contextlib.nullcontext()
+
+
+@functools.cache
+def frozen_int8_saturates() -> bool:
+    """Whether this CPU's best oneDNN ISA is plain AVX2 (no AVX-512, no AVX-VNNI: AMD family 23 and the
+    Zen 3 models of family 25, Intel client cores before Ice Lake). There inductor's frozen int8 Linear becomes oneDNN's
+    `gemm:jit` int8 matmul, whose vpmaddubsw adds pairs of u8*s8 products in int16 and saturates
+    (oneDNN's "Nuances of int8 computations"): relative L2 0.13 against the exact int8 result on one
+    Linear, 0.26 on the owl world model. The plain compile calls torch._int_mm, which PyTorch sends to
+    an exact loop on CPUs without VNNI (pytorch#136942). Known defect
+    "inductor-frozen-int8-linear-avx2-saturation" (pyproject.toml). Read through torch's cpuinfo, as
+    oneDNN reads CPUID (valgrind's virtual CPU included), not /proc/cpuinfo."""
+    get = getattr(torch.cpu, "get_capabilities", None)  # torch 2.13; before it, ATen's dispatch level
+    if get is None:
+        return torch.backends.cpu.get_cpu_capability() == "AVX2"
+    caps = get()
+    return bool(caps.get("avx2")) and not caps.get("avx512_f") and not caps.get("avx_vnni")
 
 
 class InductorFreezing:

@@ -5,12 +5,13 @@ import pytest
 import torch
 from torch import nn
 
-from perfgate.cases import accuracy
+from perfgate.cases import accuracy, conversions
 from perfgate.cases.accuracy import Tolerance, tolerance_for
 from perfgate.cases.conversions import (
     Autocast,
     Cast,
     Compile,
+    Converted,
     CudaGraphs,
     Env,
     Quantize,
@@ -117,6 +118,41 @@ def test_int8_reports_converted_linears():
     c = get_variant("int8-dynamic").convert(TwoLinear(), (torch.randn(4, 32),))
     assert c.info["quantized_linears"] == 2 and c.info["linears"] == 2
     assert c.module(*c.inputs).shape == (4, 3)
+
+
+@pytest.mark.parametrize("saturates", [False, True])
+def test_int8_dynamic_compile_freezes_on_the_cpu_only_where_the_frozen_int8_matmul_is_exact(monkeypatch, saturates):
+    """Freezing on the CPU (the AMX defect's workaround) except where oneDNN's int8 matmul saturates
+    (plain AVX2: the AVX2 defect); the record says which, and the process's flag is left as it was."""
+    monkeypatch.setattr(conversions, "frozen_int8_saturates", lambda: saturates)
+    (compile_,) = [c for c in get_variant("int8-dynamic+compile").conversions if isinstance(c, Compile)]
+    c = compile_.convert(Converted(module=nn.Linear(4, 4), inputs=(torch.randn(2, 4),)))
+    assert c.info["inductor_freezing"] is (not saturates)
+    before = torch._inductor.config.freezing
+    with compile_.context("cpu"):
+        assert torch._inductor.config.freezing is (not saturates or before)
+    assert torch._inductor.config.freezing is before
+    assert not compile_.freezes("cuda")
+    assert not Compile().freezes("cpu")  # only the variant that asks for it
+
+
+@pytest.mark.parametrize(
+    ("caps", "saturates"),
+    [
+        ({"avx2": True}, True),  # AMD family 23, Zen 3: oneDNN's best ISA is plain AVX2
+        ({"avx2": True, "avx512_f": True}, False),  # Skylake-SP and later, Zen 4 and 5
+        ({"avx2": True, "avx_vnni": True}, False),  # Alder Lake's client cores
+        ({"avx2": True, "avx512_f": True, "avx512_vnni": True, "amx_tile": True}, False),  # model 167
+        ({"asimd": True}, False),  # not x86: no oneDNN x86 gemm
+    ],
+)
+def test_the_frozen_int8_matmul_saturates_where_the_best_x86_isa_is_plain_avx2(monkeypatch, caps, saturates):
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: caps)
+    conversions.frozen_int8_saturates.cache_clear()
+    try:
+        assert conversions.frozen_int8_saturates() is saturates
+    finally:
+        conversions.frozen_int8_saturates.cache_clear()
 
 
 def test_a_gemm_cublas_refuses_skips_the_case_naming_the_layer():

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
+import platform
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -169,6 +172,49 @@ def test_the_amx_entry_applies_by_cpu_feature_and_version_range() -> None:
     old = {**versions, "torch": "2.12.1"}
     assert amx.machine_reason(Host(cpu_features=frozenset({"amx_tile"}), versions=old)) == (
         "torch 2.12.1 is outside >=2.13"
+    )
+
+
+def test_the_avx2_entry_applies_where_the_cpu_has_avx2_and_neither_avx512f_nor_avx_vnni() -> None:
+    (avx2,) = [d for d in REPO_DEFECTS if d.name == "inductor-frozen-int8-linear-avx2-saturation"]
+    versions = {"torch": "2.13.0+cpu", "torchao": "0.18.0"}
+
+    def reason(*flags: str) -> str | None:
+        return avx2.machine_reason(Host(cpu_features=frozenset(flags), versions=versions))
+
+    assert reason("avx2", "fma", "sse4_2") is None  # AMD family 23 (Zen 2)
+    assert reason("avx2", "avx512f", "avx512_vnni") == "this CPU has avx512f"  # Zen 4, Cascade Lake
+    assert reason("avx2", "avx512f", "avx_vnni", "amx_tile") == "this CPU has avx512f, avx_vnni"  # model 167
+    assert reason("avx2", "avx_vnni") == "this CPU has avx_vnni"  # Alder Lake's client cores
+    assert reason("sse4_2") == "this CPU has no avx2"
+
+
+@pytest.mark.skipif(
+    platform.machine() not in ("x86_64", "AMD64") or shutil.which("valgrind") is None,
+    reason="needs valgrind on an x86-64 CPU (its virtual CPU is an AVX2-only i7-4910MQ)",
+)
+def test_the_avx2_defect_and_its_workaround_on_valgrinds_avx2_cpu(tmp_path: Path) -> None:
+    """The AVX2 entry's reproduction on a CPU without AVX-512 or VNNI, on any x86-64 machine: valgrind
+    answers CPUID as an AVX2-only i7-4910MQ, so torch, oneDNN and cpuinfo all dispatch as on AMD's
+    family 23. The frozen Linear is wrong there and the plain compile, perfgate's workaround, exact.
+    Inductor reads /proc/cpuinfo and compiles with -march=native, so its kernels are held to AVX2
+    (ATEN_CPU_CAPABILITY, TORCHINDUCTOR_CPP_MARCH): valgrind 3.19 decodes no AVX-512."""
+    (avx2,) = [d for d in REPO_DEFECTS if d.name == "inductor-frozen-int8-linear-avx2-saturation"]
+    env = {
+        **os.environ,
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "TORCHINDUCTOR_CPP_MARCH": "haswell",
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+    }
+    cmd = ["valgrind", "--tool=none", "-q", sys.executable, str(ROOT / avx2.reproduction)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=HANG_GUARD_S, env=env)
+    assert r.returncode in (0, 1), r.stderr[-2000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["cpu"] == {"avx2": True, "avx512_f": False, "avx512_vnni": False, "avx_vnni": False, "amx_tile": False}
+    assert out["rel_l2_vs_exact_int8"]["plain"] < 1e-3, out  # the workaround: exact
+    assert r.returncode == 1 and out["rel_l2_vs_exact_int8"]["frozen"] > 1e-3, (
+        f"the frozen int8 Linear is right on valgrind's AVX2 CPU ({out}): the AVX2 defect looks fixed; remove "
+        "its [[tool.perfgate.known_defect]] entry and freeze everywhere (perfgate.cases.conversions)"
     )
 
 
