@@ -51,6 +51,11 @@ PINNED = {
     # Nothing written into the run's tree; a module compiled in one pass and read in the next moves counts.
     "PYTHONDONTWRITEBYTECODE": "1",
 }
+# Set unless the run set them: inductor's C++ kernels for the CPU the program sees. Valgrind's virtual
+# CPU (x86-64) has AVX2 and no AVX-512, and every library reads it through CPUID but inductor, which
+# reads /proc/cpuinfo for its vector ISA and compiles with g++ -march=native (g++ runs outside
+# valgrind): on an AVX-512 host a compiled case's first kernel died with SIGILL before this.
+VIRTUAL_CPU = {"ATEN_CPU_CAPABILITY": "avx2", "TORCHINDUCTOR_CPP_MARCH": "x86-64-v3"}
 INSTALL_HINT = "install valgrind (Debian/Ubuntu: apt-get install valgrind)"
 
 
@@ -94,10 +99,13 @@ def stack_bytes(argv: Sequence[str], env: Mapping[str, str]) -> int:
 
 
 def count_env(run_env: Mapping[str, str], argv: Sequence[str]) -> dict[str, str]:
-    """The worker's environment: the run's, PINNED replaced, padded (PAD) so that argv and
-    environment take a multiple of ENV_BYTES on the stack whatever the run's variables."""
+    """The worker's environment: the run's, PINNED replaced, VIRTUAL_CPU added where the run has
+    not set them (x86-64), padded (PAD) so that argv and environment take a multiple of ENV_BYTES
+    on the stack whatever the run's variables."""
     env = {k: v for k, v in run_env.items() if k != PAD}
     env.update(PINNED)
+    if platform.machine() in ("x86_64", "AMD64"):
+        env = {**VIRTUAL_CPU, **env}
     used = stack_bytes(argv, {**env, PAD: ""})
     env[PAD] = "x" * (-used % ENV_BYTES)
     return env

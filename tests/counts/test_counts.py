@@ -111,6 +111,47 @@ def test_the_workers_environment_is_the_runs_with_the_pinned_variables_replaced_
     assert instructions.count_env(envs[1], argv) == envs[1]  # a padded environment padded again: the same
 
 
+@pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
+def test_the_worker_compiles_for_valgrinds_virtual_cpu_unless_the_run_chose(monkeypatch, machine):
+    """On x86-64 inductor is told the CPU valgrind shows (AVX2): it alone reads /proc/cpuinfo and
+    compiles with -march=native; a run that set either variable keeps its own; elsewhere nothing."""
+    monkeypatch.setattr(instructions.platform, "machine", lambda: machine)
+    argv = instructions.worker_argv(PLUGIN_WORKER, "/a/checkout")
+    env = instructions.count_env({"PATH": "/usr/bin"}, argv)
+    chosen = instructions.count_env({"PATH": "/usr/bin", "ATEN_CPU_CAPABILITY": "default"}, argv)
+    if machine == "x86_64":
+        assert {k: env[k] for k in instructions.VIRTUAL_CPU} == instructions.VIRTUAL_CPU
+        assert chosen["ATEN_CPU_CAPABILITY"] == "default" and chosen["TORCHINDUCTOR_CPP_MARCH"] == "x86-64-v3"
+    else:
+        assert not set(instructions.VIRTUAL_CPU) & set(env)
+    assert instructions.stack_bytes(argv, env) == instructions.stack_bytes(argv, chosen) == instructions.ENV_BYTES
+
+
+@needs_valgrind
+@pytest.mark.slow
+def test_a_compiled_case_is_counted_under_valgrind(pytester):
+    """torch.compile's case counted like an eager one: its kernels built for the virtual CPU
+    (on an AVX-512 host they died with SIGILL before VIRTUAL_CPU), its count in the record."""
+    pytester.makepyfile(test_models=(ROOT / "benchmarks" / "test_models.py").read_text())
+    pytester.makefile(
+        ".toml",
+        pyproject='[tool.perfgate]\nregistries = ["models"]\n'
+        '[tool.perfgate.counts]\ninstructions = ["*-tiny-compile"]\n',
+    )
+    args = ["-p", "perfgate.plugin.hooks", "test_models.py", "--perfgate-models", "physicsnemo-block"]
+    args += ["--perfgate-variants", "compile", "--perfgate-sizes", "tiny", "--perfgate-device", "cpu"]
+    args += ["--perfgate-no-gate", "--perfgate-no-flops", "--perfgate-energy-window-s", "0"]
+    args += ["--perfgate-min-rounds", "3", "--perfgate-max-rounds", "3", "--benchmark-json", "out.json"]
+    r = pytester.runpytest_subprocess(*args, timeout=HANG_GUARD_S)
+    out = r.stdout.str()
+    assert r.ret == 0, out[-3000:]
+    assert "counted physicsnemo-block-tiny-compile (1 of 1, " in out, out[-3000:]
+    (bench,) = json.loads((pytester.path / "out.json").read_text())["benchmarks"]
+    record = CaseRecord.from_extra_info(bench["extra_info"])
+    assert record.instructions_per_step and record.instructions_per_step > 1e5, record.instructions_skipped
+    assert record.instructions.virtual_cpu["torch_cpu_capability"] == "AVX2"
+
+
 # --- the judges (fixtures: the committed counts, which a real pass recorded) -------------------
 
 
