@@ -129,9 +129,10 @@ def test_the_worker_compiles_for_valgrinds_virtual_cpu_unless_the_run_chose(monk
 
 @needs_valgrind
 @pytest.mark.slow
-def test_a_compiled_case_is_counted_under_valgrind(pytester):
-    """torch.compile's case counted like an eager one: its kernels built for the virtual CPU
-    (on an AVX-512 host they died with SIGILL before VIRTUAL_CPU), its count in the record."""
+def test_a_compiled_case_is_counted_under_valgrind_in_its_own_inductor_cache(pytester, monkeypatch):
+    """torch.compile's case counted like an eager one, its kernels built for the virtual CPU (on an
+    AVX-512 host they died with SIGILL before VIRTUAL_CPU; the environment rule is tested above),
+    its count in the record, and nothing it compiled loaded by the timed run."""
     pytester.makepyfile(test_models=(ROOT / "benchmarks" / "test_models.py").read_text())
     pytester.makefile(
         ".toml",
@@ -142,6 +143,8 @@ def test_a_compiled_case_is_counted_under_valgrind(pytester):
     args += ["--perfgate-variants", "compile", "--perfgate-sizes", "tiny", "--perfgate-device", "cpu"]
     args += ["--perfgate-no-gate", "--perfgate-no-flops", "--perfgate-energy-window-s", "0"]
     args += ["--perfgate-min-rounds", "3", "--perfgate-max-rounds", "3", "--benchmark-json", "out.json"]
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    monkeypatch.setenv("TORCHINDUCTOR_CPP_MARCH", "x86-64-v3")
     r = pytester.runpytest_subprocess(*args, timeout=HANG_GUARD_S)
     out = r.stdout.str()
     assert r.ret == 0, out[-3000:]
@@ -150,6 +153,10 @@ def test_a_compiled_case_is_counted_under_valgrind(pytester):
     record = CaseRecord.from_extra_info(bench["extra_info"])
     assert record.instructions_per_step and record.instructions_per_step > 1e5, record.instructions_skipped
     assert record.instructions.virtual_cpu["torch_cpu_capability"] == "AVX2"
+    # The run chose the virtual CPU's settings itself, so the worker's graph had the timed run's cache
+    # key: the timed run still compiles its own, the worker's cache being its own.
+    assert bench["extra_info"]["compile_cache"] == {"fxgraph_cache_hit": 0, "fxgraph_cache_miss": 1}
+    assert list((pytester.path / ".perfgate" / "callgrind").glob("*/inductor-cache/*"))
 
 
 # --- the judges (fixtures: the committed counts, which a real pass recorded) -------------------
