@@ -97,7 +97,7 @@ def main() -> None:
         os.environ[NO_COUNTS_ENV] = "1"  # set after start: the environment on the stack stays the run's
         args = [*job["pytest_args"], f"--basetemp={job['out']}/basetemp", "-o", f"cache_dir={job['out']}/cache"]
         # Its own inductor cache: a graph compiled under valgrind is never loaded by the timed run
-        # (one was, where the run's environment gave both the same key, and aborted it).
+        # (where both had the same cache key it was; with kernels built for another CPU it aborted).
         args.append(f"--perfgate-inductor-cache={job['out']}/inductor-cache")
         pytest.main(args, plugins=[CountWorker(job)])
     finally:
