@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Issue 36, next lease, call 1 (~5 min; docs/gpu-runs.md, "For the next GPU session"): what
+# 3f4bde7, b4965eb and be5a9be built and never ran on a GPU: a GPU-side +2% (an added launch), a
+# slower kernel +2% (same launches) and unchanged code on the bf16 block and the world model's CUDA
+# graph, device time by blocks of 5 steps, clocks sampled per comparison. Then run8.sh at once.
+# Prepare: `bash docs/data/next/wheels.sh` (carry [".whl"]). REHEARSE=1 OUT=/tmp/o runs it on the CPU, tiny.
+set -u
+export PYTHONUNBUFFERED=1 PERFGATE_SKIP_INSTALL=1
+T0=$(date +%s); W=/tmp/w7; mkdir -p "$W"
+el() { echo $(( $(date +%s) - T0 )); }
+[ -n "${REHEARSE:-}" ] || [ -d /tmp/site/torchao ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 3
+export PYTHONPATH=/tmp/site:$PWD
+nvidia-smi > "$W/nvidia-smi.txt" 2>&1; git log --oneline -1 > "$W/commit.txt"
+lim=${QUALITY_S:-280}
+echo "[$(el)s] quality run, limit $lim s"
+./scripts/gpu-check --quality ${REHEARSE:+--device cpu} --cases "${CASES:-physicsnemo-block::bf16,owl-world-model::cudagraphs}" \
+  --repeats "${REPEATS:-15}" --stage-limit-s "$lim" --out "$W/gq" -- --kinds unchanged,gpu,kernel --sizes 2 \
+  --unchanged-repeats "${UNCHANGED:-30}" --profile-steps 10 --device-rounds 10 --device-block-steps 5 \
+  ${REHEARSE:+--passes 2 --rounds 3} > "$W/gq.out" 2>&1; rc=$?
+echo "[$(el)s] quality rc $rc"; tail -40 "$W/gq.out"
+tar czf "$OUT/bundle7.tgz" -C "$W" . ; cp "$W/gq/summary.md" "$OUT/quality-summary.md" 2>/dev/null
+ls -la "$OUT"; echo "[$(el)s] done"
