@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 
@@ -10,12 +11,23 @@ import pytest
 from perfgate.run import timeout
 
 
-def test_a_limit_interrupts_python_code_and_is_cleared_after():
+def test_a_limit_interrupts_python_code_and_puts_the_handler_back():
+    before = signal.getsignal(signal.SIGALRM)
     with pytest.raises(timeout.CaseTimeout, match="timed out after 0.2 s"):
         with timeout.limit(0.2) as active:
             assert active
             time.sleep(5)
-    time.sleep(0.3)  # the alarm is off: nothing fires here
+    assert signal.getsignal(signal.SIGALRM) is before
+
+
+def test_a_case_that_ends_in_time_leaves_no_alarm_armed():
+    # The realistic mistake: a case finishes before its limit and the timer stays armed, so
+    # SIGALRM fires later in whatever runs next (another case, the gate, the verdict write).
+    before = signal.getsignal(signal.SIGALRM)
+    with timeout.limit(0.2) as active:
+        assert active
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    assert signal.getsignal(signal.SIGALRM) is before
 
 
 def test_no_limit_and_other_threads_run_unlimited():
