@@ -19,7 +19,7 @@ import torch
 
 from perfgate.gate.metrics import judge_device_time
 from perfgate.gate.settings import GateSettings
-from perfgate.gate.verdicts import INCONCLUSIVE, REGRESSION, UNCHANGED
+from perfgate.gate.verdicts import IMPROVEMENT, INCONCLUSIVE, REGRESSION, UNCHANGED
 from perfgate.measure import op_counts
 from perfgate.measure.device_time import block_means, device_time_from_events, host_share, merged_us
 from perfgate.record import CaseRecord, PassNoise
@@ -137,6 +137,8 @@ def test_the_device_time_judge_names_the_kernels_whose_time_grew() -> None:
     assert "0.41 -> 0.45 ms (+9.8%)" in v.message and GEMM[:20] in v.message
     same = judge_device_time("c", _rec(1.005, {GEMM: 0.41}), base, GateSettings())
     assert same is not None and same.verdict == UNCHANGED
+    faster = judge_device_time("c", _rec(0.96, {GEMM: 0.37}), base, GateSettings())
+    assert faster is not None and faster.verdict == IMPROVEMENT
     assert judge_device_time("c", CaseRecord(), base, GateSettings()) is None  # a CPU run: nothing to judge
 
 
