@@ -140,6 +140,29 @@ def test_this_machines_cpu_energy_is_measured_or_skipped_with_a_reason_never_zer
     assert out.get("energy_j_per_step", 1.0) > 0
 
 
+def test_cpu_energy_per_step_from_a_rapl_counter_that_advances_with_time(tmp_path):
+    # Most VMs (this one included) have no RAPL: the tree is laid out as the kernel's, and the
+    # package counter advances as a 50 W package would, so the measured branch runs everywhere.
+    pkg = _rapl(tmp_path, "intel-rapl:0", 0)
+    clock = SimClock()
+
+    def advance(s: float) -> None:
+        clock.advance(s)
+        (pkg / "energy_uj").write_text(f"{round(50.0 * clock() * 1e6)}\n")
+
+    out = case_energy(
+        lambda: advance(0.01),
+        torch.device("cpu"),
+        {"frames": 2.0},
+        rapl_root=tmp_path,
+        clock=clock,
+        idle=lambda: advance(0.001),
+    )
+    assert out["energy"].source == "rapl" and out["energy"].steps >= 20
+    assert out["energy_j_per_step"] == pytest.approx(50.0 * 0.01, rel=out["energy"].error_bound_pct / 100)
+    assert out["energy_j_per_frame"] == pytest.approx(out["energy_j_per_step"] / 2)
+
+
 def test_energy_is_gated_by_its_tolerance_like_memory():
     s = GateSettings()
     base = CaseRecord(energy_j_per_step=3.0)
