@@ -2,7 +2,7 @@
 
 A command module defines `HELP` (one line), `add_arguments(parser)` and `run(args) -> int`.
 Exit codes: the one table of perfgate.exitcodes (pytest's numbers): 0 ok, 1 regression, 4 bad input
-(file, option or baseline), 5 cannot run here.
+(file, option or baseline; an output path that cannot be written too), 5 cannot run here.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import perfgate.commands
 from perfgate import exitcodes
 from perfgate.commands import CommandError
 from perfgate.extras import MissingExtra
+from perfgate.files import WriteError
 
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT, EXIT_UNAVAILABLE = (
     exitcodes.OK,
@@ -57,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     except MissingExtra as exc:  # an optional dependency: one line naming the extra, not a traceback
         print(f"perfgate {args.command}: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
+    except WriteError as exc:  # an output path that cannot be written: bad input, named with the fix
+        print(f"perfgate {args.command}: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except BrokenPipeError:  # `perfgate models | head`
         return EXIT_OK
 

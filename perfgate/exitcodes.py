@@ -8,7 +8,7 @@ pytest's own numbers (pytest.ExitCode), so a script that calls both reads one me
 | 1 | a failed case: a regression, a missed budget, an accuracy failure, a crash or time-out; `perfgate compare`: a regression |
 | 2 | interrupted (Ctrl-C) |
 | 3 | internal error: a bug in perfgate or pytest (please report it with the traceback) |
-| 4 | bad input: an option, pyproject.toml, a baseline, result or model file; one line names it and the fix |
+| 4 | bad input: an option, pyproject.toml, a baseline, result or model file, an output path that cannot be written; one line names it and the fix |
 | 5 | nothing to run here: no CUDA device for a GPU-only command, no test selected |
 """
 

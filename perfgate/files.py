@@ -5,6 +5,10 @@ in the same folder (hidden, so `perfgate history` never reads it), is fsynced, t
 target (`os.replace`) or, without clobber, is linked to it (`os.link` fails if the name exists:
 recorded baselines are never overwritten). A writer killed in between leaves the old file intact
 and at worst a hidden `.tmp` file.
+
+A target that cannot be written (a folder, a path through a file, no permission, a full disk) is a
+WriteError: one line naming the target (never the temporary file), the reason and the fix; the
+`perfgate` commands print it and exit 4 (bad input).
 """
 
 from __future__ import annotations
@@ -16,9 +20,45 @@ from pathlib import Path
 from typing import Any
 
 
+class WriteError(OSError):
+    """`path` cannot be written; str() is one line naming it, the reason and the fix. An OSError,
+    so callers that catch one still do."""
+
+    def __init__(self, path: Path, exc: OSError) -> None:
+        super().__init__(exc.errno, f"{path}: cannot write it ({_reason(path, exc)}); choose a writable file path")
+        self.path = path
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def _reason(path: Path, exc: OSError) -> str:
+    """Why `path` cannot be written, in terms of the path given rather than the temporary file."""
+    if path.is_dir():
+        return "it is a folder"
+    for parent in path.parents:
+        if parent.exists() or parent.is_symlink():
+            if not parent.is_dir():
+                return f"{parent} is a file, not a folder"
+            break
+    return exc.strerror or type(exc).__name__
+
+
 def write_text(path: str | os.PathLike[str], text: str, *, clobber: bool = True) -> Path:
-    """Write `text` atomically; FileExistsError when `clobber` is False and `path` exists."""
+    """Write `text` atomically; FileExistsError when `clobber` is False and `path` exists;
+    WriteError when `path` cannot be written."""
     path = Path(path)
+    try:
+        return _write(path, text, clobber=clobber)
+    except FileExistsError as exc:
+        if not clobber and path.exists():
+            raise  # the name is taken: the caller chooses another (a recorded baseline is never overwritten)
+        raise WriteError(path, exc) from None
+    except OSError as exc:
+        raise WriteError(path, exc) from None
+
+
+def _write(path: Path, text: str, *, clobber: bool) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

@@ -95,8 +95,11 @@ def _write_markdown(target: str, md: str) -> None:
     if target == "-":
         sys.stdout.write(md)
     elif os.environ.get("GITHUB_STEP_SUMMARY") == target:  # appended to, as GitHub documents
-        with Path(target).open("a", encoding="utf8") as fh:
-            fh.write(md)
+        try:
+            with Path(target).open("a", encoding="utf8") as fh:
+                fh.write(md)
+        except OSError as exc:
+            raise files.WriteError(Path(target), exc) from None
     else:
         files.write_text(target, md)
 

@@ -3,6 +3,7 @@ imports, and the one loader of result files whose messages history and the basel
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -60,6 +61,25 @@ def test_no_clobber_never_overwrites(tmp_path):
         files.write_text(target, "second", clobber=False)
     assert target.read_text() == "first" and list(tmp_path.iterdir()) == [target]
     assert files.write_text(tmp_path / "0002_a.json", "new", clobber=False).read_text() == "new"
+
+
+def test_a_target_that_cannot_be_written_is_one_line_naming_it_not_the_temporary_file(tmp_path, monkeypatch):
+    target = files.write_json(tmp_path / "b.json", {"v": 1})
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(files.WriteError) as exc:
+        files.write_json(target, {"v": 2})
+    monkeypatch.undo()
+    assert isinstance(exc.value, OSError) and exc.value.errno == errno.ENOSPC  # callers catching OSError still do
+    assert str(exc.value) == f"{target}: cannot write it (No space left on device); choose a writable file path"
+    assert json.loads(target.read_text()) == {"v": 1} and list(tmp_path.iterdir()) == [target]
+    with pytest.raises(files.WriteError, match=f"^{re.escape(str(tmp_path))}: cannot write it \\(it is a folder\\)"):
+        files.write_text(tmp_path, "x")
+    with pytest.raises(files.WriteError, match=f"\\({re.escape(str(target))} is a file, not a folder\\)"):
+        files.write_text(target / "sub" / "c.json", "x", clobber=False)  # not FileExistsError: no name is taken
 
 
 def test_every_writer_in_perfgate_is_the_one_atomic_writer():
