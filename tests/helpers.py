@@ -178,3 +178,12 @@ def kept_gpu_records(run: str, name: str) -> dict:
         path = Path(tmp) / f"{name}.json"
         path.write_bytes(gzip.decompress(data.read_bytes()))
         return load_records(path)
+
+
+def empty_pyproject(folder: Path) -> Path:
+    """A pyproject.toml without [tool.perfgate], for a command to run under the defaults whatever the
+    repository's own says (a --pyproject naming no file is refused: perfgate.commands.project_file)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "empty-pyproject.toml"
+    path.write_text("")
+    return path

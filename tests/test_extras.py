@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from perfgate import extras
+from tests.helpers import empty_pyproject
 
 ROOT = Path(__file__).resolve().parents[1]
 HISTORY = ROOT / "tests" / "data" / "history-step"
@@ -114,7 +115,15 @@ def test_perfgate_report_without_the_report_extra_is_one_line(tmp_path, blocked,
 
 
 def test_history_change_points_without_ruptures_is_one_line(tmp_path) -> None:
-    argv = ["history", "--baselines", str(HISTORY), "--fingerprint", FP_ID, "--pyproject", str(tmp_path / "no.toml")]
+    argv = [
+        "history",
+        "--baselines",
+        str(HISTORY),
+        "--fingerprint",
+        FP_ID,
+        "--pyproject",
+        str(empty_pyproject(tmp_path)),
+    ]
     r = cli(["ruptures"], *argv, "--change-points")
     assert r.returncode == 5
     assert r.stderr == f"perfgate history: {line('ruptures', 'finding change points')}\n"

@@ -37,19 +37,32 @@ TABLE_KEYS = (
 
 
 def load_table(pyproject: str | Path) -> dict[str, Any]:
-    """The `[tool.perfgate]` table of a pyproject.toml ({} when the file or the table is absent)."""
+    """The `[tool.perfgate]` table of a pyproject.toml ({} when the file or the table is absent;
+    a command whose --pyproject names a missing file says so itself: perfgate.commands.project_file)."""
     path = Path(pyproject)
     if not path.is_file():
         return {}
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_text(encoding="utf8"))  # TOML is UTF-8, whatever the locale
+    except UnicodeDecodeError as exc:
+        raise PolicyError(
+            f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); save the file as "
+            "UTF-8, as TOML requires"
+        ) from None
+    except OSError as exc:
+        raise PolicyError(f"{path}: cannot read it ({exc.strerror}); make it readable") from None
     except tomllib.TOMLDecodeError as exc:
         raise PolicyError(f"{path}: invalid TOML ({exc}); fix the file") from None
-    table = data.get("tool", {}).get("perfgate", {})
+    tool = data.get("tool", {})
+    if not isinstance(tool, dict):
+        raise PolicyError(f"{path}: tool must be a table (write [tool.perfgate] and its keys), got {tool!r}")
+    table = tool.get("perfgate", {})
+    if not isinstance(table, dict):
+        raise PolicyError(f"{path}: tool.perfgate must be a table (write [tool.perfgate] and its keys), got {table!r}")
     unknown = set(table) - set(TABLE_KEYS)
     if unknown:
         raise PolicyError(f"{path} [tool.perfgate]: unknown key {sorted(unknown)[0]!r}; known: {', '.join(TABLE_KEYS)}")
-    for key, example in (("registries", "models"), ("model_files", "my_model.py")):
+    for key, example in (("registries", "models"), ("model_files", "my_model.py"), ("variants", "baseline")):
         value = table.get(key, [])
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise PolicyError(

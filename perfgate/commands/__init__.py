@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from pathlib import Path
 
 from perfgate.exitcodes import BAD_INPUT as EXIT_BAD_INPUT
 
@@ -13,6 +15,21 @@ class CommandError(Exception):
     def __init__(self, message: str, code: int = EXIT_BAD_INPUT) -> None:
         super().__init__(message)
         self.code = code
+
+
+def project_file(given: str | os.PathLike[str] | None) -> Path:
+    """The pyproject.toml a command reads: --pyproject as given, which must be a file (a missing one
+    would silently mean the defaults), else ./pyproject.toml, whose absence means the defaults."""
+    if given is None:
+        return Path("pyproject.toml")
+    path = Path(given)
+    if not path.is_file():
+        what = "a folder, not a file" if path.is_dir() else "no such file"
+        raise CommandError(
+            f"--pyproject {path}: {what}; give the project's pyproject.toml, or leave the option out to read "
+            "./pyproject.toml"
+        )
+    return path
 
 
 def load_models(model_files: Sequence[str] = ()) -> None:

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from perfgate import files, gate
-from perfgate.commands import CommandError
+from perfgate.commands import CommandError, project_file
 from perfgate.exitcodes import FAILED as EXIT_REGRESSION
 from perfgate.gate import policy as policy_mod
 from perfgate.gate import store
@@ -22,8 +22,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--pyproject",
         type=Path,
-        default=Path("pyproject.toml"),
-        help="where [tool.perfgate] is read (default ./pyproject.toml)",
+        default=None,
+        metavar="FILE",
+        help="where [tool.perfgate] is read (a file that must exist; default ./pyproject.toml, the defaults when it "
+        "is absent)",
     )
     p.add_argument(
         "--allow-other-fingerprint",
@@ -67,7 +69,7 @@ def compare_files(
 
 def run(args: argparse.Namespace) -> int:
     try:
-        policy = policy_mod.load(args.pyproject)
+        policy = policy_mod.load(project_file(args.pyproject))
     except policy_mod.PolicyError as exc:
         raise CommandError(str(exc)) from None
     verdicts = compare_files(args.baseline, args.current, policy, allow_other=args.allow_other_fingerprint)

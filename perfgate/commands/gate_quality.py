@@ -101,8 +101,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--pyproject",
         type=Path,
-        default=Path("pyproject.toml"),
-        help="policy to test: its [tool.perfgate] latency settings (default ./pyproject.toml)",
+        default=None,
+        metavar="FILE",
+        help="policy to test: its [tool.perfgate] latency settings (a file that must exist; default "
+        "./pyproject.toml, the defaults when it is absent)",
     )
     p.add_argument(
         "--also",
@@ -165,6 +167,9 @@ def _rule(spec: str, base: Any) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    from perfgate.commands import project_file
+
+    args.pyproject = project_file(args.pyproject)
     if args.ab:
         return _run_ab(args)
     from perfgate.commands import CommandError

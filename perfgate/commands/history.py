@@ -58,9 +58,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--pyproject",
-        default="pyproject.toml",
+        default=None,
         metavar="FILE",
-        help="where accepted_changes are read (default pyproject.toml)",
+        help="where accepted_changes and history_store are read (a file that must exist; default ./pyproject.toml, "
+        "none when it is absent)",
     )
     p.add_argument("--baselines", default="baselines", metavar="DIR", help="baseline folder (default baselines)")
     p.add_argument(
@@ -126,7 +127,8 @@ def storage_dirs(args: argparse.Namespace, default: list[str]) -> list[str]:
             )
         dirs.append(d)
     if args.store is None:
-        dirs += [d for d in configured_store(getattr(args, "pyproject", "pyproject.toml")) if Path(d).is_dir()]
+        pyproject = getattr(args, "pyproject", None) or "pyproject.toml"
+        dirs += [d for d in configured_store(pyproject) if Path(d).is_dir()]
     return dirs
 
 
@@ -151,10 +153,11 @@ def auto_scope(args: argparse.Namespace, storage: list[str]):
 
 
 def run(args: argparse.Namespace) -> int:
-    from perfgate.commands import CommandError
+    from perfgate.commands import CommandError, project_file
     from perfgate.history import runs as h
     from perfgate.output.terminal import history_lines
 
+    args.pyproject = project_file(args.pyproject)
     try:
         since = h.parse_day(args.since) if args.since else None
         until = h.parse_day(args.until, end=True) if args.until else None

@@ -44,9 +44,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-history", action="store_true", help="leave the history trends out")
     p.add_argument(
         "--pyproject",
-        default="pyproject.toml",
+        default=None,
         metavar="FILE",
-        help="where the history's accepted_changes (intended steps) are read (default pyproject.toml)",
+        help="where the history's accepted_changes (intended steps), history_store and the gate's tolerances are "
+        "read (a file that must exist; default ./pyproject.toml, none when it is absent)",
     )
     from perfgate.commands.history import add_store_argument
 
@@ -106,7 +107,7 @@ def _write_markdown(target: str, md: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from perfgate import files
-    from perfgate.commands import CommandError
+    from perfgate.commands import CommandError, project_file
     from perfgate.commands.history import storage_dirs
     from perfgate.gate.verdict_file import load_verdicts
     from perfgate.history.runs import load_run
@@ -114,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
     from perfgate.output.report_data import history_for
     from perfgate.results import ResultFileError
 
+    args.pyproject = project_file(args.pyproject)
     storage = storage_dirs(args, STORAGE_DIRS)
     if args.site:
         from perfgate.commands._site import write_site
@@ -187,7 +189,7 @@ def _saved_runs(args: argparse.Namespace, storage: list[str]) -> list[str]:
     return [r.path for r in chosen]
 
 
-def _policy(pyproject: str) -> object:
+def _policy(pyproject: str | Path) -> object:
     """The gate's policy for the tolerances the Markdown prints beside each change; None (no
     tolerance printed) where the pyproject cannot be read: the summary must still be written."""
     from perfgate.gate.policy import PolicyError, load

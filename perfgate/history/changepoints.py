@@ -42,6 +42,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -104,7 +105,7 @@ def parse_accepted(raw: Any, source: str = "[tool.perfgate]") -> tuple[AcceptedC
     return tuple(out)
 
 
-def load_accepted(pyproject: str) -> tuple[AcceptedChange, ...]:
+def load_accepted(pyproject: str | Path) -> tuple[AcceptedChange, ...]:
     """The accepted changes of a pyproject.toml (none when the file or the key is absent);
     AcceptedChangeError, one line naming the file, for a bad file or entry."""
     from perfgate.gate.policy import PolicyError, load_table

@@ -114,6 +114,12 @@ def test_a_registry_module_from_the_option_and_a_model_file_are_loaded(pytester:
             "new one another name",
         ),
         ("[tool.perfgate]\n", {}, "no models are registered: name the modules that register them in pyproject.toml*"),
+        (
+            '[tool.perfgate]\nvariants = "bf16"\n',  # once split into characters: "'b' matches no variant"
+            {},
+            "*pyproject.toml [[]tool.perfgate[]] variants: must be a list of strings, e.g. variants = "
+            "[[]\"baseline\"[]], got 'bf16'",
+        ),
     ],
     ids=[
         "missing-registry",
@@ -123,6 +129,7 @@ def test_a_registry_module_from_the_option_and_a_model_file_are_loaded(pytester:
         "syntax-error",
         "duplicate-name",
         "nothing-registered",
+        "variants-not-a-list",
     ],
 )
 def test_a_broken_registry_is_a_one_line_usage_error(

@@ -23,7 +23,7 @@ from perfgate.measure import topology as topo_mod
 from perfgate.measure.core import WarmupRule, measure
 from perfgate.measure.stats import StopRule
 from perfgate.output import ranks as ranks_text
-from tests.helpers import bench, run_json
+from tests.helpers import bench, empty_pyproject, run_json
 
 pytest_plugins = ("pytester",)
 
@@ -218,7 +218,7 @@ def test_cli_aggregate_writes_a_run_that_compare_history_and_report_read(tmp_pat
     assert "aggregated 2 of 2 ranks" in capsys.readouterr().out
     agg = store.load(out)
     assert agg["benchmarks"][0]["extra_info"]["slowest_rank"] == 1
-    assert main(["compare", str(out), str(out), "--pyproject", str(tmp_path / "none.toml")]) == 0
+    assert main(["compare", str(out), str(out), "--pyproject", str(empty_pyproject(tmp_path))]) == 0
     assert (
         main(
             [

@@ -12,7 +12,7 @@ import pytest
 from perfgate.cli import EXIT_BAD_INPUT, main
 from perfgate.history.changepoints import AcceptedChangeError, parse_accepted, segment_starts
 from perfgate.history.runs import Run, load_run
-from tests.helpers import needs_ruptures
+from tests.helpers import empty_pyproject, needs_ruptures
 
 pytestmark = needs_ruptures
 
@@ -97,12 +97,12 @@ def _history(*extra: str, pyproject: Path) -> list[str]:
 def test_the_injected_step_in_real_runs_is_found_at_the_first_slowed_run(tmp_path, capsys):
     runs = _runs()
     assert len(runs) == 8 and len({r.commit for r in runs}) == 8
-    assert main(_history("--json", pyproject=tmp_path / "none.toml")) == 0
+    assert main(_history("--json", pyproject=empty_pyproject(tmp_path))) == 0
     (series,) = json.loads(capsys.readouterr().out)["series"]
     (step,) = series["change_points"]
     assert step["index"] == 4 and step["commit"] == runs[4].commit  # run 5: the first with the slowdown
     assert step["direction"] == "worse" and 10 < step["change_pct"] < 40  # 20% injected into the model's work
-    assert main(_history(pyproject=tmp_path / "none.toml")) == 0
+    assert main(_history(pyproject=empty_pyproject(tmp_path))) == 0
     out = capsys.readouterr().out
     assert f"{CASE}  #5     {runs[4].commit[:8]}" in out and "worse" in out
     assert "1 of 1 case(s) with at least 4 entries changed level" in out

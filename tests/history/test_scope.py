@@ -16,6 +16,7 @@ from perfgate.cli import main
 from perfgate.commands import history as history_cmd
 from perfgate.history import scope as history_scope
 from perfgate.measure.fingerprint import fingerprint_id
+from tests.helpers import empty_pyproject
 
 ROOT = Path(__file__).resolve().parents[2]
 NEW = "cpu-amd-epyc-f26m2-t2-6c90885578"  # family 26 (Zen 5), with vendor and family in its block
@@ -95,14 +96,14 @@ def test_history_on_a_recorded_machine_shows_only_its_own(project, monkeypatch, 
 def test_report_without_runs_uses_the_newest_of_each_recorded_fingerprint(small_project, monkeypatch, capsys):
     project = small_project
     _as(monkeypatch, third_machine())
-    assert main(["report", "-o", "r.html", "--pyproject", str(project / "none.toml")]) == 0
+    assert main(["report", "-o", "r.html", "--pyproject", str(empty_pyproject(project))]) == 0
     err = capsys.readouterr().err
     assert sum("is this machine's" in line for line in err.splitlines()) == 1
     assert "the newest saved run of 2 fingerprint(s)" in err
     page = (project / "r.html").read_text()
     assert NEW in page and OLD in page
     _as(monkeypatch, _block(NEW))
-    assert main(["report", "-o", "own.html", "--pyproject", str(project / "none.toml")]) == 0
+    assert main(["report", "-o", "own.html", "--pyproject", str(empty_pyproject(project))]) == 0
     err = capsys.readouterr().err
     assert "is this machine's" not in err and "of 1 fingerprint(s)" in err and "0002_physicsnemo-block.json" in err
 

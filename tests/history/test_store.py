@@ -16,7 +16,7 @@ import pytest
 
 from perfgate.cli import main
 from perfgate.history import store as history_store
-from tests.helpers import needs_ruptures
+from tests.helpers import empty_pyproject, needs_ruptures
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "history-step"
 FP_ID = next(p.name for p in DATA.iterdir() if p.is_dir())
@@ -80,7 +80,10 @@ def test_the_change_point_names_its_commit_range_and_the_bisect_command(tmp_path
         assert _add(store, run) == 0
     capsys.readouterr()
     argv = ["history", "--baselines", str(tmp_path / "none"), "--store", str(store), "--fingerprint", FP_ID]
-    assert main([*argv, "--metric", "normalised_median", "--change-points", "--pyproject", str(tmp_path / "x")]) == 0
+    assert (
+        main([*argv, "--metric", "normalised_median", "--change-points", "--pyproject", str(empty_pyproject(tmp_path))])
+        == 0
+    )
     out = capsys.readouterr().out
     good, bad = _commit(RUNS[3])[:12], _commit(RUNS[4])[:12]  # runs 5-8 carry the injected slowdown
     assert f"commits {good}..{bad}" in out

@@ -310,11 +310,12 @@ def time_to_first_chart(exe: str, page: Path, work: Path) -> dict[str, Any]:
 
 def measure_site(store: Path, out: Path) -> dict[str, Any]:
     from tests.browser import chromium
+    from tests.helpers import empty_pyproject
 
     t0 = time.monotonic()
     r = subprocess.run(
         [sys.executable, "-m", "perfgate", "report", "--site", str(out), "--store", str(store), "--baselines",
-         str(out / "none"), "--pyproject", str(out / "none.toml"),
+         str(out / "none"), "--pyproject", str(empty_pyproject(out.parent)),
          "--commit-url", "https://github.com/OWNER/REPO/commit/{commit}"],
         capture_output=True, text=True,
     )  # fmt: skip

@@ -19,7 +19,7 @@ from perfgate.history import store as history_store
 from perfgate.history.runs import Run, build_series
 from perfgate.output import site
 from tests.browser import chromium, render_page
-from tests.helpers import needs_ruptures
+from tests.helpers import empty_pyproject, needs_ruptures
 from tests.history import year as history_year
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "history-step"
@@ -57,7 +57,7 @@ def real_site(tmp_path_factory) -> Path:
         history_store.add_run(store, data, source="https://github.com/OWNER/REPO/actions/runs/1")
     out = tmp / "site"
     argv = ["report", "--site", str(out), "--store", str(store), "--baselines", str(tmp / "none")]
-    assert main([*argv, "--commit-url", COMMIT_URL, "--pyproject", str(tmp / "none.toml")]) == 0
+    assert main([*argv, "--commit-url", COMMIT_URL, "--pyproject", str(empty_pyproject(tmp))]) == 0
     return out
 
 
@@ -136,7 +136,7 @@ def test_page_weight_is_bounded_by_the_number_of_cases(tmp_path):
     history_year.store_runs(store, template, days=3, pushes_per_day=4, pr_cases=pr, nightly=True)
     out = tmp_path / "site"
     argv = ["report", "--site", str(out), "--store", str(store), "--baselines", str(tmp_path / "none")]
-    assert main([*argv, "--pyproject", str(tmp_path / "none.toml")]) == 0
+    assert main([*argv, "--pyproject", str(empty_pyproject(tmp_path))]) == 0
     cases = len(template["benchmarks"])
     index = (out / "index.html").stat().st_size
     assert index <= 20_000 + cases * (site.SPARK_POINTS * 25 + 700) + cases * 300
@@ -195,7 +195,7 @@ def test_the_dashboard_links_only_https_urls(tmp_path):
         stored.write_text(json.dumps(run))
         out = tmp_path / "site"
         argv = ["report", "--site", str(out), "--store", str(store), "--baselines", str(tmp_path / "none")]
-        argv += ["--commit-url", "javascript:alert('{commit}')", "--pyproject", str(tmp_path / "none.toml")]
+        argv += ["--commit-url", "javascript:alert('{commit}')", "--pyproject", str(empty_pyproject(tmp_path))]
         assert main(argv) == 0
         hrefs = [h for page in _pages(out).values() for h in re.findall(r'href="([^"]*)"', page)]
         assert hrefs and all(h.startswith(("https://", "../", "#")) or not re.match(r"\w+:", h) for h in hrefs), hrefs

@@ -22,7 +22,7 @@ from perfgate.record import CaseRecord
 from perfgate.run import runner as runner_mod
 from perfgate.run.config import RunConfig
 from perfgate.run.runner import Host, Runner
-from tests.helpers import bench
+from tests.helpers import bench, empty_pyproject
 from tests.run.test_runner import _result
 
 POLICY = Policy()
@@ -192,7 +192,7 @@ def test_perfgate_compare_counts_the_unchanged_and_lists_them_on_request(real_ru
     with --show-unchanged."""
     from perfgate.cli import main
 
-    args = ["compare", str(real_run.results), str(real_run.results), "--pyproject", str(tmp_path / "none.toml")]
+    args = ["compare", str(real_run.results), str(real_run.results), "--pyproject", str(empty_pyproject(tmp_path))]
     assert main(args) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("gate verdicts: 0 need attention; ") and "needs attention (regressions first):" not in out

@@ -16,6 +16,7 @@ from perfgate.cli import EXIT_BAD_INPUT, main
 from perfgate.gate.settings import GateSettings
 from perfgate.quality import experiment as q
 from perfgate.quality import rates as qr
+from tests.helpers import empty_pyproject
 
 
 class FakeMeasurer:
@@ -306,7 +307,7 @@ def test_cli_small_run_writes_json(tmp_path, capsys):
             "--also",
             "baseline_runs=2,remeasure_pooled=false",
             "--pyproject",
-            str(tmp_path / "none.toml"),
+            str(empty_pyproject(tmp_path)),
             "--json",
             str(out),
         ]
@@ -338,7 +339,7 @@ def test_cli_small_run_writes_json(tmp_path, capsys):
                 "--from-json",
                 str(out),
                 "--pyproject",
-                str(tmp_path / "none.toml"),
+                str(empty_pyproject(tmp_path)),
                 "--also",
                 "remeasure=0",
                 "--also",
