@@ -116,7 +116,7 @@ def current_fingerprint_id(device: str | None) -> str:
 def storage_dirs(args: argparse.Namespace, default: list[str]) -> list[str]:
     """--storage (or the default) plus the history stores: --store, else the configured one if present."""
     from perfgate.commands import CommandError
-    from perfgate.history.store import configured_store
+    from perfgate.history.store import StoreError, configured_store
 
     dirs = list(args.storage if args.storage is not None else default)
     for d in args.store or []:
@@ -127,8 +127,11 @@ def storage_dirs(args: argparse.Namespace, default: list[str]) -> list[str]:
             )
         dirs.append(d)
     if args.store is None:
-        pyproject = getattr(args, "pyproject", None) or "pyproject.toml"
-        dirs += [d for d in configured_store(pyproject) if Path(d).is_dir()]
+        try:
+            configured = configured_store(getattr(args, "pyproject", None) or "pyproject.toml")
+        except StoreError as exc:
+            raise CommandError(str(exc)) from None
+        dirs += [d for d in configured if Path(d).is_dir()]
     return dirs
 
 

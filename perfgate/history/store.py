@@ -66,17 +66,22 @@ class Added:
 
 
 def configured_store(pyproject: str | os.PathLike[str] = "pyproject.toml") -> list[str]:
-    """[tool.perfgate] history_store (a folder, relative to the project), or none."""
+    """[tool.perfgate] history_store (a folder, relative to the project), or none; StoreError, one
+    line naming the file, for a bad value or a pyproject that cannot be read (a store silently
+    left out would read as a history without its runs)."""
     from perfgate.cases.project import PolicyError, load_table
 
     try:
         value = load_table(pyproject).get("history_store")
-    except PolicyError:
-        return []  # the command that reads the policy says what is wrong with it
+    except PolicyError as exc:
+        raise StoreError(str(exc)) from None
     if value is None:
         return []
     if not isinstance(value, str) or not value:
-        raise StoreError(f'{pyproject} [tool.perfgate] history_store: give a folder, e.g. ".perfgate/history"')
+        raise StoreError(
+            f'{pyproject} [tool.perfgate] history_store: must be a folder, e.g. history_store = ".perfgate/history", '
+            f"got {value!r}"
+        )
     return [str(Path(pyproject).parent / value)]
 
 

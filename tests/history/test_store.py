@@ -191,6 +191,22 @@ def test_the_configured_store_is_read_when_present(tmp_path, monkeypatch, capsys
     assert "--store missing: no such folder; fetch the store with: git fetch" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("value", "shown"), [("3", "3"), ('""', "''")], ids=["number", "empty"])
+def test_a_bad_history_store_setting_is_one_line_for_history_and_report(tmp_path, monkeypatch, capsys, value, shown):
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text(f"[tool.perfgate]\nhistory_store = {value}\n")
+    line = f'[tool.perfgate] history_store: must be a folder, e.g. history_store = ".perfgate/history", got {shown}'
+    history = ["history", "--fingerprint", FP_ID, "--pyproject", str(pyproject)]
+    report = ["report", str(RUNS[-1]), "--no-history", "-o", str(tmp_path / "r.html"), "--pyproject", str(pyproject)]
+    for argv in (history, report):
+        assert main(argv) == 4
+        assert capsys.readouterr().err == f"perfgate {argv[0]}: {pyproject} {line}\n"
+    monkeypatch.chdir(tmp_path)  # the implicit ./pyproject.toml too
+    assert main(["history", "--fingerprint", FP_ID]) == 4
+    assert capsys.readouterr().err == f"perfgate history: pyproject.toml {line}\n"
+    assert not (tmp_path / "r.html").exists()
+
+
 def test_thinning_keeps_recent_runs_and_every_nightly(tmp_path):
     from datetime import UTC, datetime, timedelta
 
