@@ -14,8 +14,12 @@ def write_site(args: argparse.Namespace, storage: list[str]) -> int:
     from perfgate.history.changepoints import AcceptedChangeError, load_accepted
     from perfgate.history.dashboard import Baselines
     from perfgate.history.runs import gather
-    from perfgate.output.site import build_site
+    from perfgate.output.site import build_site, commit_url_error
 
+    if args.commit_url and (err := commit_url_error(args.commit_url)) is not None:
+        raise CommandError(
+            f"--commit-url {args.commit_url!r}: {err}; e.g. --commit-url https://github.com/OWNER/REPO/commit/{{commit}}"
+        )
     try:
         accepted = load_accepted(args.pyproject)
         policy = load(args.pyproject)  # the gate's tolerances, drawn around each baseline

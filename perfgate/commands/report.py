@@ -60,7 +60,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--commit-url",
         default="",
         metavar="TEMPLATE",
-        help="--site: a commit's address, e.g. https://github.com/OWNER/REPO/commit/{commit}",
+        help="--site: a commit's https address with one {commit} field, e.g. "
+        "https://github.com/OWNER/REPO/commit/{commit} (any other is refused: the dashboard links https only)",
     )
     p.add_argument(
         "--markdown",

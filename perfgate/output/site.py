@@ -25,6 +25,7 @@ from __future__ import annotations
 import html
 import math
 import re
+import string
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -351,6 +352,25 @@ HTTPS_URL = re.compile(r"https://[A-Za-z0-9.-]+(?::[0-9]+)?(?:/[A-Za-z0-9._~!$&'
 def https_url(value: Any) -> str | None:
     """`value` if it is a plain https URL, else None (rendered as no link)."""
     return value if isinstance(value, str) and HTTPS_URL.fullmatch(value) else None
+
+
+def commit_url_error(template: str) -> str | None:
+    """Why `template` (report --commit-url) links no commit, or None: it needs exactly one `{commit}`
+    field and nothing else to fill, and must be an https address once filled (the only links the
+    dashboard writes), so a template that would link nothing is refused before any run is read."""
+    try:
+        fields = [(name, spec, conv) for _, name, spec, conv in string.Formatter().parse(template) if name is not None]
+    except ValueError as exc:
+        return f"{exc}; write a literal brace as {{{{ or }}}}"
+    if [name for name, _, _ in fields] != ["commit"] or any(spec or conv for _, spec, conv in fields):
+        found = ", ".join(
+            "{" + name + (f"!{conv}" if conv else "") + (f":{spec}" if spec else "") + "}"
+            for name, spec, conv in fields
+        )
+        return f"needs exactly one plain {{commit}} field and no other (found {found or 'none'})"
+    if https_url(template.format(commit="0" * 40)) is None:
+        return "is not an https:// address once {commit} is filled in (the dashboard links https only)"
+    return None
 
 
 def _commit_href(commit: str | None, commit_url: str) -> str | None:

@@ -182,8 +182,8 @@ def test_a_year_long_series_is_searched_in_stretches_and_the_step_placed_at_its_
 
 def test_the_dashboard_links_only_https_urls(tmp_path):
     """A run's `source` on the data branch is data: a `javascript:` or `data:` URL written there
-    (by a writer the ruleset should have stopped) renders as no link; a commit-url template that is
-    not https links no commit."""
+    (by a writer the ruleset should have stopped) renders as no link (a --commit-url template that
+    is not https is refused before: the next test)."""
     data = history_store.validate(RUNS[0], None, commit=_commit(RUNS[0]), tier="pr")
     store = tmp_path / "store"
     history_store.add_run(store, data, source="https://github.com/OWNER/REPO/actions/runs/1")
@@ -195,12 +195,40 @@ def test_the_dashboard_links_only_https_urls(tmp_path):
         stored.write_text(json.dumps(run))
         out = tmp_path / "site"
         argv = ["report", "--site", str(out), "--store", str(store), "--baselines", str(tmp_path / "none")]
-        argv += ["--commit-url", "javascript:alert('{commit}')", "--pyproject", str(empty_pyproject(tmp_path))]
+        argv += ["--commit-url", COMMIT_URL, "--pyproject", str(empty_pyproject(tmp_path))]
         assert main(argv) == 0
         hrefs = [h for page in _pages(out).values() for h in re.findall(r'href="([^"]*)"', page)]
         assert hrefs and all(h.startswith(("https://", "../", "#")) or not re.match(r"\w+:", h) for h in hrefs), hrefs
         assert not any("alert" in h or h.lower().startswith(("javascript:", "data:")) for h in hrefs), hrefs
     assert site.https_url("https://github.com/OWNER/REPO/actions/runs/1") is not None
+
+
+_FIELDS = "needs exactly one plain {commit} field and no other"
+_NOT_HTTPS = "is not an https:// address once {commit} is filled in (the dashboard links https only)"
+
+
+@pytest.mark.parametrize(
+    ("template", "reason"),
+    [
+        ("https://x/{nope}", f"{_FIELDS} (found {{nope}})"),
+        ("https://x/{commit}/{commit}", f"{_FIELDS} (found {{commit}}, {{commit}})"),
+        ("https://x/commit", f"{_FIELDS} (found none)"),
+        ("https://x/{", "Single '{' encountered in format string; write a literal brace as {{ or }}"),
+        ("http://x/{commit}", _NOT_HTTPS),
+        ("javascript:alert('{commit}')", _NOT_HTTPS),
+    ],
+    ids=["other-field", "two-fields", "no-field", "lone-brace", "http", "javascript"],
+)
+def test_a_commit_url_that_would_link_nothing_is_refused_before_any_run_is_read(tmp_path, capsys, template, reason):
+    out = tmp_path / "site"
+    argv = ["report", "--site", str(out), "--store", str(DATA), "--commit-url", template, "--no-history"]
+    assert main([*argv, "--pyproject", str(empty_pyproject(tmp_path))]) == 4
+    assert capsys.readouterr().err == (
+        f"perfgate report: --commit-url {template!r}: {reason}; e.g. --commit-url "
+        "https://github.com/OWNER/REPO/commit/{commit}\n"
+    )
+    assert not out.exists()
+    assert site.commit_url_error(COMMIT_URL) is None
 
 
 def test_a_source_that_is_not_https_is_refused_before_it_is_stored(tmp_path):
