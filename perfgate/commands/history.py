@@ -100,10 +100,14 @@ def _globs(values: list[str]) -> tuple[str, ...]:
 
 
 def current_fingerprint(device: str | None) -> dict:
-    """This machine's fingerprint; imports torch, so only when no id was given."""
-    from perfgate.measure.device import default_device
+    """This machine's fingerprint; imports torch, so only when no id was given. A --device this
+    machine cannot fingerprint is one line (doctor's check), not torch's traceback."""
+    from perfgate.commands import CommandError
+    from perfgate.measure.device import default_device, device_error
     from perfgate.measure.fingerprint import fingerprint
 
+    if device is not None and (err := device_error(device)) is not None:
+        raise CommandError(f"--device {err}, or pass --fingerprint ID or --all-fingerprints")
     return fingerprint(device or default_device())
 
 

@@ -481,3 +481,27 @@ def test_cli_bad_input_is_one_line_exit_4(project, capsys, argv, message):
     assert main(["history", *argv]) == EXIT_BAD_INPUT
     err = capsys.readouterr().err.strip().splitlines()
     assert message in err[-1] and err[-1].startswith("perfgate history: ")
+
+
+@pytest.mark.parametrize(
+    ("device", "reason"),
+    [
+        ("tpu", "'tpu' is not a device: use cpu, cuda or cuda:N"),
+        ("meta", "'meta': perfgate measures cpu, cuda or cuda:N"),
+        ("cuda:99", "cuda:99: no such CUDA device here (torch.cuda.is_available() is "),
+    ],
+    ids=["unknown", "not-measured", "absent-cuda"],
+)
+def test_a_device_this_machine_cannot_fingerprint_is_one_line_for_history_and_report(
+    tmp_path, monkeypatch, capsys, device, reason
+):
+    """--device picks this machine's fingerprint; one it cannot take is doctor's one line, not
+    torch's RuntimeError or AssertionError (a CPU-only torch asked for cuda)."""
+    baselines = str(Path(__file__).resolve().parents[2] / "baselines")  # the real recorded runs
+    monkeypatch.chdir(tmp_path)
+    for argv in (["history", "--baselines", baselines], ["report", "--baselines", baselines, "--no-history"]):
+        assert main([*argv, "--device", device]) == EXIT_BAD_INPUT
+        err = capsys.readouterr().err
+        assert len(err.splitlines()) == 1 and err.startswith(f"perfgate {argv[0]}: --device {reason}"), err
+        assert err.endswith(", or pass --fingerprint ID or --all-fingerprints\n"), err
+    assert not (tmp_path / "report.html").exists()
