@@ -25,15 +25,18 @@ class WriteError(OSError):
     so callers that catch one still do."""
 
     def __init__(self, path: Path, exc: OSError) -> None:
-        super().__init__(exc.errno, f"{path}: cannot write it ({_reason(path, exc)}); choose a writable file path")
+        super().__init__(
+            exc.errno, f"{path}: cannot write it ({unwritable_reason(path, exc)}); choose a writable file path"
+        )
         self.path = path
 
     def __str__(self) -> str:
         return str(self.strerror)
 
 
-def _reason(path: Path, exc: OSError) -> str:
-    """Why `path` cannot be written, in terms of the path given rather than the temporary file."""
+def unwritable_reason(path: Path, exc: OSError) -> str:
+    """Why `path` (a file or folder to create) cannot be written, as `exc` says it: in terms of the
+    path given (it is a folder, a parent is a file) rather than the temporary file."""
     if path.is_dir():
         return "it is a folder"
     for parent in path.parents:

@@ -92,7 +92,11 @@ def points(cfg: ProfileConfig) -> list[ProfilePoint]:
         if key == "size":
             out.append(dataclasses.replace(base, size=str(v), label=label))
         elif key == "batch":
-            out.append(dataclasses.replace(base, batch=int(v), label=label))
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ProfileError(
+                    f"--sweep batch: {v!r} is not a whole number; give batch multipliers, e.g. batch=1,2,4"
+                )
+            out.append(dataclasses.replace(base, batch=v, label=label))
         elif key == "variant":
             out.append(dataclasses.replace(base, variant=str(v), label=label))
         else:

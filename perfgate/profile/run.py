@@ -27,7 +27,7 @@ from typing import TextIO
 
 import torch
 
-from perfgate import gate
+from perfgate import files, gate
 from perfgate.cases import runner
 from perfgate.cases.conversions import Env, VariantError
 from perfgate.gate.settings import GateSettings
@@ -288,6 +288,11 @@ def new_run_dir(out_dir: Path, cfg: ProfileConfig, first: ProfilePoint) -> Path:
             return path
         except FileExistsError:
             continue
+        except OSError as exc:
+            raise ProfileError(
+                f"--out {out_dir}: cannot make the run folder there ({files.unwritable_reason(path, exc)}); give a "
+                "writable folder"
+            ) from None
     raise ProfileError(f"cannot create a run folder under {out_dir}")
 
 
@@ -327,7 +332,6 @@ def run_profile(cfg: ProfileConfig, *, stream: TextIO | None = None) -> tuple[Pa
 
 def write_report(run_dir: Path, report: ProfileReport) -> None:
     """report.json, the typed report's JSON form (written here only), and report.html rendered from it."""
-    from perfgate import files
     from perfgate.output import html
 
     data = report.to_json()

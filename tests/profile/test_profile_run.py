@@ -357,6 +357,42 @@ def test_cli_bad_input_is_one_line(
     assert len(err) >= 1 and message in err[-1] and err[-1].startswith("perfgate profile:")
 
 
+_WHOLE = "is not a whole number; give batch multipliers, e.g. batch=1,2,4"
+_NO_FOLDER = "cannot make the run folder there ({file} is a file, not a folder); give a writable folder"
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (["--sweep", "batch=a,b"], f"--sweep batch: 'a' {_WHOLE}"),
+        (["--sweep", "batch=1.5"], f"--sweep batch: 1.5 {_WHOLE}"),
+        (["--out", "{file}"], f"--out {{file}}: {_NO_FOLDER}"),
+        (["--out", "{file}/sub"], f"--out {{file}}/sub: {_NO_FOLDER}"),
+    ],
+    ids=["sweep-batch-text", "sweep-batch-fraction", "out-is-a-file", "out-under-a-file"],
+)
+def test_a_bad_sweep_or_out_is_one_line_naming_the_option_before_profiling(
+    option: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    file = tmp_path / "notes.txt"
+    file.write_text("a file where the run folder would go\n")
+    argv = [
+        "profile",
+        "physicsnemo-block",
+        "--device",
+        "cpu",
+        "--skip-detailed",
+        "--iterations",
+        "1",
+        "--out",
+        str(tmp_path),
+    ]
+    argv += [o.replace("{file}", str(file)) for o in option]
+    assert cli.main(argv) == cli.EXIT_BAD_INPUT
+    assert capsys.readouterr().err == f"perfgate profile: {message.replace('{file}', str(file))}\n"
+    assert list(tmp_path.iterdir()) == [file]  # nothing profiled, no run folder
+
+
 def test_cli_cuda_on_a_cpu_machine_cannot_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
