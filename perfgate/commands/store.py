@@ -33,7 +33,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t = sub.add_parser("thin", help="remove runs older than --days from the tree, but the nightly full matrix")
     t.add_argument("store", metavar="DIR", help="the store folder")
     t.add_argument("--days", type=int, default=90, help="keep every run of the last DAYS days (default 90)")
-    t.add_argument("--keep-tier", default="all", help="the tier kept whatever its age (default all: the nightly)")
+    t.add_argument(
+        "--keep-tier",
+        default="all",
+        metavar="TIER",
+        help="the tier kept whatever its age, as the stored files name it (default all: the nightly full matrix); "
+        "a tier no stored run has is refused",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -68,12 +74,15 @@ def _thin(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from perfgate.commands import CommandError
-    from perfgate.history.store import thin
+    from perfgate.history.store import StoreError, thin
 
     if not Path(args.store).is_dir():
         raise CommandError(f"{args.store}: no such folder; give the store's worktree")
     if args.days < 1:
         raise CommandError(f"--days {args.days}: give a number of days, e.g. 90")
-    removed = thin(args.store, now=datetime.now(UTC), keep_days=args.days, keep_tier=args.keep_tier)
+    try:
+        removed = thin(args.store, now=datetime.now(UTC), keep_days=args.days, keep_tier=args.keep_tier)
+    except StoreError as exc:
+        raise CommandError(str(exc)) from None
     print(f"perfgate store: removed {len(removed)} run(s) older than {args.days} days (tier {args.keep_tier} kept)")
     return 0

@@ -290,9 +290,20 @@ def thin(store: str | os.PathLike[str], *, now: datetime, keep_days: int = 90, k
     """Remove from the store's tree the runs older than `keep_days` except those of `keep_tier`
     (the nightly full matrix: one run a day stays); returns the files removed. The branch's git
     history still holds them (`git log -- FILE`): thinning bounds the checkout and the time to
-    read it, not what is kept."""
+    read it, not what is kept. StoreError, before anything is removed, when `keep_tier` is neither
+    the built-in whole matrix (`all`, kept whether or not a nightly ran yet) nor a tier a stored run
+    has: a misspelt tier (`nightly`) would keep nothing."""
+    from perfgate.cases.tiers import ALL
+
+    folders = sorted(p for p in Path(store).iterdir() if p.is_dir() and not p.name.startswith("."))
+    tiers = {m.group(3) for folder in folders for p in run_files(folder) if (m := RUN_FILE.fullmatch(p.name))}
+    if keep_tier not in tiers | {ALL}:
+        raise StoreError(
+            f"--keep-tier {keep_tier}: no run in {store} has this tier, so none would be kept; its runs' tiers: "
+            f"{', '.join(sorted(tiers)) or 'none'} (the nightly full matrix is '{ALL}')"
+        )
     removed = []
-    for folder in sorted(p for p in Path(store).iterdir() if p.is_dir() and not p.name.startswith(".")):
+    for folder in folders:
         for path in run_files(folder):
             tier = RUN_FILE.fullmatch(path.name).group(3)
             if tier == keep_tier:

@@ -228,6 +228,30 @@ def test_thinning_keeps_recent_runs_and_every_nightly(tmp_path):
     assert main(["store", "thin", str(store), "--days", "0"]) == 4
 
 
+def test_thinning_refuses_a_tier_no_stored_run_has_before_removing_anything(tmp_path, capsys):
+    from datetime import UTC, datetime
+
+    from tests.history import year as history_year
+
+    template = json.loads(history_year.CPU_BASELINE.read_text())
+    template["benchmarks"] = template["benchmarks"][:3]
+    store = tmp_path / "store"
+    start = datetime(2026, 3, 1, tzinfo=UTC)  # long ago: every run is older than --days
+    pr = history_year.pr_tier_names(template, 2)
+    history_year.store_runs(store, template, days=2, pushes_per_day=1, pr_cases=pr, start=start)
+    before = sorted(p.name for p in store.rglob("*.json"))
+    assert {n.rsplit("-", 1)[1] for n in before} == {"all.json", "pr.json"}
+    assert main(["store", "thin", str(store), "--days", "1", "--keep-tier", "nightly"]) == 4
+    assert capsys.readouterr().err == (
+        f"perfgate store: --keep-tier nightly: no run in {store} has this tier, so none would be kept; its runs' "
+        "tiers: all, pr (the nightly full matrix is 'all')\n"
+    )
+    assert sorted(p.name for p in store.rglob("*.json")) == before  # nothing removed
+    assert main(["store", "thin", str(store), "--days", "1"]) == 0  # the default, all: the nightlies stay
+    assert sorted(p.name for p in store.rglob("*.json")) == [n for n in before if n.endswith("-all.json")]
+    assert main(["store", "thin", str(store), "--days", "1", "--keep-tier", "pr"]) == 4  # none is left
+
+
 def test_every_file_read_from_an_artifact_or_the_data_branch_is_size_capped(tmp_path, monkeypatch):
     """results.json, verdicts.json and a stored run, plain or .json.gz (its decompressed size: a
     gzip bomb of a few KB must not fill the memory), are read up to perfgate.results.MAX_READ_BYTES."""
