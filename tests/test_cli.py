@@ -1,6 +1,6 @@
 """The `perfgate` console script's own promises: an output path that cannot be written is bad input
-(exit 4) said in one line that names the path the user gave, its reason and the fix; never a
-traceback with exit 1, which reads as a regression."""
+(exit 4) said in one line that names the path the user gave, its reason and the fix, never a
+traceback with exit 1 (which reads as a regression); a broken input file's fix fits its role."""
 
 from __future__ import annotations
 
@@ -67,3 +67,29 @@ def test_aggregate_into_a_folder_and_store_add_under_a_file_say_so_in_one_line(t
     err = _one_line(capsys, "store")
     assert f"{not_a_folder}/" in err and f"({not_a_folder} is a file, not a folder); choose a writable file path" in err
     assert not_a_folder.read_text() == "a file, not the store's worktree\n"
+
+
+def test_a_broken_file_gets_the_fix_of_its_role(tmp_path, capsys) -> None:
+    """compare's CURRENT and aggregate's rank files are read as baselines are, but are no recorded
+    baseline: their fix is how to write them again, not `git checkout` or --perfgate-record."""
+    broken = tmp_path / "current.json"
+    broken.write_text(BASELINE.read_text()[:500])  # a run cut short
+    assert main(["compare", str(BASELINE), str(broken)]) == EXIT_BAD_INPUT
+    err = _one_line(capsys, "compare")
+    assert err.startswith(f"perfgate compare: {broken}: truncated JSON")
+    assert err.endswith(f"; write it again with: pytest benchmarks --benchmark-json {broken}")
+    assert main(["compare", str(broken), str(BASELINE)]) == EXIT_BAD_INPUT  # as the baseline: a baseline's fix
+    assert _one_line(capsys, "compare").endswith(
+        f"restore it (git checkout -- {broken}) or delete it and record one with: pytest benchmarks --perfgate-record"
+    )
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    shutil.copy(BASELINE, ranks / "rank0.json")
+    shutil.copy(broken, ranks / "rank1.json")
+    assert main(["aggregate", str(ranks)]) == EXIT_BAD_INPUT
+    err = _one_line(capsys, "aggregate")
+    assert err.startswith(f"perfgate aggregate: {ranks / 'rank1.json'}: truncated JSON") and "git checkout" not in err
+    assert err.endswith(
+        "; run the torchrun job again (`-p perfgate.plugin.torchrun`: each rank writes its rank<R>.json to "
+        "--perfgate-dist-dir)"
+    )

@@ -45,7 +45,8 @@ def compare_files(
     base_path: Path, cur_path: Path, policy: policy_mod.Policy, *, allow_other: bool = False
 ) -> list[gate.Verdict]:
     try:
-        base, cur = store.load(base_path), store.load(cur_path)
+        base = store.load(base_path)
+        cur = store.load(cur_path, remedy=f"write it again with: pytest benchmarks --benchmark-json {cur_path}")
     except store.BaselineError as exc:
         raise CommandError(str(exc)) from None
     diff = differences(base["perfgate"]["fingerprint"], cur["perfgate"]["fingerprint"])

@@ -114,7 +114,11 @@ def load_rank_runs(folder: str | os.PathLike[str]) -> dict[int, dict[str, Any]]:
     runs: dict[int, dict[str, Any]] = {}
     for file_rank, path in files.items():
         try:
-            data = store.load(path)
+            data = store.load(
+                path,
+                remedy="run the torchrun job again (`-p perfgate.plugin.torchrun`: each rank writes its "
+                "rank<R>.json to --perfgate-dist-dir)",
+            )
         except store.BaselineError as exc:
             raise AggregateError(str(exc)) from None
         rank = run_rank(data, fallback=file_rank)

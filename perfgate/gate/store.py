@@ -47,9 +47,12 @@ def special_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if _NUMBERED.match(p.name) and not p.is_file())
 
 
-def validate(data: Any, path: Path, fingerprint: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Check a loaded baseline; raise BaselineError with the one-line diagnosis and fix."""
-    fix = f"restore it (git checkout -- {path}) or delete it and {RECORD_HINT}"
+def validate(
+    data: Any, path: Path, fingerprint: dict[str, Any] | None = None, *, remedy: str | None = None
+) -> dict[str, Any]:
+    """Check a loaded baseline; raise BaselineError with the one-line diagnosis and fix (`remedy`
+    for a file that is no recorded baseline, e.g. a current run's: how to write it again)."""
+    fix = remedy or f"restore it (git checkout -- {path}) or delete it and {RECORD_HINT}"
     if not isinstance(data, dict) or not results.is_result_file(data):
         raise BaselineError(f"{path}: not a pytest-benchmark file (no 'benchmarks' list); {fix}")
     block = data.get("perfgate")
@@ -80,18 +83,21 @@ def validate(data: Any, path: Path, fingerprint: dict[str, Any] | None = None) -
     return data
 
 
-def load(path: str | os.PathLike[str], fingerprint: dict[str, Any] | None = None) -> dict[str, Any]:
+def load(
+    path: str | os.PathLike[str], fingerprint: dict[str, Any] | None = None, *, remedy: str | None = None
+) -> dict[str, Any]:
+    """A baseline (or any result file in its form), validated; `remedy` replaces a baseline's fix
+    (restore it or record one) in the error of a file with another role (perfgate.gate.store.validate)."""
     path = Path(path)
     try:
         data = results.read_benchmark_json(path)
     except results.ResultFileError as exc:
-        fix = (
-            f"check the path or {RECORD_HINT}"
-            if exc.unreadable
-            else f"restore it (git checkout -- {path}) or delete it and {RECORD_HINT}"
-        )
+        if exc.unreadable:
+            fix = f"check the path or {remedy or RECORD_HINT}"
+        else:
+            fix = remedy or f"restore it (git checkout -- {path}) or delete it and {RECORD_HINT}"
         raise BaselineError(f"{exc}; {fix}") from None
-    return validate(data, path, fingerprint)
+    return validate(data, path, fingerprint, remedy=remedy)
 
 
 def latest(folder: Path, fingerprint: dict[str, Any] | None = None) -> tuple[Path, dict[str, Any]] | None:
