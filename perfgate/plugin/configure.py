@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+import tempfile
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
@@ -203,12 +204,43 @@ def with_plugins_changes(config: pytest.Config, built: RunConfig) -> RunConfig:
     return replace(built, **changes)
 
 
+def unwritable(folder: Path) -> str | None:
+    """Why no file can be written in `folder` (made where missing), or None: a probe file is
+    written and removed in the deepest folder that exists, so nothing is left behind."""
+    folder = Path(folder).absolute()
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
+    if existing is None or not existing.is_dir():
+        return f"{existing} is not a folder" if existing is not None else "no such folder"
+    try:
+        fd, probe = tempfile.mkstemp(dir=existing, prefix=".perfgate-probe.", suffix=".tmp")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        return f"cannot write in {existing}: {exc.strerror or type(exc).__name__}"
+    return None
+
+
 def prepare_process(config: pytest.Config, run_config: RunConfig) -> None:
-    set_inductor_cache(
-        config.getoption("perfgate_inductor_cache")
-        or os.environ.get("PERFGATE_INDUCTOR_CACHE")
-        or Path(config.rootpath) / ".perfgate" / "inductor-cache"
-    )
+    given, from_env = config.getoption("perfgate_inductor_cache"), os.environ.get("PERFGATE_INDUCTOR_CACHE")
+    folder = given or from_env or Path(config.rootpath) / ".perfgate" / "inductor-cache"
+    why = unwritable(Path(folder))
+    if why is None:
+        try:
+            set_inductor_cache(folder)
+        except OSError as exc:
+            why = f"{exc.strerror or type(exc).__name__}: {exc.filename}"
+    if why is not None:
+        named = (
+            "--perfgate-inductor-cache"
+            if given
+            else "$PERFGATE_INDUCTOR_CACHE"
+            if from_env
+            else "the default inductor cache"
+        )
+        raise pytest.UsageError(
+            f"perfgate: {named} {folder}: no inductor cache can be written there ({why}); "
+            "give a writable folder with --perfgate-inductor-cache DIR"
+        )
     if run_config.case_timeout_s:
         # The runner imports torch._dynamo on a case's first build; on a busy VM that took over 10 s,
         # the time limit's alarm cut the import in half, and the half-imported module failed every

@@ -225,6 +225,16 @@ def test_bad_options_are_one_line_usage_errors(suite):
     r.stderr.fnmatch_lines(["*precision must be in (0, 1)*"])
 
 
+def test_an_inductor_cache_that_cannot_be_made_is_a_usage_error(suite):
+    suite.path.joinpath("a-file").write_text("")
+    r = suite.runpytest_subprocess(*ARGS, "--perfgate-inductor-cache", "a-file/cache")
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    r.stderr.fnmatch_lines(
+        ["*perfgate: --perfgate-inductor-cache a-file/cache: *a-file is not a folder*--perfgate-inductor-cache DIR"]
+    )
+    assert "INTERNALERROR" not in r.stdout.str() + r.stderr.str()
+
+
 def test_unavailable_variant_is_skipped_with_its_reason(suite):
     r = suite.runpytest_subprocess(
         "-p",
