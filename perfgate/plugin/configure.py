@@ -272,3 +272,18 @@ def check_baselines(run_config: RunConfig, host: Host) -> None:
             host.load_baseline()
         except baseline_store.BaselineError as exc:
             raise pytest.UsageError(f"perfgate: {exc}") from None
+
+
+def check_recording(config: pytest.Config, host: Host) -> None:
+    """--perfgate-record: the baselines folder takes files now, not only after the run's hours of
+    measurement (the option, not the run's record label: torchrun's rank 0 and xdist's controller record)."""
+    if not config.getoption("perfgate_record"):
+        return
+    folder = host.baseline_dir
+    why = unwritable(folder)
+    if why is not None:
+        named = "--perfgate-baselines" if config.getoption("perfgate_baselines") else "the baselines folder"
+        raise pytest.UsageError(
+            f"perfgate: --perfgate-record: {named} {folder.parent} takes no baseline ({why}); "
+            "make it writable or give another with --perfgate-baselines DIR"
+        )

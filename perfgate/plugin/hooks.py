@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import gc
 import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -52,6 +53,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.hook.pytest_perfgate_configure_session(config=config, session=session)
     config.stash[_KEY] = session
     configure.check_baselines(run_config, host)
+    configure.check_recording(config, host)
     newest = host.baselines.files[0] if run_config.gate_enabled and host.baselines.files else None
     benchmark_adapter.point_outputs(config, host.fingerprint_id, newest)
 
@@ -139,10 +141,13 @@ def perfgate_block(session: Session, output_json: dict[str, Any]) -> dict[str, A
     }
 
 
-def _recorded(s: Session, data: dict[str, Any] | None, why_not: str | None) -> dict[str, Any]:
+def _recorded(s: Session, data: dict[str, Any] | None, why_not: str | None, kept_dir: Path) -> dict[str, Any]:
     """Record the run as a baseline (and its counts) when asked to and it passed; else say why not.
-    `data`: the run's result file content (None: pytest-benchmark kept no results)."""
-    if not s.config.record_label:
+    `data`: the run's result file content (None: pytest-benchmark kept no results). A baseline that
+    cannot be written (a folder gone read-only or full since the start) loses nothing: the run is
+    kept in `kept_dir` and `record_failed` says where and how to finish the recording."""
+    label = s.config.record_label
+    if not label:
         return {}
     if why_not:  # a failing run (accuracy, build error, ...) must not become the reference
         return {
@@ -150,12 +155,41 @@ def _recorded(s: Session, data: dict[str, Any] | None, why_not: str | None) -> d
         }
     if data is None or not (entries := benchmarks(data)):
         return {}
-    recorded = baseline_store.record(s.host.baseline_dir, data, s.config.record_label)
+    folder = s.host.baseline_dir
+    try:
+        recorded = baseline_store.record(folder, data, label)
+    except (OSError, baseline_store.BaselineError) as exc:
+        return {"record_failed": _record_failure(folder, data, label, exc, kept_dir)}
     counts = s.runner.counts if s.runner is not None else None
     if counts is None:
         return {"recorded": recorded}
     records = {b.case_id: b.record for b in entries}
-    return {"recorded": recorded, "recorded_counts": counts_suite.write_portable(counts, records)}
+    try:
+        return {"recorded": recorded, "recorded_counts": counts_suite.write_portable(counts, records)}
+    except OSError as exc:
+        return {
+            "recorded": recorded,
+            "record_failed": f"perfgate: the instruction counts could not be recorded ({_one_line(exc)}); "
+            f"make {folder.parent / 'counts'} writable and record again",
+        }
+
+
+def _one_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0]
+
+
+def _record_failure(folder: Path, data: dict[str, Any], label: str, exc: BaseException, kept_dir: Path) -> str:
+    """The one line for a baseline that could not be written; the run kept beside the verdicts if it can be."""
+    try:
+        kept = baseline_store.record(kept_dir, data, label)
+    except (OSError, baseline_store.BaselineError):
+        keep = "make the folder writable"
+    else:
+        keep = f"the run is kept in {kept}: once the folder is writable, copy it there as the next NNNN_{kept.name[5:]}"
+    return (
+        f"perfgate: the baseline could not be recorded in {folder} ({_one_line(exc)}); {keep}, "
+        "or record again with --perfgate-baselines DIR"
+    )
 
 
 def build_outcome(config: pytest.Config, s: Session, exitstatus: int) -> RunOutcome:
@@ -186,7 +220,11 @@ def build_outcome(config: pytest.Config, s: Session, exitstatus: int) -> RunOutc
         no_baseline_notice=s.host.missing_baseline_notice() if gated else None,
         compared_elsewhere=tuple(s.compared_elsewhere),
         skipped_files=tuple(s.host.baselines.skipped),
-        **(_recorded(s, data, failed) if records else {}),
+        **(
+            _recorded(s, data, failed, Path(config.rootpath) / ".perfgate" / "unrecorded" / s.fingerprint_id)
+            if records
+            else {}
+        ),
     )
 
 
@@ -207,6 +245,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config.stash[_OUTCOME] = outcome
     if outcome.unjudged_fails:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if outcome.record_failed:  # asked to record, and it was not (or not wholly): never a passing run
+        session.exitstatus = pytest.ExitCode.USAGE_ERROR
     config.hook.pytest_perfgate_run_outcome(config=config, outcome=outcome)
     if not outcome.measured:
         return  # --benchmark-skip, or every case skipped: the previous run's verdicts stay as they were
@@ -235,6 +275,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
         tr.write_line(f"perfgate: recorded baseline {outcome.recorded}")
     if outcome.record_refused:
         tr.write_line(outcome.record_refused)
+    if outcome.record_failed:
+        tr.write_line(outcome.record_failed)
     if outcome.recorded_counts:
         tr.write_line(
             f"perfgate: recorded instruction counts {outcome.recorded_counts} (keyed by what counts depend on)"

@@ -47,6 +47,7 @@ class DistState:
     record: str | None = None  # --perfgate-record label: rank 0 records the aggregate (its session does not)
     save: str | None = None  # --benchmark-save / --benchmark-autosave name: rank 0 saves the aggregate
     lines: list[str] = field(default_factory=list)  # rank 0's terminal summary
+    record_failed: bool = False  # asked to record, and the baseline could not be written: fails the run
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -215,6 +216,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if state.topo.rank != 0:
         return
     _aggregate(config, state, gathered)
+    if state.record_failed:
+        session.exitstatus = pytest.ExitCode.USAGE_ERROR
 
 
 def _aggregate(config: pytest.Config, state: DistState, gathered: list[Any] | None) -> None:
@@ -254,7 +257,17 @@ def _aggregate(config: pytest.Config, state: DistState, gathered: list[Any] | No
         if refused:  # as in a single-process run: a failing run must not become the reference
             state.lines.append(f"perfgate: not recording a baseline: {refused}; fix it and record again")
         else:
-            state.lines.append(f"perfgate: recorded baseline {store.record(session.baseline_dir, agg, state.record)}")
+            try:
+                state.lines.append(
+                    f"perfgate: recorded baseline {store.record(session.baseline_dir, agg, state.record)}"
+                )
+            except (OSError, store.BaselineError) as exc:  # the aggregate is kept: `out`
+                state.record_failed = True
+                state.lines.append(
+                    f"perfgate: the baseline could not be recorded in {session.baseline_dir} "
+                    f"({(str(exc).splitlines() or [type(exc).__name__])[0]}); the aggregate is kept in {out}: once "
+                    f"the folder is writable, copy it there as the next NNNN_{state.record}.json, or record again"
+                )
     if state.save:
         benchmark_adapter.save(config, agg, state.save)
 

@@ -43,6 +43,7 @@ class RunOutcome:
     unjudged_fails: bool = False  # --perfgate-fail-unjudged: that line fails the run
     recorded: Path | None = None  # the baseline file this run recorded
     record_refused: str | None = None  # why this run was not recorded although asked to
+    record_failed: str | None = None  # the line when recording was asked for and writing it failed (fails the run)
     recorded_counts: Path | None = None  # the portable count baseline this run recorded
     compared_elsewhere: tuple[str, ...] = ()  # how --benchmark-compare files' machines differ from this one
     skipped_files: tuple[Path, ...] = ()  # entries named like baselines that are no regular files
@@ -79,6 +80,7 @@ def run_outcome(
     no_baseline_notice: str | None = None,
     recorded: Path | None = None,
     record_refused: str | None = None,
+    record_failed: str | None = None,
     recorded_counts: Path | None = None,
     compared_elsewhere: tuple[str, ...] = (),
     skipped_files: tuple[Path, ...] = (),
@@ -114,6 +116,7 @@ def run_outcome(
         unjudged_fails=fails,
         recorded=recorded,
         record_refused=record_refused,
+        record_failed=record_failed,
         recorded_counts=recorded_counts,
         compared_elsewhere=compared_elsewhere,
         skipped_files=skipped_files,

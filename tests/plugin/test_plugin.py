@@ -235,6 +235,55 @@ def test_an_inductor_cache_that_cannot_be_made_is_a_usage_error(suite):
     assert "INTERNALERROR" not in r.stdout.str() + r.stderr.str()
 
 
+def test_recording_into_a_folder_that_takes_no_file_is_a_usage_error_before_any_case(suite):
+    suite.path.joinpath("a-file").write_text("")
+    r = suite.runpytest_subprocess(*ARGS, "--perfgate-record", "--perfgate-baselines", "a-file/baselines")
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    r.stderr.fnmatch_lines(
+        [
+            "*perfgate: --perfgate-record: --perfgate-baselines a-file/baselines takes no baseline "
+            "(*a-file is not a folder)*"
+        ]
+    )
+    assert not suite.path.joinpath(".perfgate", "verdicts.json").exists()  # nothing ran
+
+
+# The baselines folder turns into a file after the start (a full disk, a folder made read-only, ...).
+BREAK_BASELINES = """
+import shutil, pathlib, pytest
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session):
+    shutil.rmtree("bl")
+    pathlib.Path("bl").write_text("")
+"""
+
+
+def test_a_baseline_that_cannot_be_written_keeps_the_run_writes_the_verdicts_and_fails(suite):
+    from perfgate.gate import store
+
+    suite.makeconftest(BREAK_BASELINES)
+    suite.path.joinpath("bl").mkdir()
+    verdicts = suite.path.joinpath(".perfgate", "verdicts.json")
+    verdicts.parent.mkdir()
+    verdicts.write_text('{"stale": true}\n')
+    r = suite.runpytest_subprocess(*ARGS, "--perfgate-record=main", "--perfgate-no-gate", "--perfgate-baselines", "bl")
+    assert r.ret == pytest.ExitCode.USAGE_ERROR  # asked to record and nothing was recorded: never 0
+    assert "Traceback" not in r.stdout.str() + r.stderr.str()
+    (kept,) = suite.path.joinpath(".perfgate", "unrecorded").glob("*/0001_main.json")
+    r.stdout.fnmatch_lines(
+        [
+            f"perfgate: the baseline could not be recorded in bl/* the run is kept in {kept}: once the folder is "
+            "writable, copy it there as the next NNNN_main.json, or record again with --perfgate-baselines DIR"
+        ]
+    )
+    assert [b.fullname for b in store.by_name(store.load(kept)).values()] == [
+        "test_models.py::test_step[sleepy-tiny-baseline]"
+    ]
+    assert "stale" not in verdicts.read_text()  # this run's verdicts, not the last run's
+    r.stdout.fnmatch_lines([f"perfgate: verdicts written to {verdicts}"])
+
+
 def test_unavailable_variant_is_skipped_with_its_reason(suite):
     r = suite.runpytest_subprocess(
         "-p",
