@@ -287,3 +287,19 @@ def check_recording(config: pytest.Config, host: Host) -> None:
             f"perfgate: --perfgate-record: {named} {folder.parent} takes no baseline ({why}); "
             "make it writable or give another with --perfgate-baselines DIR"
         )
+
+
+def check_earlier_passes(run_config: RunConfig) -> None:
+    """--perfgate-earlier-passes: each file read now; one that cannot be used stops the run before
+    any case is measured (found by the first case alone, it failed that case and left the others
+    recorded without the passes' noise)."""
+    from perfgate import results
+
+    for path in run_config.earlier_passes:
+        try:
+            results.benchmarks(results.read_benchmark_json(path))
+        except (results.ResultFileError, TypeError, ValueError) as exc:
+            raise pytest.UsageError(
+                f"perfgate: --perfgate-earlier-passes {exc}; give the result files (--benchmark-json) of the "
+                "earlier recording passes, comma-separated"
+            ) from None

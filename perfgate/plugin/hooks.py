@@ -54,6 +54,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_KEY] = session
     configure.check_baselines(run_config, host)
     configure.check_recording(config, host)
+    configure.check_earlier_passes(run_config)
     newest = host.baselines.files[0] if run_config.gate_enabled and host.baselines.files else None
     benchmark_adapter.point_outputs(config, host.fingerprint_id, newest)
 

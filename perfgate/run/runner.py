@@ -233,10 +233,11 @@ class Runner:
         if self._earlier is None:
             from perfgate.results import benchmarks, read_benchmark_json
 
-            self._earlier = {}
-            for path in self.config.earlier_passes:
+            earlier: dict[str, list[CaseRecord]] = {}
+            for path in self.config.earlier_passes:  # a file that cannot be read fails every case, not the first only
                 for b in benchmarks(read_benchmark_json(path)):
-                    self._earlier.setdefault(b.fullname, []).append(b.record)
+                    earlier.setdefault(b.fullname, []).append(b.record)
+            self._earlier = earlier
         return self._earlier
 
     def with_pass_noise(self, case: Case, fullname: str, result: CaseResult, progress: Progress | None) -> CaseResult:

@@ -284,6 +284,22 @@ def test_a_baseline_that_cannot_be_written_keeps_the_run_writes_the_verdicts_and
     r.stdout.fnmatch_lines([f"perfgate: verdicts written to {verdicts}"])
 
 
+def test_earlier_passes_are_read_before_any_case_and_a_real_one_is_used(suite):
+    r = suite.runpytest_subprocess(*ARGS, "--perfgate-no-gate", "--perfgate-earlier-passes", "missing.json")
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    r.stderr.fnmatch_lines(
+        ["*perfgate: --perfgate-earlier-passes missing.json: cannot read (*); give the result files*"]
+    )
+    assert not suite.path.joinpath(".perfgate", "verdicts.json").exists()  # stopped before the first case
+    suite.runpytest_subprocess(*ARGS, "--perfgate-no-gate", "--benchmark-json", "p1.json").assert_outcomes(passed=1)
+    r = suite.runpytest_subprocess(
+        *ARGS, "--perfgate-no-gate", "--perfgate-earlier-passes", "p1.json", "--benchmark-json", "p2.json"
+    )
+    r.assert_outcomes(passed=1)
+    (bench,) = json.loads(suite.path.joinpath("p2.json").read_text())["benchmarks"]
+    assert bench["extra_info"]["pass_noise"]["latency"]["passes"] == 2
+
+
 def test_unavailable_variant_is_skipped_with_its_reason(suite):
     r = suite.runpytest_subprocess(
         "-p",

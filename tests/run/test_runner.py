@@ -196,6 +196,15 @@ def test_a_variant_unable_here_is_skipped_and_a_failing_case_is_its_own_error(tm
         s.run(case, "node::m")
 
 
+def test_an_earlier_pass_that_cannot_be_read_fails_every_case_not_the_first_only(tmp_path, monkeypatch):
+    monkeypatch.setattr(run_mod, "run_case", lambda case, opts, progress=None: _result(case, 10.0, None))
+    missing = tmp_path / "missing.json"
+    s = _runner(RunConfig(device="cpu", baselines_root=tmp_path, gate_enabled=False, earlier_passes=(missing,)))
+    for model in ("a", "b"):
+        out = s.run(Case(model=model, size="tiny", variant="baseline", device="cpu"), f"node::{model}")
+        assert out.record is None and out.error is not None and f"{missing}: cannot read" in out.error
+
+
 def test_the_run_outcome_is_built_once_with_its_notices_and_unjudged_line(tmp_path):
     from perfgate import gate
     from perfgate.run.outcome import run_outcome
