@@ -215,13 +215,72 @@ def build_module(spec: ModelSpec, size: str, *, device: torch.device | str = "cp
     return module.train() if is_training(spec.step_kind) else module.eval()
 
 
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be loaded into the model: one line naming the file, the options that
+    give it (the pytest plugin's and `perfgate profile`'s) and the fix."""
+
+    def __init__(self, path: str | Path, problem: str) -> None:
+        super().__init__(
+            f"checkpoint {path}: {problem}; give a state dict of this model saved with torch.save "
+            "(--perfgate-checkpoint, perfgate profile --checkpoint)"
+        )
+
+
+def checkpoint_problem(path: str | Path) -> str | None:
+    """Why `path` cannot be a checkpoint before it is loaded (missing, a folder, unreadable), or None."""
+    p = Path(path)
+    if not p.exists():
+        return "no such file"
+    if not p.is_file():
+        return "not a file"
+    try:
+        with p.open("rb") as fh:
+            fh.read(1)
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or type(exc).__name__})"
+    return None
+
+
 def load_checkpoint(module: nn.Module, path: str | Path) -> None:
-    """Load a real checkpoint strictly: every key must match the model's state dict."""
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    """Load a real checkpoint strictly: every key must match the model's state dict. A file that
+    is missing, unreadable, no state dict or another model's is a one-line CheckpointError."""
+    problem = checkpoint_problem(path)
+    if problem is not None:
+        raise CheckpointError(path, problem)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - whatever unpickling raised, the file is the problem
+        raise CheckpointError(path, f"torch.load failed: {_first_line(exc)}") from None
     for key in ("state_dict", "model", "ema"):
         if isinstance(state, dict) and key in state and isinstance(state[key], dict):
             state = state[key]
-    module.load_state_dict(state, strict=True)
+    if not isinstance(state, Mapping):
+        raise CheckpointError(path, f"holds a {type(state).__name__}, not a state dict")
+    name = type(module).__name__
+    expected = set(module.state_dict())
+    missing, unexpected = sorted(expected - set(state)), sorted(set(state) - expected)
+    if missing or unexpected:
+        parts = [
+            f"{len(keys)} {what} key(s) ({_few(keys)})"
+            for what, keys in (("missing", missing), ("unexpected", unexpected))
+            if keys
+        ]
+        raise CheckpointError(path, f"does not fit {name}: {', '.join(parts)}")
+    try:
+        module.load_state_dict(state, strict=True)
+    except RuntimeError as exc:  # a size mismatch: its first line only says "Error(s) in loading state_dict"
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+        raise CheckpointError(
+            path, f"does not fit {name}: {lines[1] if len(lines) > 1 else _first_line(exc)}"
+        ) from None
+
+
+def _first_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
+
+
+def _few(keys: list[str], n: int = 3) -> str:
+    return ", ".join(keys[:n]) + (", ..." if len(keys) > n else "")
 
 
 def count_parameters(module: nn.Module) -> int:

@@ -18,7 +18,7 @@ from perfgate.cases import tiers
 from perfgate.cases.runner import Case, RunOptions
 from perfgate.cases.selection import _split, expand_cases
 from perfgate.cases.variants import set_inductor_cache
-from perfgate.cases.workload import RegistryError, load_registries
+from perfgate.cases.workload import RegistryError, checkpoint_problem, load_registries
 from perfgate.counts import suite as counts_suite
 from perfgate.gate import policy as policy_mod
 from perfgate.gate import store as baseline_store
@@ -84,7 +84,7 @@ def _run_options(config: pytest.Config, table: dict[str, Any]) -> RunOptions:
     return RunOptions(
         stop=stop,
         energy_window_s=window_s,
-        checkpoint=config.getoption("perfgate_checkpoint"),
+        checkpoint=_checkpoint(config),
         tolerances=tolerances,
         warm_compile=not smoke,
         # A smoke pass judges nothing: it needs the steps to run, not first-call effects gone (the
@@ -94,6 +94,16 @@ def _run_options(config: pytest.Config, table: dict[str, Any]) -> RunOptions:
         count_flops=not config.getoption("perfgate_no_flops"),
         reference=not config.getoption("perfgate_no_reference"),
     )
+
+
+def _checkpoint(config: pytest.Config) -> str | None:
+    """--perfgate-checkpoint, checked now: a missing file was an error verdict on every case."""
+    path = config.getoption("perfgate_checkpoint")
+    if path is not None and (problem := checkpoint_problem(path)) is not None:
+        raise pytest.UsageError(
+            f"perfgate: --perfgate-checkpoint {path}: {problem}; give the path of a state dict saved with torch.save"
+        )
+    return path
 
 
 def _device(config: pytest.Config) -> str:

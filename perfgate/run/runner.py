@@ -13,6 +13,7 @@ from typing import Any
 from perfgate import gate
 from perfgate.cases.conversions import Env, VariantError
 from perfgate.cases.runner import Case, CaseResult, RunOptions, run_case
+from perfgate.cases.workload import CheckpointError
 from perfgate.counts import suite as counts_suite
 from perfgate.gate import store as baseline_store
 from perfgate.gate.known_defects import this_host
@@ -292,6 +293,8 @@ def _error_message(exc: BaseException, case: Case) -> str:
 
     if isinstance(exc, timeout.CaseTimeout):
         return f"{exc} (--perfgate-case-timeout-s / [tool.perfgate] case_timeout_s)"
+    if isinstance(exc, CheckpointError):  # one line already naming the file, the option and the fix
+        return str(exc)
     if isinstance(exc, torch.OutOfMemoryError):
         return f"out of memory on {case.device}: {str(exc).splitlines()[0]}"
     first = str(exc).splitlines()[0] if str(exc) else ""

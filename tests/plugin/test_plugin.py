@@ -300,6 +300,24 @@ def test_earlier_passes_are_read_before_any_case_and_a_real_one_is_used(suite):
     assert bench["extra_info"]["pass_noise"]["latency"]["passes"] == 2
 
 
+def test_a_missing_checkpoint_is_a_usage_error_and_a_wrong_one_a_one_line_error_verdict(suite):
+    r = suite.runpytest_subprocess(*ARGS, "--perfgate-no-gate", "--perfgate-checkpoint", "nofile.pt")
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    r.stderr.fnmatch_lines(["*perfgate: --perfgate-checkpoint nofile.pt: no such file; give the path of a state dict*"])
+    import torch
+
+    torch.save({"w": torch.ones(3)}, suite.path / "other.pt")  # another model's: w has 3 values, sleepy's 4
+    r = suite.runpytest_subprocess(*ARGS, "--perfgate-no-gate", "--perfgate-checkpoint", "other.pt")
+    r.assert_outcomes(failed=1)
+    r.stdout.fnmatch_lines(
+        [
+            "*sleepy-tiny-baseline: checkpoint other.pt: does not fit Sleepy: size mismatch for w: *; give a state "
+            "dict of this model saved with torch.save (--perfgate-checkpoint, perfgate profile --checkpoint)"
+        ]
+    )
+    r.stdout.no_fnmatch_line("*Traceback*")
+
+
 def test_unavailable_variant_is_skipped_with_its_reason(suite):
     r = suite.runpytest_subprocess(
         "-p",
