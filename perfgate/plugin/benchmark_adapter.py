@@ -22,13 +22,21 @@ use against the installed version). pytest-benchmark is perfgate's results forma
   differ at all; it runs after perfgate's, which makes them equal (`silence_machine_info_compare`).
 - Its options are read when its `BenchmarkSession` is built (its trylast pytest_configure), so
   perfgate's tryfirst configure may still point them elsewhere (`point_outputs`).
+- Its writers, `BenchmarkSession.save_json` (--benchmark-json) and `FileStorage.save`
+  (--benchmark-save/-autosave), open the target with open('wb') and write into it: a run killed
+  mid-write left a truncated file (a --benchmark-compare or history reader then failed on it). Both
+  are replaced on the run's instances by writers through `perfgate.files` (`write_atomically`,
+  from perfgate's pytest_sessionstart, once the session exists), keeping their signatures, their
+  log lines and FileStorage's naming: `storage.get(f"{storage._next_num}_{name}.json")` (the folder
+  of the machine id if one is set, the next four-digit number), written without clobber as its
+  `assert not output_file.exists()` meant (`save_to_storage`). Elasticsearch storage is left as it is.
 """
 
 from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 
@@ -114,10 +122,56 @@ def compared_files(config: pytest.Config) -> list[str]:
 
 
 def save(config: pytest.Config, data: dict[str, Any], name: str) -> None:
-    """`data` saved as --benchmark-save NAME would save a run (into its storage)."""
+    """`data` saved as --benchmark-save NAME would save a run (into its storage), atomically."""
     bs = benchmark_session(config)
     if bs is not None:
-        bs.storage.save(data, name)
+        save_to_storage(bs.storage, data, name)
+
+
+class Storage(Protocol):
+    """pytest-benchmark's storage (`BenchmarkSession.storage`): a FileStorage, or Elasticsearch's."""
+
+    def save(self, output_json: dict[str, Any], save: str) -> Any: ...
+
+
+def save_to_storage(storage: Storage, data: dict[str, Any], name: str) -> Path | None:
+    """`data` saved where pytest-benchmark's FileStorage.save puts a run saved as `name`: the next
+    numbered NNNN_<name>.json of its folder, written through perfgate.files without clobber (a number
+    another process took meanwhile moves this save to the next one, never over that file). Another
+    storage (Elasticsearch) saves as it does; None then."""
+    from pytest_benchmark.storage.file import FileStorage
+
+    if not isinstance(storage, FileStorage):
+        storage.save(data, name)
+        return None
+    for _ in range(100):
+        path = storage.get(f"{storage._next_num}_{name}.json")
+        try:
+            files.write_json(path, data, clobber=False)
+        except FileExistsError:
+            continue
+        storage.logger.info(f"Saved benchmark data in: {path}")
+        return path
+    raise FileExistsError(f"{storage}: no free number for {name!r} after 100 tries")
+
+
+def write_atomically(config: pytest.Config) -> None:
+    """pytest-benchmark's own writes of this run (--benchmark-json, --benchmark-save/-autosave; a
+    torchrun rank's file) go through perfgate.files: a run killed mid-write leaves the earlier file."""
+    bs = benchmark_session(config)
+    if bs is None:
+        return
+
+    def save_json(output_json: dict[str, Any]) -> None:
+        files.write_json(bs.json, output_json)
+        bs.logger.info(f"Wrote benchmark data in: {bs.json}", purple=True)
+
+    bs.save_json = save_json
+    from pytest_benchmark.storage.file import FileStorage
+
+    storage = bs.storage
+    if isinstance(storage, FileStorage):  # another storage keeps its own save (save_to_storage calls it)
+        storage.save = lambda output_json, save: save_to_storage(storage, output_json, save)  # type: ignore[method-assign]
 
 
 def write_requested(config: pytest.Config, data: dict[str, Any]) -> Path | None:
@@ -128,7 +182,7 @@ def write_requested(config: pytest.Config, data: dict[str, Any]) -> Path | None:
         return None
     written = files.write_json(bs.json, data) if bs.json else None
     if bs.save or bs.autosave:
-        bs.storage.save(data, bs.save or bs.autosave)
+        save_to_storage(bs.storage, data, bs.save or bs.autosave)
     return written
 
 

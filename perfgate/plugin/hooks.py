@@ -59,6 +59,12 @@ def pytest_configure(config: pytest.Config) -> None:
     benchmark_adapter.point_outputs(config, host.fingerprint_id, newest)
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """pytest-benchmark's session exists now (its trylast configure): its writers become atomic."""
+    if session.config.stash.get(_KEY, None) is not None:
+        benchmark_adapter.write_atomically(session.config)
+
+
 def session_of(config: pytest.Config) -> Session | None:
     """This run's perfgate session; None where perfgate's hooks did not configure (e.g. --help)."""
     return config.stash.get(_KEY, None)

@@ -99,6 +99,88 @@ def test_a_merged_run_goes_where_the_user_asked_pytest_benchmark_to_write(pytest
         config._ensure_unconfigure()
 
 
+ATOMIC_CONFTEST = """
+from perfgate.plugin import benchmark_adapter
+
+def pytest_sessionstart(session):
+    benchmark_adapter.write_atomically(session.config)  # as perfgate's own pytest_sessionstart does
+"""
+
+
+def test_pytest_benchmarks_writes_go_through_perfgate_and_its_loader_reads_them(pytester):
+    from pytest_benchmark.storage.file import FileStorage
+
+    pytester.makepyfile(test_probe=PROBE)
+    pytester.makeconftest(ATOMIC_CONFTEST)
+    args = (
+        "--benchmark-json",
+        "out.json",
+        "--benchmark-save",
+        "run",
+        "--benchmark-storage",
+        "st",
+        "-p",
+        "no:cacheprovider",
+    )
+    pytester.runpytest_subprocess(*args).assert_outcomes(passed=2)
+    r = pytester.runpytest_subprocess(*args, "--benchmark-compare")
+    r.assert_outcomes(passed=2)
+    r.stderr.fnmatch_lines(["*Comparing against benchmarks from: *0001_run.json"])  # its numbering, found by compare
+    storage = FileStorage(pytester.path / "st", logger=None)
+    loaded = list(storage.load())
+    assert [p.name for p, _ in loaded] == ["0001_run.json", "0002_run.json"]
+    assert all(data["benchmarks"][0]["extra_info"] == {"case": "probe"} for _, data in loaded)
+    written = pytester.path / "out.json"
+    assert json.loads(written.read_text())["benchmarks"][0]["stats"]["rounds"] == 3
+    for path in (written, *(p for p, _ in loaded)):  # perfgate.files' indent, not pytest-benchmark's 4
+        assert (pytester.path / "st" / path if not path.is_absolute() else path).read_text().startswith('{\n  "')
+    assert not list(pytester.path.rglob("*.tmp"))
+
+
+def test_a_write_cut_short_leaves_the_earlier_files_intact(pytester, tmp_path, monkeypatch):
+    import os
+
+    pytester.makepyfile(test_probe="def test_nothing():\n    pass\n")
+    config = pytester.parseconfigure(
+        "--benchmark-json", str(tmp_path / "out.json"), "--benchmark-storage", str(tmp_path / "st")
+    )
+    try:
+        benchmark_adapter.write_atomically(config)
+        bs = benchmark_adapter.benchmark_session(config)
+        old = {"benchmarks": [], "version": "old"}
+        bs.save_json(old)
+        first = bs.storage.save(old, "run")
+        assert first is not None and first.name == "0001_run.json"
+
+        def crash(fd):
+            raise OSError(5, "Input/output error (simulated crash)")
+
+        monkeypatch.setattr(os, "fsync", crash)
+        new = {"benchmarks": [], "version": "new"}
+        with pytest.raises(OSError, match="simulated"):
+            bs.save_json(new)
+        with pytest.raises(OSError, match="simulated"):
+            bs.storage.save(new, "run")
+        assert json.loads((tmp_path / "out.json").read_text()) == old
+        assert [p.name for p in (tmp_path / "st").rglob("*")] == [first.parent.name, "0001_run.json"]
+        assert json.loads(first.read_text()) == old
+    finally:
+        config._ensure_unconfigure()
+
+
+def test_a_number_taken_meanwhile_moves_the_save_to_the_next(pytester, tmp_path, monkeypatch):
+    from pytest_benchmark.storage.file import FileStorage
+
+    storage = FileStorage(tmp_path / "st", logger=type("L", (), {"info": lambda self, *a, **k: None})())
+    taken = storage.get("0001_other.json")
+    taken.write_text("{}")
+    real = FileStorage._next_num
+    calls = iter(["0001"])  # a stale look at the folder: the number another process has just used
+    monkeypatch.setattr(FileStorage, "_next_num", property(lambda s: next(calls, None) or real.fget(s)))
+    path = benchmark_adapter.save_to_storage(storage, {"benchmarks": []}, "other")
+    assert path is not None and path.name == "0002_other.json" and taken.read_text() == "{}"
+
+
 def test_the_adapter_is_written_against_the_installed_release():
     from importlib.metadata import version
 

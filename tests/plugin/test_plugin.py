@@ -201,9 +201,14 @@ def test_record_then_compare_passes_unchanged_and_fails_on_edited_baselines(suit
 
 def test_recording_appends_history(suite):
     suite.runpytest_subprocess(*ARGS, "--perfgate-record=first", "--perfgate-no-gate").assert_outcomes(passed=1)
-    suite.runpytest_subprocess(*ARGS, "--perfgate-record=second", "--perfgate-no-gate").assert_outcomes(passed=1)
+    suite.runpytest_subprocess(
+        *ARGS, "--perfgate-record=second", "--perfgate-no-gate", "--benchmark-save", "s"
+    ).assert_outcomes(passed=1)
     names = sorted(p.name for p in suite.path.joinpath("baselines").glob("*/0*.json"))
     assert names == ["0001_first.json", "0002_second.json"]
+    # pytest-benchmark's own save, written by perfgate.files (its indent, not pytest-benchmark's 4)
+    (saved,) = suite.path.joinpath(".perfgate", "benchmarks").glob("*/*/0001_s.json")
+    assert saved.read_text().startswith('{\n  "machine_info"')
 
 
 @pytest.mark.parametrize("content, problem", [("{", "truncated JSON"), ('{"benchmarks": []}', "no 'perfgate' block")])
