@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -18,6 +19,7 @@ from typing import Any, Protocol
 import torch
 
 import perfgate.profile.api as api
+from perfgate import files
 from perfgate.profile.api import _PROFILED, _STATE
 
 log = logging.getLogger("perfgate.profile")
@@ -102,12 +104,16 @@ class TorchProfilerTool:
         _STATE.record = False
         _STATE.update()
         self._prof.__exit__(None, None, None)
-        self._out.mkdir(parents=True, exist_ok=True)
         trace, table = self._out / self.trace_file, self._out / self.table_file
-        self._prof.export_chrome_trace(str(trace))
+        # torch writes the trace itself, in place: it goes to a scratch file and reaches `trace`
+        # through perfgate.files, so a run killed mid-write leaves the previous run's evidence whole.
+        with tempfile.TemporaryDirectory(prefix="perfgate-trace-") as scratch:
+            exported = Path(scratch) / self.trace_file
+            self._prof.export_chrome_trace(str(exported))
+            files.write_text(trace, exported.read_text(encoding="utf8", errors="replace"))
         self.averages = self._prof.key_averages()
         sort = "self_device_time_total" if self.cuda else "self_cpu_time_total"
-        table.write_text(self.averages.table(sort_by=sort, row_limit=self.row_limit) + "\n")
+        files.write_text(table, self.averages.table(sort_by=sort, row_limit=self.row_limit) + "\n")
         self._prof = None
         return [trace, table]
 
@@ -151,7 +157,7 @@ class LineProfilerTool:
         self._lp.dump_stats(str(stats))
         buf = io.StringIO()
         self._lp.print_stats(stream=buf)
-        text.write_text(buf.getvalue())
+        files.write_text(text, buf.getvalue())
         self._lp = None
         return [stats, text]
 
