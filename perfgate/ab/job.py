@@ -98,17 +98,33 @@ def case_result(obj: Mapping[str, Any]) -> CaseResult:
     return Measured.from_json(obj) if "ratio" in obj else NotMeasured.from_json(obj)
 
 
+class ResultsError(ValueError):
+    """A worker's results file that cannot be read back: one line naming the file."""
+
+
 def write_results(path: Path, results: Sequence[CaseResult]) -> None:
     """The worker's output file: {"results": [one object per case]}; a value JSON cannot hold
-    (a tensor's scalar) as its string."""
-    path.write_text(
+    (a tensor's scalar) as its string. Written whole or not at all (perfgate.files): a worker killed
+    while writing leaves no file, which the driver reports as the measurement having failed."""
+    from perfgate import files
+
+    files.write_text(
+        path,
         json.dumps(
             {"results": [r.to_json() for r in results]},
             default=lambda v: None if isinstance(v, float) and math.isnan(v) else str(v),
-        )
+        ),
     )
 
 
 def read_results(path: Path) -> list[CaseResult]:
-    """The worker's output file, read back (the driver, perfgate.ab.run)."""
-    return [case_result(row) for row in json.loads(path.read_text(encoding="utf8"))["results"]]
+    """The worker's output file, read back (the driver, perfgate.ab.run); ResultsError if it is no
+    such file."""
+    try:
+        rows = json.loads(path.read_text(encoding="utf8"))["results"]
+        return [case_result(row) for row in rows]
+    except OSError as exc:
+        raise ResultsError(f"{path}: cannot read the A/B worker's results ({exc.strerror or exc})") from None
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        why = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
+        raise ResultsError(f"{path}: not an A/B worker's results file ({why}); run perfgate ab again") from None

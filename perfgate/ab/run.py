@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from perfgate.ab import verdicts as ab
-from perfgate.ab.job import CaseResult, Job, NotMeasured, read_results
+from perfgate.ab.job import CaseResult, Job, NotMeasured, ResultsError, read_results
 from perfgate.counts.suite import NO_COUNTS_ENV
 from perfgate.gate.policy import Policy
 from perfgate.gate.verdicts import INCONCLUSIVE, Verdict
@@ -318,7 +318,10 @@ def run_interleaved(
             if not out.is_file():
                 tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
                 raise ABError(f"the interleaved measurement failed: {tail[0]}")
-            got = {row.case: row for row in read_results(out)}
+            try:
+                got = {row.case: row for row in read_results(out)}
+            except ResultsError as exc:
+                raise ABError(f"the interleaved measurement failed: {exc}") from None
         result.processes += 1
         for case in list(undecided):
             row = got.get(case) or NotMeasured(case=case, error="no result")
