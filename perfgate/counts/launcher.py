@@ -282,7 +282,9 @@ def count_cases(
 
 def _read_manifest(result: CountPass, cases: Sequence[Any], out: Path, manifest: Path, tail: list[str]) -> None:
     """Each case's count from the worker's manifest and callgrind's dumps into `result` (or why none)."""
-    lines = [json.loads(ln) for ln in manifest.read_text().splitlines() if ln.strip()] if manifest.exists() else []
+    lines, cut = _manifest_lines(manifest)
+    if cut:  # the worker was stopped while writing a line: that case reads as not reached, and says so
+        tail = [*tail, f"its manifest's last line was cut off ({cut[:80]!r})"]
     if lines and "virtual_cpu" in lines[0]:
         result.virtual_cpu, result.torch = lines[0]["virtual_cpu"], lines[0]["torch"]
         lines = lines[1:]
@@ -318,6 +320,22 @@ def _read_manifest(result: CountPass, cases: Sequence[Any], out: Path, manifest:
                 windows=windows,
                 calls_per_window=ln.get("calls_per_window"),
             )
+
+
+def _manifest_lines(manifest: Path) -> tuple[list[dict[str, Any]], str | None]:
+    """The manifest's lines, parsed, and the unfinished last line if there is one. The worker writes
+    a line and its newline at once and flushes (perfgate.counts.worker.write_line), so only text after
+    the last newline can be a part: a worker killed (past its limit) or dead while writing it."""
+    if not manifest.exists():
+        return [], None
+    *whole, last = manifest.read_text(errors="replace").split("\n")
+    lines = [json.loads(ln) for ln in whole if ln.strip()]
+    if not last.strip():
+        return lines, None
+    try:  # a complete line without its newline (nothing writes one; read as the line it is)
+        return [*lines, json.loads(last)], None
+    except json.JSONDecodeError:
+        return lines, last
 
 
 def _run_worker(

@@ -733,6 +733,41 @@ def test_each_counted_case_is_reported_as_the_worker_writes_it(tmp_path):
     assert tail == ["valgrind ran past 1 s and was stopped"]
 
 
+CUT_WORKER = """
+import json, sys, time
+from perfgate.counts import worker
+job = json.load(sys.stdin)
+with open(job["manifest"], "a") as out:
+    worker.write_line(out, {"virtual_cpu": {}, "torch": "x"})
+    worker.write_line(out, {"case": "a", "skipped": "Skipped: needs the camera rig"})
+    line = json.dumps({"case": "b", "dump": 2, "steps": 10, "wall_s": 1.5}) + "\\n"
+    out.write(line[: len(line) // 2])  # killed while writing b's line
+    out.flush()
+    time.sleep(600)
+"""
+
+
+def test_a_manifest_line_cut_off_by_the_kill_reads_as_the_case_not_reached(tmp_path):
+    """A worker stopped past its limit mid-line leaves a part of a line: the pass reads the whole
+    lines and says the last one was cut, instead of failing on its JSON."""
+    from types import SimpleNamespace
+
+    manifest = tmp_path / "manifest.jsonl"
+    job = json.dumps({"manifest": str(manifest)})
+    tail = instructions._run_worker(
+        [sys.executable, "-c", CUT_WORKER], job, dict(os.environ), tmp_path, 1, manifest, None
+    )
+    assert not manifest.read_text().endswith("\n")
+    read = instructions.CountPass()
+    instructions._read_manifest(read, [SimpleNamespace(id="a"), SimpleNamespace(id="b")], tmp_path, manifest, tail)
+    assert read.errors["a"] == "not counted: its fixtures skipped it in setup (Skipped: needs the camera rig)"
+    assert read.errors["b"].startswith(
+        "the valgrind worker stopped before this case: valgrind ran past 1 s and was stopped | its manifest's "
+        """last line was cut off ('{"case": "b", "dump": 2"""
+    )
+    assert not read.counts
+
+
 def test_collect_only_starts_no_valgrind(pytester, monkeypatch):
     """`--collect-only` lists the cases and measures nothing: a valgrind on PATH is never called."""
     pytester.makepyfile(test_models=(ROOT / "benchmarks" / "test_models.py").read_text())
