@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import platform
 import threading
 from collections.abc import Mapping, Sequence
@@ -156,7 +157,35 @@ def load_portable(path: Path) -> dict[str, Any] | None:
         raise CountsConfigError(f"{path}: unreadable count baseline ({exc}); restore it or record again") from None
     if not isinstance(data, dict) or not isinstance(data.get("cases"), dict):
         raise CountsConfigError(f"{path}: no 'cases' table: not a perfgate count baseline; record again")
+    for case_id, entry in data["cases"].items():
+        problem = _entry_problem(entry)
+        if problem is not None:
+            raise CountsConfigError(
+                f"{path}: case {case_id!r}: {problem}; restore it (git checkout -- {path}) or record again"
+            )
     return data
+
+
+def _entry_problem(entry: Any) -> str | None:
+    """What makes one case's entry of a portable count baseline unusable, or None."""
+    if not isinstance(entry, Mapping):
+        return f"a {type(entry).__name__}, not a table of counts"
+    rec = CaseRecord.from_extra_info(entry)
+    per_step = rec.instructions_per_step
+    if per_step is not None and (
+        isinstance(per_step, bool)
+        or not isinstance(per_step, int | float)
+        or not math.isfinite(per_step)
+        or per_step <= 0
+    ):
+        return f"instructions_per_step must be a positive number, got {per_step!r}"
+    for name, value in (
+        ("instructions_functions", rec.instructions_functions),
+        ("aten_ops_per_step", rec.aten_ops_per_step),
+    ):
+        if value is not None and not isinstance(value, Mapping):
+            return f"{name} must be a table, got {type(value).__name__}"
+    return None
 
 
 def _fields(p: instr.CountPass, case_id: str) -> dict[str, Any]:
@@ -381,20 +410,27 @@ def portable_from_run(data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 def write_portable(counts: SessionCounts, records: Mapping[str, CaseRecord], commit: str | None = None) -> Path | None:
     """Record this run's counts as the portable baseline of its key (merged into the file: cases
     not counted now keep their entries), atomically."""
+    from filelock import FileLock
+
     from perfgate.files import write_json
 
     p = counts.pass_
     if p is None or not counts.fields or counts.portable_path is None:
         return None
-    old = load_portable(counts.portable_path) or {"cases": {}}
     determines = {
         "virtual_cpu": p.virtual_cpu,
         "torch": p.torch,
         "python": platform.python_version(),
         "valgrind": p.valgrind,
     }
-    data = portable_content(p.key, determines, records, host_cpu=_host_cpu(), commit=commit, cases=old["cases"])
-    return write_json(counts.portable_path, data)
+    path = counts.portable_path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Read, merge and write under the folder's lock (as baselines are numbered, perfgate.gate.store):
+    # two recordings at once each kept the other's cases out of the file.
+    with FileLock(path.parent / ".record.lock"):
+        old = load_portable(path) or {"cases": {}}
+        data = portable_content(p.key, determines, records, host_cpu=_host_cpu(), commit=commit, cases=old["cases"])
+        return write_json(path, data)
 
 
 def _host_cpu() -> str:

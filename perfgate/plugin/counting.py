@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from perfgate.counts import launcher as instr
-from perfgate.counts.suite import NO_COUNTS_ENV, SessionCounts, run_pass, selected
+from perfgate.counts.suite import NO_COUNTS_ENV, CountsConfigError, SessionCounts, run_pass, selected
 
 if TYPE_CHECKING:
     from perfgate.cases.runner import Case
@@ -71,24 +71,27 @@ def session_pass(
     registries, model_files = run_config.counts_registries
     if not todo:
         return SessionCounts(config=counts_config, fields={}, skipped={}, portable=None, portable_path=None)
-    counts = run_pass(
-        todo,
-        counts_config,
-        baseline_of=baseline_of,
-        tolerance_of=tolerance_of,
-        baselines_root=run_config.baselines_root,
-        root=Path(config.rootpath),
-        registries=registries,
-        model_files=model_files,
-        out_dir=Path(config.rootpath) / ".perfgate" / "callgrind",
-        say=say,
-        run=instr.RunContext(
-            cwd=str(config.invocation_params.dir),
-            sys_path=tuple(sys.path),
-            pytest_args=tuple(config.invocation_params.args),
-            worker=PLUGIN_WORKER,
-        ),
-    )
+    try:
+        counts = run_pass(
+            todo,
+            counts_config,
+            baseline_of=baseline_of,
+            tolerance_of=tolerance_of,
+            baselines_root=run_config.baselines_root,
+            root=Path(config.rootpath),
+            registries=registries,
+            model_files=model_files,
+            out_dir=Path(config.rootpath) / ".perfgate" / "callgrind",
+            say=say,
+            run=instr.RunContext(
+                cwd=str(config.invocation_params.dir),
+                sys_path=tuple(sys.path),
+                pytest_args=tuple(config.invocation_params.args),
+                worker=PLUGIN_WORKER,
+            ),
+        )
+    except CountsConfigError as exc:  # a broken portable count baseline: the file, in one line
+        raise pytest.UsageError(f"perfgate: {exc}") from None
     if smoke:
         for c in cases:
             if c.id not in chosen and str(c.device).startswith("cpu"):

@@ -862,6 +862,49 @@ def test_a_broken_count_baseline_is_one_line_naming_it(tmp_path):
         suite.load_portable(bad)
 
 
+@pytest.mark.parametrize(
+    "entry, problem",
+    [
+        (3, "a int, not a table of counts"),
+        ({"instructions_per_step": "many"}, "instructions_per_step must be a positive number, got 'many'"),
+        ({"instructions_per_step": 5.0, "aten_ops_per_step": [1]}, "aten_ops_per_step must be a table, got list"),
+    ],
+)
+def test_a_case_entry_that_is_no_table_of_counts_is_one_line_naming_file_and_case(tmp_path, entry, problem):
+    data = _committed_counts()  # the committed file, one entry broken
+    case_id = next(iter(data["cases"]))
+    data["cases"][case_id] = entry
+    bad = tmp_path / "k.json"
+    bad.write_text(json.dumps(data))
+    with pytest.raises(suite.CountsConfigError) as err:
+        suite.load_portable(bad)
+    assert str(err.value) == f"{bad}: case {case_id!r}: {problem}; restore it (git checkout -- {bad}) or record again"
+
+
+def test_recording_waits_for_the_folders_lock_so_no_concurrent_merge_is_lost(tmp_path):
+    import threading
+
+    from filelock import FileLock
+
+    data = _committed_counts()
+    counts = _session_counts(tmp_path, data)
+    det = data["what_determines_counts"]
+    p = instructions.CountPass(virtual_cpu=det["virtual_cpu"], torch=det["torch"], python=det["python"])
+    p.valgrind = det["valgrind"]
+    counts.pass_, counts.fields = p, {"new-case": {}}
+    rec = replace(CaseRecord.from_extra_info(next(iter(data["cases"].values()))), instructions_per_step=7.0)
+    before = counts.portable_path.read_text()
+    held = FileLock(counts.portable_path.parent / ".record.lock")  # another recording, mid-merge
+    with held:
+        writer = threading.Thread(target=suite.write_portable, args=(counts, {"new-case": rec}))
+        writer.start()
+        writer.join(timeout=1.0)
+        assert writer.is_alive() and counts.portable_path.read_text() == before  # waiting, nothing written
+    writer.join(timeout=60)
+    again = json.loads(counts.portable_path.read_text())
+    assert again["cases"]["new-case"]["instructions_per_step"] == 7.0 and set(data["cases"]) < set(again["cases"])
+
+
 def test_an_uncounted_process_says_why_in_each_cpu_record() -> None:
     """Absent, never zero, and with the real reason: an xdist worker does not start valgrind."""
     from types import SimpleNamespace
