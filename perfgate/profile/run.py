@@ -30,6 +30,7 @@ import torch
 from perfgate import files, gate
 from perfgate.cases import runner
 from perfgate.cases.conversions import Env, VariantError
+from perfgate.cases.workload import CheckpointError
 from perfgate.gate.settings import GateSettings
 from perfgate.measure.core import StopRule
 from perfgate.measure.memory import MIB
@@ -169,6 +170,8 @@ def profile_point(
     runner.isolate(device)
     try:
         prepared = runner.prepare(case, opts)
+    except CheckpointError as exc:  # names the file, --checkpoint and the fix itself
+        raise ProfileError(f"{cfg.model}: {exc}") from None
     except (TypeError, ValueError) as exc:
         raise ProfileError(f"{cfg.model}: {exc} (fix --option / --sweep)") from None
     try:

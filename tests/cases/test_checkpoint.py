@@ -56,3 +56,4 @@ def test_perfgate_profile_names_a_missing_checkpoint_in_one_line(tmp_path: Path,
     assert cli.main([*argv, "--checkpoint", str(missing), "--out", str(tmp_path)]) == cli.EXIT_BAD_INPUT
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last.startswith("perfgate profile:") and f"checkpoint {missing}: no such file" in last
+    assert "--option / --sweep" not in last  # the fix is the checkpoint's, not the options'
