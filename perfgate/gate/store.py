@@ -150,6 +150,39 @@ def by_name(data: dict[str, Any]) -> dict[str, results.Benchmark]:
 atomic_write_json = files.write_json
 
 
+def record_or_keep(folder: Path, data: dict[str, Any], label: str, kept_dir: Path) -> tuple[Path | None, str | None]:
+    """`record` into `folder`, or, where that fails (a folder gone read-only or full since the run
+    started), the run recorded into `kept_dir` instead and one line saying why, where it is and how to
+    finish the recording: (the baseline, None) or (None, the line). Nothing measured is lost."""
+    try:
+        return record(folder, data, label), None
+    except (OSError, BaselineError) as exc:
+        try:
+            kept: Path | None = record(kept_dir, data, label)
+        except (OSError, BaselineError):
+            kept = None
+        return None, unrecorded(folder, label, exc, kept)
+
+
+def unrecorded(folder: Path, label: str, exc: BaseException, kept: Path | None) -> str:
+    """The one line for a baseline that could not be written in `folder`: the reason, where the run
+    is kept (None: nowhere) and the fix."""
+    why = (str(exc).splitlines() or [type(exc).__name__])[0]
+    keep = (
+        f"the run is kept in {kept}: once the folder is writable, copy it there as the next NNNN_{_safe(label)}.json"
+        if kept is not None
+        else "make the folder writable"
+    )
+    return (
+        f"perfgate: the baseline could not be recorded in {folder} ({why}); {keep}, or record again with "
+        "--perfgate-baselines DIR"
+    )
+
+
+def _safe(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", label).strip("-") or "baseline"
+
+
 def record(folder: Path, data: dict[str, Any], label: str) -> Path:
     """Add `data` as the next numbered baseline in `folder`. The number is taken under a lock on the
     folder (filelock, which torch already depends on): two recordings with different labels at once
@@ -157,7 +190,7 @@ def record(folder: Path, data: dict[str, Any], label: str) -> Path:
     only an identical name."""
     from filelock import FileLock
 
-    safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", label).strip("-") or "baseline"
+    safe = _safe(label)
     folder.mkdir(parents=True, exist_ok=True)
     with FileLock(folder / ".record.lock"):
         numbers = [int(p.name[:4]) for p in folder.iterdir() if _NUMBERED.match(p.name)]

@@ -163,10 +163,9 @@ def _recorded(s: Session, data: dict[str, Any] | None, why_not: str | None, kept
     if data is None or not (entries := benchmarks(data)):
         return {}
     folder = s.host.baseline_dir
-    try:
-        recorded = baseline_store.record(folder, data, label)
-    except (OSError, baseline_store.BaselineError) as exc:
-        return {"record_failed": _record_failure(folder, data, label, exc, kept_dir)}
+    recorded, failed = baseline_store.record_or_keep(folder, data, label, kept_dir)
+    if recorded is None:
+        return {"record_failed": failed}
     counts = s.runner.counts if s.runner is not None else None
     if counts is None:
         return {"recorded": recorded}
@@ -176,27 +175,10 @@ def _recorded(s: Session, data: dict[str, Any] | None, why_not: str | None, kept
     except OSError as exc:
         return {
             "recorded": recorded,
-            "record_failed": f"perfgate: the instruction counts could not be recorded ({_one_line(exc)}); "
+            "record_failed": "perfgate: the instruction counts could not be recorded "
+            f"({(str(exc).splitlines() or [type(exc).__name__])[0]}); "
             f"make {folder.parent / 'counts'} writable and record again",
         }
-
-
-def _one_line(exc: BaseException) -> str:
-    return (str(exc).splitlines() or [type(exc).__name__])[0]
-
-
-def _record_failure(folder: Path, data: dict[str, Any], label: str, exc: BaseException, kept_dir: Path) -> str:
-    """The one line for a baseline that could not be written; the run kept beside the verdicts if it can be."""
-    try:
-        kept = baseline_store.record(kept_dir, data, label)
-    except (OSError, baseline_store.BaselineError):
-        keep = "make the folder writable"
-    else:
-        keep = f"the run is kept in {kept}: once the folder is writable, copy it there as the next NNNN_{kept.name[5:]}"
-    return (
-        f"perfgate: the baseline could not be recorded in {folder} ({_one_line(exc)}); {keep}, "
-        "or record again with --perfgate-baselines DIR"
-    )
 
 
 def build_outcome(config: pytest.Config, s: Session, exitstatus: int) -> RunOutcome:

@@ -261,13 +261,9 @@ def _aggregate(config: pytest.Config, state: DistState, gathered: list[Any] | No
                 state.lines.append(
                     f"perfgate: recorded baseline {store.record(session.baseline_dir, agg, state.record)}"
                 )
-            except (OSError, store.BaselineError) as exc:  # the aggregate is kept: `out`
+            except (OSError, store.BaselineError) as exc:  # the aggregate is kept already: `out`
                 state.record_failed = True
-                state.lines.append(
-                    f"perfgate: the baseline could not be recorded in {session.baseline_dir} "
-                    f"({(str(exc).splitlines() or [type(exc).__name__])[0]}); the aggregate is kept in {out}: once "
-                    f"the folder is writable, copy it there as the next NNNN_{state.record}.json, or record again"
-                )
+                state.lines.append(store.unrecorded(session.baseline_dir, state.record, exc, out))
     if state.save:
         benchmark_adapter.save(config, agg, state.save)
 

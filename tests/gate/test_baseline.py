@@ -183,3 +183,24 @@ def test_each_case_is_judged_against_the_newest_baseline_that_holds_it(tmp_path)
     assert (a_file.name, a.record.samples_ms) == ("0002_only-a.json", [3.0])
     assert (b_file.name, bb.record.samples_ms) == ("0001_all.json", [2.0])
     assert b.entry("benchmarks/test_models.py::test_step[c]") is None
+
+
+def test_a_baseline_that_cannot_be_written_is_kept_elsewhere_and_said_in_one_line(tmp_path):
+    folder = tmp_path / "bl"
+    folder.write_text("")  # the baselines folder turned into a file (as a full or read-only disk fails)
+    data = run_json([bench("a", [1, 2, 3])], commit="c1")
+    recorded, line = store.record_or_keep(folder, data, "main run", tmp_path / "kept")
+    assert recorded is None and "\n" not in line
+    kept = tmp_path / "kept" / "0001_main-run.json"
+    assert line == (
+        f"perfgate: the baseline could not be recorded in {folder} ({line.split('(', 1)[1].split(')')[0]}); "
+        f"the run is kept in {kept}: once the folder is writable, copy it there as the next NNNN_main-run.json, "
+        "or record again with --perfgate-baselines DIR"
+    )
+    assert [b.fullname for b in store.by_name(store.load(kept)).values()] == [data["benchmarks"][0]["fullname"]]
+    recorded, line = store.record_or_keep(folder, data, "main", folder / "kept")  # nowhere to keep it either
+    assert recorded is None and line.endswith(
+        "; make the folder writable, or record again with --perfgate-baselines DIR"
+    )
+    recorded, line = store.record_or_keep(tmp_path / "ok", data, "main", tmp_path / "kept")
+    assert recorded == tmp_path / "ok" / "0001_main.json" and line is None
