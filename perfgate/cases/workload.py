@@ -257,22 +257,25 @@ def load_checkpoint(module: nn.Module, path: str | Path) -> None:
     if not isinstance(state, Mapping):
         raise CheckpointError(path, f"holds a {type(state).__name__}, not a state dict")
     name = type(module).__name__
-    expected = set(module.state_dict())
-    missing, unexpected = sorted(expected - set(state)), sorted(set(state) - expected)
-    if missing or unexpected:
-        parts = [
-            f"{len(keys)} {what} key(s) ({_few(keys)})"
-            for what, keys in (("missing", missing), ("unexpected", unexpected))
-            if keys
-        ]
-        raise CheckpointError(path, f"does not fit {name}: {', '.join(parts)}")
     try:
         module.load_state_dict(state, strict=True)
-    except RuntimeError as exc:  # a size mismatch: its first line only says "Error(s) in loading state_dict"
-        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-        raise CheckpointError(
-            path, f"does not fit {name}: {lines[1] if len(lines) > 1 else _first_line(exc)}"
-        ) from None
+    except RuntimeError as exc:
+        # The keys are compared after torch's own fix-ups (an old BatchNorm's missing
+        # num_batches_tracked, weight norm's renamed keys), so a checkpoint torch loads is never
+        # refused here: the strict load failed, and the lenient one names what did not fit.
+        try:
+            keys = module.load_state_dict(state, strict=False)
+        except RuntimeError:  # a size mismatch: its first line only says "Error(s) in loading state_dict"
+            lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+            raise CheckpointError(
+                path, f"does not fit {name}: {lines[1] if len(lines) > 1 else _first_line(exc)}"
+            ) from None
+        parts = [
+            f"{len(k)} {what} key(s) ({_few(sorted(k))})"
+            for what, k in (("missing", keys.missing_keys), ("unexpected", keys.unexpected_keys))
+            if k
+        ]
+        raise CheckpointError(path, f"does not fit {name}: {', '.join(parts) or _first_line(exc)}") from None
 
 
 def _first_line(exc: BaseException) -> str:

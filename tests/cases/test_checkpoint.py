@@ -29,6 +29,15 @@ def test_a_state_dict_torch_saved_loads_strictly_also_wrapped(tmp_path: Path) ->
         assert torch.equal(target.weight, source.weight) and torch.equal(target.bias, source.bias)
 
 
+def test_a_checkpoint_torch_loads_after_its_own_fix_ups_is_not_refused(tmp_path: Path) -> None:
+    # BatchNorm before torch 0.4.1 saved no num_batches_tracked; strict loading fills it in.
+    source = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4))
+    old = {k: v for k, v in source.state_dict().items() if not k.endswith("num_batches_tracked")}
+    target = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4))
+    load_checkpoint(target, _saved(tmp_path, old))
+    assert torch.equal(target[0].weight, source[0].weight)
+
+
 @pytest.mark.parametrize(
     "make, problem",
     [
@@ -38,8 +47,12 @@ def test_a_state_dict_torch_saved_loads_strictly_also_wrapped(tmp_path: Path) ->
         (lambda d: _saved(d, torch.zeros(2)), "holds a Tensor, not a state dict"),
         (lambda d: _saved(d, {"weight": torch.zeros(2, 2)}), "does not fit Linear: 1 missing key(s) (bias)"),
         (lambda d: _saved(d, nn.Linear(3, 3).state_dict()), "does not fit Linear: size mismatch for weight"),
+        (
+            lambda d: _saved(d, {**nn.Linear(2, 2).state_dict(), "extra.w": torch.zeros(1)}),
+            "does not fit Linear: 1 unexpected key(s) (extra.w)",
+        ),
     ],
-    ids=["missing", "folder", "not-torch", "tensor", "missing-key", "other-model"],
+    ids=["missing", "folder", "not-torch", "tensor", "missing-key", "other-model", "unexpected-key"],
 )
 def test_a_checkpoint_that_cannot_be_used_is_one_line_naming_file_and_options(tmp_path: Path, make, problem) -> None:
     path = make(tmp_path)
