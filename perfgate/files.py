@@ -4,7 +4,8 @@ A reader sees the old file or the whole new one, never a part: the text goes to 
 in the same folder (hidden, so `perfgate history` never reads it), is fsynced, then replaces the
 target (`os.replace`) or, without clobber, is linked to it (`os.link` fails if the name exists:
 recorded baselines are never overwritten). A writer killed in between leaves the old file intact
-and at worst a hidden `.tmp` file.
+and at worst a hidden `.tmp` file. A link is written through, never replaced; a pipe or a device
+(`--benchmark-json /dev/stdout`) is written into as pytest-benchmark itself would.
 
 A target that cannot be written (a folder, a path through a file, no permission, a full disk) is a
 WriteError: one line naming the target (never the temporary file), the reason and the fix; the
@@ -13,8 +14,10 @@ WriteError: one line naming the target (never the temporary file), the reason an
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -47,18 +50,54 @@ def unwritable_reason(path: Path, exc: OSError) -> str:
     return exc.strerror or type(exc).__name__
 
 
+def unwritable_folder(folder: str | os.PathLike[str]) -> str | None:
+    """Why no file can be written in `folder` (made where missing), or None: a probe file is
+    written and removed in the deepest folder that exists, so nothing is left behind (checked
+    before a run's hours of measurement, not after)."""
+    folder = Path(folder).absolute()
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
+    if existing is None or not existing.is_dir():
+        return f"{existing} is not a folder" if existing is not None else "no such folder"
+    try:
+        fd, probe = tempfile.mkstemp(dir=existing, prefix=".perfgate-probe.", suffix=".tmp")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        return f"cannot write in {existing}: {exc.strerror or type(exc).__name__}"
+    return None
+
+
 def write_text(path: str | os.PathLike[str], text: str, *, clobber: bool = True) -> Path:
     """Write `text` atomically; FileExistsError when `clobber` is False and `path` exists;
-    WriteError when `path` cannot be written."""
+    WriteError when `path` cannot be written. A link is written through (the file it names is
+    replaced, never the link); a pipe or a device (`--json /dev/stdout`, a shell's `>(...)`) is
+    written into as it stands: there is no file to replace."""
     path = Path(path)
     try:
-        return _write(path, text, clobber=clobber)
+        if _is_stream(path):
+            if not clobber:
+                raise FileExistsError(errno.EEXIST, "exists", str(path))
+            with open(path, "w", encoding="utf8") as fh:
+                fh.write(text)
+            return path
+        _write(Path(os.path.realpath(path)) if path.is_symlink() else path, text, clobber=clobber)
+        return path
     except FileExistsError as exc:
         if not clobber and path.exists():
             raise  # the name is taken: the caller chooses another (a recorded baseline is never overwritten)
         raise WriteError(path, exc) from None
     except OSError as exc:
         raise WriteError(path, exc) from None
+
+
+def _is_stream(path: Path) -> bool:
+    """Whether `path` names something that exists and is neither a file nor a folder (a pipe, a
+    character device; followed through links, as open() follows them)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
 def _write(path: Path, text: str, *, clobber: bool) -> Path:

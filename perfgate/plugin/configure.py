@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from perfgate import files
 from perfgate.cases import tiers
 from perfgate.cases.runner import Case, RunOptions
 from perfgate.cases.selection import _split, expand_cases
@@ -214,26 +214,10 @@ def with_plugins_changes(config: pytest.Config, built: RunConfig) -> RunConfig:
     return replace(built, **changes)
 
 
-def unwritable(folder: Path) -> str | None:
-    """Why no file can be written in `folder` (made where missing), or None: a probe file is
-    written and removed in the deepest folder that exists, so nothing is left behind."""
-    folder = Path(folder).absolute()
-    existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
-    if existing is None or not existing.is_dir():
-        return f"{existing} is not a folder" if existing is not None else "no such folder"
-    try:
-        fd, probe = tempfile.mkstemp(dir=existing, prefix=".perfgate-probe.", suffix=".tmp")
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        return f"cannot write in {existing}: {exc.strerror or type(exc).__name__}"
-    return None
-
-
 def prepare_process(config: pytest.Config, run_config: RunConfig) -> None:
     given, from_env = config.getoption("perfgate_inductor_cache"), os.environ.get("PERFGATE_INDUCTOR_CACHE")
     folder = given or from_env or Path(config.rootpath) / ".perfgate" / "inductor-cache"
-    why = unwritable(Path(folder))
+    why = files.unwritable_folder(Path(folder))
     if why is None:
         try:
             set_inductor_cache(folder)
@@ -290,7 +274,7 @@ def check_recording(config: pytest.Config, host: Host) -> None:
     if not config.getoption("perfgate_record"):
         return
     folder = host.baseline_dir
-    why = unwritable(folder)
+    why = files.unwritable_folder(folder)
     if why is not None:
         named = "--perfgate-baselines" if config.getoption("perfgate_baselines") else "the baselines folder"
         raise pytest.UsageError(

@@ -82,6 +82,29 @@ def test_a_target_that_cannot_be_written_is_one_line_naming_it_not_the_temporary
         files.write_text(target / "sub" / "c.json", "x", clobber=False)  # not FileExistsError: no name is taken
 
 
+def test_a_link_is_written_through_and_a_pipe_or_device_written_into(tmp_path):
+    real = files.write_text(tmp_path / "shared" / "real.json", "old")
+    link = tmp_path / "out.json"
+    link.symlink_to(real)
+    assert files.write_text(link, "new") == link
+    assert link.is_symlink() and real.read_text() == "new"  # the link stays; the file it names is replaced
+    with pytest.raises(FileExistsError):
+        files.write_text(link, "newer", clobber=False)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)  # as `--benchmark-json >(wc -c)` or `--json /dev/stdout` gives: nothing to replace
+    reader = subprocess.Popen([sys.executable, "-c", f"print(len(open({str(fifo)!r}).read()))"], stdout=subprocess.PIPE)
+    files.write_json(fifo, {"v": 1})
+    assert reader.communicate(timeout=60)[0].decode().strip() == str(len('{\n  "v": 1\n}\n'))
+    assert files.write_text(os.devnull, "x") == Path(os.devnull) and Path(os.devnull).is_char_device()
+
+
+def test_a_folder_that_takes_no_file_is_said_before_anything_is_written(tmp_path):
+    assert files.unwritable_folder(tmp_path / "new" / "deeper") is None  # made when written: fine
+    assert list(tmp_path.iterdir()) == []  # the probe left nothing behind
+    a_file = files.write_text(tmp_path / "f", "x")
+    assert files.unwritable_folder(a_file / "sub") == f"{a_file} is not a folder"
+
+
 def test_every_writer_in_perfgate_is_the_one_atomic_writer():
     """No module writes a result or report file its own way (mkstemp, os.replace, os.link)."""
     offenders = []
