@@ -50,6 +50,16 @@ def unwritable_reason(path: Path, exc: OSError) -> str:
     return exc.strerror or type(exc).__name__
 
 
+def check_target(path: str | os.PathLike[str]) -> None:
+    """WriteError now for a target that no write can succeed on (a folder, a path through a file),
+    before the work that makes its text (a report of a hundred cases takes seconds to draw)."""
+    path = Path(path)
+    if path.is_dir():
+        raise WriteError(path, IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR)))
+    if any(p.exists() and not p.is_dir() for p in path.parents):
+        raise WriteError(path, NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR)))
+
+
 def unwritable_folder(folder: str | os.PathLike[str]) -> str | None:
     """Why no file can be written in `folder` (made where missing), or None: a probe file is
     written and removed in the deepest folder that exists, so nothing is left behind (checked

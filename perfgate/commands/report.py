@@ -125,6 +125,9 @@ def run(args: argparse.Namespace) -> int:
     if not args.runs:
         args.runs = _saved_runs(args, storage)
     links = _links(args)
+    for target in (args.output, args.markdown):
+        if target:
+            files.check_target(target)
     try:
         runs = [load_run(p) for p in args.runs]
     except ResultFileError as exc:

@@ -103,6 +103,12 @@ def test_a_folder_that_takes_no_file_is_said_before_anything_is_written(tmp_path
     assert list(tmp_path.iterdir()) == []  # the probe left nothing behind
     a_file = files.write_text(tmp_path / "f", "x")
     assert files.unwritable_folder(a_file / "sub") == f"{a_file} is not a folder"
+    with pytest.raises(files.WriteError, match=f"\\({re.escape(str(a_file))} is a file, not a folder\\)"):
+        files.check_target(a_file / "sub" / "r.html")
+    with pytest.raises(files.WriteError, match="cannot write it \\(it is a folder\\)"):
+        files.check_target(tmp_path)
+    files.check_target(tmp_path / "new" / "r.html")  # a path that can be made: no error, nothing made
+    assert not (tmp_path / "new").exists()
 
 
 def test_every_writer_in_perfgate_is_the_one_atomic_writer():
