@@ -36,6 +36,18 @@ class WriteError(OSError):
     def __str__(self) -> str:
         return str(self.strerror)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # OSError's own reduce would call __init__(errno, message): rebuilt from what it holds instead,
+        # so the one line survives a trip between processes (a worker's error read by its parent).
+        return (_rebuilt_write_error, (self.path, self.errno, self.strerror))
+
+
+def _rebuilt_write_error(path: Path, code: int | None, message: str) -> WriteError:
+    err = WriteError.__new__(WriteError)
+    OSError.__init__(err, code, message)
+    err.path = path
+    return err
+
 
 def unwritable_reason(path: Path, exc: OSError) -> str:
     """Why `path` (a file or folder to create) cannot be written, as `exc` says it: in terms of the
@@ -82,15 +94,24 @@ def write_text(path: str | os.PathLike[str], text: str, *, clobber: bool = True)
     WriteError when `path` cannot be written. A link is written through (the file it names is
     replaced, never the link); a pipe or a device (`--json /dev/stdout`, a shell's `>(...)`) is
     written into as it stands: there is no file to replace."""
-    path = Path(path)
+    return _write_checked(Path(path), text, clobber=clobber)
+
+
+def write_bytes(path: str | os.PathLike[str], data: bytes, *, clobber: bool = True) -> Path:
+    """`data` written as `write_text` writes text (a pickle a tool would have written in place:
+    line_profiler's stats, torch's CUDA memory snapshot)."""
+    return _write_checked(Path(path), data, clobber=clobber)
+
+
+def _write_checked(path: Path, data: str | bytes, *, clobber: bool) -> Path:
     try:
         if _is_stream(path):
             if not clobber:
                 raise FileExistsError(errno.EEXIST, "exists", str(path))
-            with open(path, "w", encoding="utf8") as fh:
-                fh.write(text)
+            with _open(path, data) as fh:
+                fh.write(data)
             return path
-        _write(Path(os.path.realpath(path)) if path.is_symlink() else path, text, clobber=clobber)
+        _write(Path(os.path.realpath(path)) if path.is_symlink() else path, data, clobber=clobber)
         return path
     except FileExistsError as exc:
         if not clobber and path.exists():
@@ -98,6 +119,11 @@ def write_text(path: str | os.PathLike[str], text: str, *, clobber: bool = True)
         raise WriteError(path, exc) from None
     except OSError as exc:
         raise WriteError(path, exc) from None
+
+
+def _open(path: Path | int, data: str | bytes) -> Any:
+    """`path` (a name or a descriptor) opened for writing `data`: bytes as they are, text as UTF-8."""
+    return open(path, "wb") if isinstance(data, bytes) else open(path, "w", encoding="utf8")
 
 
 def _is_stream(path: Path) -> bool:
@@ -110,13 +136,13 @@ def _is_stream(path: Path) -> bool:
     return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
-def _write(path: Path, text: str, *, clobber: bool) -> Path:
+def _write(path: Path, data: str | bytes, *, clobber: bool) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; results and reports are files to share
-        with os.fdopen(fd, "w", encoding="utf8") as fh:
-            fh.write(text)
+        with _open(fd, data) as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         if clobber:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import pickle
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -154,7 +155,9 @@ class LineProfilerTool:
         api._LINE_PROFILER = None
         self._out.mkdir(parents=True, exist_ok=True)
         stats, text = self._out / "profile.lprof", self._out / "profile.txt"
-        self._lp.dump_stats(str(stats))
+        # What LineProfiler.dump_stats writes (LineStats.to_file: the stats pickled at the highest
+        # protocol), written atomically: dump_stats opens the target itself and truncates it first.
+        files.write_bytes(stats, pickle.dumps(self._lp.get_stats(), pickle.HIGHEST_PROTOCOL))
         buf = io.StringIO()
         self._lp.print_stats(stream=buf)
         files.write_text(text, buf.getvalue())
@@ -224,7 +227,9 @@ class CudaMemoryTool:
         self._out.mkdir(parents=True, exist_ok=True)
         path = self._out / self.file
         try:
-            torch.cuda.memory._dump_snapshot(str(path))
+            # What torch.cuda.memory._dump_snapshot writes (its _snapshot() pickled), written
+            # atomically: snapshots reach GBs, and _dump_snapshot truncates the target first.
+            files.write_bytes(path, pickle.dumps(torch.cuda.memory._snapshot()))
         finally:
             torch.cuda.memory._record_memory_history(enabled=None)  # recording costs every allocation
             self._out = None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import pickle
 import re
 import subprocess
 import sys
@@ -74,6 +75,8 @@ def test_a_target_that_cannot_be_written_is_one_line_naming_it_not_the_temporary
         files.write_json(target, {"v": 2})
     monkeypatch.undo()
     assert isinstance(exc.value, OSError) and exc.value.errno == errno.ENOSPC  # callers catching OSError still do
+    back = pickle.loads(pickle.dumps(exc.value))  # as a worker process hands it to its parent
+    assert (type(back), str(back), back.errno, back.path) == (files.WriteError, str(exc.value), errno.ENOSPC, target)
     assert str(exc.value) == f"{target}: cannot write it (No space left on device); choose a writable file path"
     assert json.loads(target.read_text()) == {"v": 1} and list(tmp_path.iterdir()) == [target]
     with pytest.raises(files.WriteError, match=f"^{re.escape(str(tmp_path))}: cannot write it \\(it is a folder\\)"):
@@ -96,6 +99,34 @@ def test_a_link_is_written_through_and_a_pipe_or_device_written_into(tmp_path):
     files.write_json(fifo, {"v": 1})
     assert reader.communicate(timeout=60)[0].decode().strip() == str(len('{\n  "v": 1\n}\n'))
     assert files.write_text(os.devnull, "x") == Path(os.devnull) and Path(os.devnull).is_char_device()
+
+
+def test_bytes_are_written_as_they_are_by_the_same_rules(tmp_path, monkeypatch):
+    """write_bytes (a pickle a tool would write in place): bytes no text encoding keeps, replaced
+    atomically, the old file whole after a crash, no clobber, a pipe written into."""
+    data = bytes(range(256)) * 4  # \r\n, NUL and invalid UTF-8 among them
+    target = files.write_bytes(tmp_path / "sub" / "stats.lprof", data)
+    assert target.read_bytes() == data and target.stat().st_mode & 0o777 == 0o666 & ~_umask()
+
+    def boom(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", boom)
+    with pytest.raises(KeyboardInterrupt):
+        files.write_bytes(target, b"new")
+    monkeypatch.undo()
+    assert target.read_bytes() == data and [p.name for p in target.parent.iterdir()] == ["stats.lprof"]
+    with pytest.raises(FileExistsError):
+        files.write_bytes(target, b"new", clobber=False)
+    with pytest.raises(files.WriteError, match="it is a folder"):
+        files.write_bytes(tmp_path, b"x")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    reader = subprocess.Popen(
+        [sys.executable, "-c", f"print(len(open({str(fifo)!r}, 'rb').read()))"], stdout=subprocess.PIPE
+    )
+    files.write_bytes(fifo, data)
+    assert reader.communicate(timeout=60)[0].decode().strip() == str(len(data))
 
 
 def test_a_folder_that_takes_no_file_is_said_before_anything_is_written(tmp_path):

@@ -5,6 +5,7 @@ Disabled, it starts nothing and adds no work."""
 from __future__ import annotations
 
 import json
+import pickle
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -170,10 +171,43 @@ def test_line_profiler_times_functions_decorated_before_it_started(clean_profile
     with p:
         hot(1000)
         C.cold()
-    text = p.outputs["line_profiler"][1].read_text()
+    stats_file, text_file = p.outputs["line_profiler"]
+    text = text_file.read_text()
     assert "def hot" in text and "total += i" in text
     assert "def cold" in text and "product = 1" in text  # a staticmethod's function is registered
     assert sys.gettrace() is None
+    # The stats as line_profiler's own reader (and `python -m line_profiler`) loads them.
+    from line_profiler.line_profiler import LineStats
+
+    timed = {name.rsplit(".", 1)[-1]: lines for (_, _, name), lines in LineStats.from_files(stats_file).timings.items()}
+    assert sum(hits for _, hits, _ in timed["hot"]) >= 1000
+    assert not list(stats_file.parent.glob(".*.tmp"))
+
+
+def test_the_cuda_memory_snapshot_is_torchs_pickle_written_atomically(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What torch.cuda.memory._dump_snapshot writes (its _snapshot() pickled), but through
+    perfgate.files: a snapshot that cannot be written leaves the earlier file whole. torch's
+    recording is faked (no CUDA here); the pickling and the write are perfgate's own."""
+    history: list[Any] = []
+    snapshot = {"segments": [{"address": 1, "total_size": 2**20}], "device_traces": [[]]}
+    monkeypatch.setattr(torch.cuda.memory, "_record_memory_history", lambda **kw: history.append(kw))
+    monkeypatch.setattr(torch.cuda.memory, "_snapshot", lambda: snapshot)
+    tool = profiler.CudaMemoryTool(file="snap.pickle")
+    tool.start(tmp_path)
+    path = tmp_path / "snap.pickle"
+    assert tool.stop() == [path]
+    assert pickle.loads(path.read_bytes()) == snapshot
+    assert history[-1] == {"enabled": None}  # recording stopped: it costs every allocation
+
+    # A snapshot that fails half-way through pickling (torch's own dump had truncated the file by then).
+    monkeypatch.setattr(torch.cuda.memory, "_snapshot", lambda: {"segments": [b"x" * 2**20], "bad": lambda: 0})
+    tool.start(tmp_path)
+    with pytest.raises((pickle.PicklingError, AttributeError)):
+        tool.stop()
+    assert pickle.loads(path.read_bytes()) == snapshot and history[-1] == {"enabled": None}
+    assert not list(tmp_path.glob(".*.tmp"))
 
 
 def test_unavailable_tools_are_skipped_with_their_reason(
