@@ -407,9 +407,12 @@ def portable_from_run(data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     }
 
 
-def write_portable(counts: SessionCounts, records: Mapping[str, CaseRecord], commit: str | None = None) -> Path | None:
+def write_portable(
+    counts: SessionCounts, records: Mapping[str, CaseRecord], commit: str | None = None, *, into: Path | None = None
+) -> Path | None:
     """Record this run's counts as the portable baseline of its key (merged into the file: cases
-    not counted now keep their entries), atomically."""
+    not counted now keep their entries), atomically; `into`: another file to write the merged
+    counts to (the portable file, where it can be read, still gives the other cases)."""
     from filelock import FileLock
 
     from perfgate.files import write_json
@@ -423,14 +426,48 @@ def write_portable(counts: SessionCounts, records: Mapping[str, CaseRecord], com
         "python": platform.python_version(),
         "valgrind": p.valgrind,
     }
-    path = counts.portable_path
+    path = into or counts.portable_path
     path.parent.mkdir(parents=True, exist_ok=True)
     # Read, merge and write under the folder's lock (as baselines are numbered, perfgate.gate.store):
     # two recordings at once each kept the other's cases out of the file.
     with FileLock(path.parent / ".record.lock"):
-        old = load_portable(path) or {"cases": {}}
+        try:
+            old = load_portable(counts.portable_path) or {"cases": {}}
+        except OSError:
+            if into is None:
+                raise
+            old = {"cases": {}}  # the kept copy holds this run's cases at least
         data = portable_content(p.key, determines, records, host_cpu=_host_cpu(), commit=commit, cases=old["cases"])
         return write_json(path, data)
+
+
+def write_portable_or_keep(
+    counts: SessionCounts, records: Mapping[str, CaseRecord], kept_dir: Path
+) -> tuple[Path | None, str | None]:
+    """`write_portable`, or where the counts folder cannot be written (gone read-only or full since
+    the run started), the merged counts written into `kept_dir` instead and one line saying why,
+    where they are and how to finish: (the file, None) or (None, the line), as
+    `perfgate.gate.store.record_or_keep` keeps a baseline. Nothing counted is lost."""
+    try:
+        return write_portable(counts, records), None
+    except OSError as exc:
+        target = counts.portable_path
+        assert target is not None  # write_portable writes nothing, and so fails on nothing, without one
+        try:
+            kept: Path | None = write_portable(counts, records, into=kept_dir / target.name)
+        except OSError:
+            kept = None
+        why = (str(exc).splitlines() or [type(exc).__name__])[0]
+        keep = (
+            f"the counts are kept in {kept}: once the folder is writable, copy it over {target}"
+            if kept is not None
+            else "make the folder writable"
+        )
+        return (
+            None,
+            f"perfgate: the instruction counts could not be recorded in {target.parent} ({why}); "
+            f"{keep}, or record again",
+        )
 
 
 def _host_cpu() -> str:

@@ -170,15 +170,8 @@ def _recorded(s: Session, data: dict[str, Any] | None, why_not: str | None, kept
     if counts is None:
         return {"recorded": recorded}
     records = {b.case_id: b.record for b in entries}
-    try:
-        return {"recorded": recorded, "recorded_counts": counts_suite.write_portable(counts, records)}
-    except OSError as exc:
-        return {
-            "recorded": recorded,
-            "record_failed": "perfgate: the instruction counts could not be recorded "
-            f"({(str(exc).splitlines() or [type(exc).__name__])[0]}); "
-            f"make {folder.parent / 'counts'} writable and record again",
-        }
+    written, failed = counts_suite.write_portable_or_keep(counts, records, kept_dir)
+    return {"recorded": recorded, "recorded_counts": written} | ({"record_failed": failed} if failed else {})
 
 
 def build_outcome(config: pytest.Config, s: Session, exitstatus: int) -> RunOutcome:

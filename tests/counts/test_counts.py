@@ -855,6 +855,45 @@ def test_recording_merges_into_the_file_atomically_keeping_other_cases(tmp_path)
     assert "family" in again["recorded_on"]["host_cpu"] and again["key"] == data["key"]
 
 
+def test_counts_that_cannot_be_recorded_are_kept_merged_with_one_line_saying_where(tmp_path, monkeypatch):
+    """A counts folder full (or gone read-only) since the run started: the merged file is written
+    into the run's kept folder instead, and the line names the reason, the copy and the fix."""
+    import errno
+
+    from perfgate import files
+
+    data = _committed_counts()
+    counts = _session_counts(tmp_path, data)
+    det = data["what_determines_counts"]
+    p = instructions.CountPass(virtual_cpu=det["virtual_cpu"], torch=det["torch"], python=det["python"])
+    p.valgrind = det["valgrind"]
+    counts.pass_, counts.fields = p, {"new-case": {}}
+    rec = replace(CaseRecord.from_extra_info(next(iter(data["cases"].values()))), instructions_per_step=7.0)
+    before = counts.portable_path.read_text()
+    real_write = files.write_json
+
+    def full_counts_folder(path, content, **kw):
+        if Path(path).parent == counts.portable_path.parent:
+            raise files.WriteError(Path(path), OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+        return real_write(path, content, **kw)
+
+    monkeypatch.setattr(files, "write_json", full_counts_folder)
+    kept_dir = tmp_path / ".perfgate" / "unrecorded" / "fp"
+    written, line = suite.write_portable_or_keep(counts, {"new-case": rec}, kept_dir)
+    kept = kept_dir / counts.portable_path.name
+    assert written is None and counts.portable_path.read_text() == before
+    assert line == (
+        f"perfgate: the instruction counts could not be recorded in {counts.portable_path.parent} "
+        f"({counts.portable_path}: cannot write it (No space left on device); choose a writable file path); "
+        f"the counts are kept in {kept}: once the folder is writable, copy it over {counts.portable_path}, "
+        "or record again"
+    )
+    again = suite.load_portable(kept)
+    assert again["cases"]["new-case"]["instructions_per_step"] == 7.0 and set(data["cases"]) < set(again["cases"])
+    monkeypatch.undo()
+    assert suite.write_portable_or_keep(counts, {"new-case": rec}, kept_dir) == (counts.portable_path, None)
+
+
 def test_a_broken_count_baseline_is_one_line_naming_it(tmp_path):
     bad = tmp_path / "x.json"
     bad.write_text("{}")
