@@ -820,6 +820,19 @@ def _session_counts(tmp_path, data):
     )
 
 
+def _a_new_case_to_record(tmp_path):
+    """The committed counts file as this run's portable baseline, and a case it lacks ("new-case",
+    7 instructions per step) counted by a pass with the file's own key."""
+    data = _committed_counts()
+    counts = _session_counts(tmp_path, data)
+    det = data["what_determines_counts"]
+    p = instructions.CountPass(virtual_cpu=det["virtual_cpu"], torch=det["torch"], python=det["python"])
+    p.valgrind = det["valgrind"]
+    counts.pass_, counts.fields = p, {"new-case": {}}
+    rec = replace(CaseRecord.from_extra_info(next(iter(data["cases"].values()))), instructions_per_step=7.0)
+    return data, counts, rec
+
+
 def test_a_host_without_its_own_baseline_is_gated_on_the_committed_counts(tmp_path):
     data = _committed_counts()
     counts = _session_counts(tmp_path, data)
@@ -862,13 +875,7 @@ def test_counts_that_cannot_be_recorded_are_kept_merged_with_one_line_saying_whe
 
     from perfgate import files
 
-    data = _committed_counts()
-    counts = _session_counts(tmp_path, data)
-    det = data["what_determines_counts"]
-    p = instructions.CountPass(virtual_cpu=det["virtual_cpu"], torch=det["torch"], python=det["python"])
-    p.valgrind = det["valgrind"]
-    counts.pass_, counts.fields = p, {"new-case": {}}
-    rec = replace(CaseRecord.from_extra_info(next(iter(data["cases"].values()))), instructions_per_step=7.0)
+    data, counts, rec = _a_new_case_to_record(tmp_path)
     before = counts.portable_path.read_text()
     real_write = files.write_json
 
@@ -925,13 +932,7 @@ def test_recording_waits_for_the_folders_lock_so_no_concurrent_merge_is_lost(tmp
 
     from filelock import FileLock
 
-    data = _committed_counts()
-    counts = _session_counts(tmp_path, data)
-    det = data["what_determines_counts"]
-    p = instructions.CountPass(virtual_cpu=det["virtual_cpu"], torch=det["torch"], python=det["python"])
-    p.valgrind = det["valgrind"]
-    counts.pass_, counts.fields = p, {"new-case": {}}
-    rec = replace(CaseRecord.from_extra_info(next(iter(data["cases"].values()))), instructions_per_step=7.0)
+    data, counts, rec = _a_new_case_to_record(tmp_path)
     before = counts.portable_path.read_text()
     held = FileLock(counts.portable_path.parent / ".record.lock")  # another recording, mid-merge
     with held:
