@@ -228,7 +228,7 @@ class CudaMemoryTool:
         path = self._out / self.file
         try:
             # What torch.cuda.memory._dump_snapshot writes (its _snapshot() pickled), written
-            # atomically: snapshots reach GBs, and _dump_snapshot truncates the target first.
+            # atomically: _dump_snapshot opens the target itself and truncates it first.
             files.write_bytes(path, pickle.dumps(torch.cuda.memory._snapshot()))
         finally:
             torch.cuda.memory._record_memory_history(enabled=None)  # recording costs every allocation
