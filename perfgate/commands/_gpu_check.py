@@ -92,33 +92,45 @@ def junit_outcomes(path: Path) -> dict[str, int]:
     return out
 
 
+# Seconds between SIGINTs while a cut stage shows no sign of one (see run_stage).
+INTERRUPT_RESEND_S = 5.0
+
+
 def run_stage(
     name: str, command: list[str], out: Path, *, junit: Path | None = None, limit_s: float | None = None
 ) -> StageResult:
     """Run one stage, its output both to the terminal (progress survives a killed run) and its log;
-    after `limit_s` seconds it gets SIGINT, as Ctrl-C would send (pytest then still writes its files)."""
+    after `limit_s` seconds it gets SIGINT, as Ctrl-C would send (pytest then still writes its files).
+    A SIGINT can be lost (one sent 0.5 s into a pytest's start-up was never seen, and the stage ran
+    to its end: CI, 2026-11-28), so it is sent again every INTERRUPT_RESEND_S until the stage prints
+    `KeyboardInterrupt` (perfgate's line the moment pytest takes it, before the files are written;
+    Python's last line elsewhere) or ends: a second one never interrupts pytest writing its files."""
     log = out / f"{name}.log"
     print(f"gpu-check: [{name}] {shlex.join(command)}", flush=True)
     t0 = time.perf_counter()
-    cut = threading.Event()
+    cut, seen = threading.Event(), threading.Event()
     with log.open("w", encoding="utf8") as fh:
         proc = subprocess.Popen(
             command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
         )
 
         def interrupt() -> None:
-            if proc.poll() is None:
+            while proc.poll() is None and not seen.is_set():
                 cut.set()
                 proc.send_signal(signal.SIGINT)
+                seen.wait(INTERRUPT_RESEND_S)
 
         timer = threading.Timer(limit_s, interrupt) if limit_s else None
         if timer is not None:
             timer.start()
         assert proc.stdout is not None
         for line in proc.stdout:
+            if "KeyboardInterrupt" in line:
+                seen.set()
             sys.stdout.write(line)
             fh.write(line)
         rc = proc.wait()
+        seen.set()  # ends the resending
         if timer is not None:
             timer.cancel()
     wall = time.perf_counter() - t0

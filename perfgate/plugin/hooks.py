@@ -242,6 +242,17 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             fh.write(markdown.job_summary([run], outcome.verdicts, policy=s.config.policy) + "\n")
 
 
+# Said the moment pytest takes a Ctrl-C, before the session writes its files (pytest's own notice
+# comes after them): a driver that cuts a run (scripts/gpu-check --stage-limit-s) sends SIGINT again
+# until it reads this, since one can be lost, and never interrupts the writing.
+INTERRUPTED_LINE = "perfgate: KeyboardInterrupt: writing what was measured"
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's capture plugin has stopped capturing
+def pytest_keyboard_interrupt(excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+    print(INTERRUPTED_LINE, flush=True)
+
+
 @pytest.hookimpl(trylast=True)  # after pytest-benchmark's table, whichever loaded first: the verdicts end the run
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
     s, outcome = config.stash.get(_KEY, None), outcome_of(config)

@@ -15,6 +15,7 @@ import torch
 from perfgate.counts.suite import NO_COUNTS_ENV
 from tests.helpers import HANG_GUARD_S
 
+pytest_plugins = ("pytester",)
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -168,8 +169,59 @@ def test_a_warm_call_without_the_cold_calls_cache_is_a_one_line_usage_error(tmp_
     assert "--tier-phases applies to --tier-time only" in capsys.readouterr().err
 
 
+# A stage that counts the SIGINTs it gets: the first `lost` of them are swallowed without a word (as
+# one was, once, in a pytest's start-up); the next is answered as pytest does (the line at once),
+# then `writing_s` seconds of "writing its files" in which a further SIGINT would be a second Ctrl-C.
+STAGE = """
+import signal, sys, time
+lost, writing_s, got = int(sys.argv[1]), float(sys.argv[2]), []
+
+def on_sigint(signum, frame):
+    got.append(time.monotonic())
+    open("sigints", "w").write(str(len(got)))
+    if len(got) == lost + 1:
+        print("perfgate: KeyboardInterrupt: writing what was measured", flush=True)
+        time.sleep(writing_s)
+        sys.exit(3)
+
+signal.signal(signal.SIGINT, on_sigint)
+print("started", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("lost, sigints", [(0, 1), (1, 2)])
+def test_a_cut_stage_gets_ctrl_c_again_only_until_it_answers(tmp_path, monkeypatch, lost, sigints) -> None:
+    """A lost SIGINT is sent again; one answered is never followed by another while the stage
+    writes its files (longer than the resend interval here)."""
+    from perfgate.commands import _gpu_check
+
+    monkeypatch.setattr(_gpu_check, "ROOT", tmp_path)  # the stage's working folder
+    monkeypatch.setattr(_gpu_check, "INTERRUPT_RESEND_S", 0.5)
+    (tmp_path / "stage.py").write_text(STAGE)
+    result = _gpu_check.run_stage(
+        "stage", [sys.executable, str(tmp_path / "stage.py"), str(lost), "1.5"], tmp_path, limit_s=0.5
+    )
+    assert result.cut and result.rc == 3, (tmp_path / "stage.log").read_text()
+    assert (tmp_path / "sigints").read_text() == str(sigints)
+
+
+def test_pytest_says_it_took_ctrl_c_before_it_writes_its_files(pytester) -> None:
+    """The line run_stage waits for, from perfgate's plugin in a real pytest, ahead of pytest's own
+    notice (which follows the session's files)."""
+    from perfgate.plugin.hooks import INTERRUPTED_LINE
+
+    pytester.makefile(".toml", pyproject='[tool.perfgate]\nregistries = ["models"]\n')
+    pytester.makepyfile("def test_a():\n    pass\n\ndef test_b():\n    raise KeyboardInterrupt\n")
+    r = pytester.runpytest_subprocess("-p", "perfgate.plugin.hooks", "-p", "no:cacheprovider")
+    out = r.stdout.str()
+    assert INTERRUPTED_LINE in out and "!!! KeyboardInterrupt !!!" in out, out
+    assert out.index(INTERRUPTED_LINE) < out.index("!!! KeyboardInterrupt !!!")
+
+
 def test_a_stage_past_its_limit_is_interrupted_and_the_summary_says_so(tmp_path: Path) -> None:
-    """0.5 s cannot even import torch in the pytest it starts: the stage is cut, deterministically."""
+    """0.5 s cannot even import torch in the pytest it starts: the stage is cut (SIGINT sent again
+    while it shows no sign of one, tested above)."""
     from perfgate.commands import _gpu_check
 
     rc = _gpu_check.main(["--device", "cpu", "--tier-time", "cpu-pr", "--stage-limit-s", "0.5", "--out", str(tmp_path)])
