@@ -103,8 +103,9 @@ def run_stage(
     after `limit_s` seconds it gets SIGINT, as Ctrl-C would send (pytest then still writes its files).
     A SIGINT can be lost (one sent 0.5 s into a pytest's start-up was never seen, and the stage ran
     to its end: CI, 2026-11-28), so it is sent again every INTERRUPT_RESEND_S until the stage prints
-    `KeyboardInterrupt` (perfgate's line the moment pytest takes it, before the files are written;
-    Python's last line elsewhere) or ends: a second one never interrupts pytest writing its files."""
+    `KeyboardInterrupt` after the cut (perfgate's line the moment pytest takes it, before the files
+    are written; Python's last line elsewhere) or ends: a second one never interrupts pytest writing
+    its files, and a test's name printed before the cut never stops the first."""
     log = out / f"{name}.log"
     print(f"gpu-check: [{name}] {shlex.join(command)}", flush=True)
     t0 = time.perf_counter()
@@ -115,17 +116,18 @@ def run_stage(
         )
 
         def interrupt() -> None:
-            while proc.poll() is None and not seen.is_set():
-                cut.set()
+            cut.set()
+            while proc.poll() is None:
                 proc.send_signal(signal.SIGINT)
-                seen.wait(INTERRUPT_RESEND_S)
+                if seen.wait(INTERRUPT_RESEND_S):
+                    return
 
         timer = threading.Timer(limit_s, interrupt) if limit_s else None
         if timer is not None:
             timer.start()
         assert proc.stdout is not None
         for line in proc.stdout:
-            if "KeyboardInterrupt" in line:
+            if cut.is_set() and "KeyboardInterrupt" in line:  # not a test's name printed before the cut
                 seen.set()
             sys.stdout.write(line)
             fh.write(line)

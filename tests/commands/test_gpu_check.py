@@ -172,9 +172,10 @@ def test_a_warm_call_without_the_cold_calls_cache_is_a_one_line_usage_error(tmp_
 # A stage that counts the SIGINTs it gets: the first `lost` of them are swallowed without a word (as
 # one was, once, in a pytest's start-up); the next is answered as pytest does (the line at once),
 # then `writing_s` seconds of "writing its files" in which a further SIGINT would be a second Ctrl-C.
+# With `early`, it first prints a line that names KeyboardInterrupt before any cut (a test's name).
 STAGE = """
 import signal, sys, time
-lost, writing_s, got = int(sys.argv[1]), float(sys.argv[2]), []
+lost, writing_s, early, got = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3] == "early", []
 
 def on_sigint(signum, frame):
     got.append(time.monotonic())
@@ -186,21 +187,24 @@ def on_sigint(signum, frame):
 
 signal.signal(signal.SIGINT, on_sigint)
 print("started", flush=True)
+if early:
+    print("tests/test_x.py::test_stops_on[KeyboardInterrupt] PASSED", flush=True)
 time.sleep(60)
 """
 
 
-@pytest.mark.parametrize("lost, sigints", [(0, 1), (1, 2)])
-def test_a_cut_stage_gets_ctrl_c_again_only_until_it_answers(tmp_path, monkeypatch, lost, sigints) -> None:
+@pytest.mark.parametrize("lost, sigints, early", [(0, 1, ""), (1, 2, ""), (1, 2, "early")])
+def test_a_cut_stage_gets_ctrl_c_again_only_until_it_answers(tmp_path, monkeypatch, lost, sigints, early) -> None:
     """A lost SIGINT is sent again; one answered is never followed by another while the stage
-    writes its files (longer than the resend interval here)."""
+    writes its files (longer than the resend interval here); a line naming KeyboardInterrupt before
+    the cut is no answer."""
     from perfgate.commands import _gpu_check
 
     monkeypatch.setattr(_gpu_check, "ROOT", tmp_path)  # the stage's working folder
     monkeypatch.setattr(_gpu_check, "INTERRUPT_RESEND_S", 0.5)
     (tmp_path / "stage.py").write_text(STAGE)
     result = _gpu_check.run_stage(
-        "stage", [sys.executable, str(tmp_path / "stage.py"), str(lost), "1.5"], tmp_path, limit_s=0.5
+        "stage", [sys.executable, str(tmp_path / "stage.py"), str(lost), "1.5", early], tmp_path, limit_s=0.5
     )
     assert result.cut and result.rc == 3, (tmp_path / "stage.log").read_text()
     assert (tmp_path / "sigints").read_text() == str(sigints)
