@@ -19,6 +19,7 @@ import json
 import os
 import stat
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -154,6 +155,28 @@ def _write(path: Path, data: str | bytes, *, clobber: bool) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def write_or_keep(
+    write: Callable[[], Path | None], keep: Callable[[], Path | None], errors: tuple[type[Exception], ...] = (OSError,)
+) -> tuple[Path | None, Path | None, str | None]:
+    """`write()`, or where it fails (its folder gone read-only or full since the run started) `keep()`,
+    which writes the same data elsewhere: (written, None, None), or (None, kept or None where that
+    failed too, the first line of why `write` failed). The caller words the one line; nothing
+    measured is lost where either can be written."""
+    try:
+        return write(), None, None
+    except errors as exc:
+        why = first_line(exc)
+        try:
+            return None, keep(), why
+        except errors:
+            return None, None, why
+
+
+def first_line(exc: BaseException) -> str:
+    """An error's message as one line (its class name where it has none)."""
+    return (str(exc).splitlines() or [type(exc).__name__])[0]
 
 
 def write_json(path: str | os.PathLike[str], data: Any, *, clobber: bool = True) -> Path:

@@ -448,26 +448,25 @@ def write_portable_or_keep(
     the run started), the merged counts written into `kept_dir` instead and one line saying why,
     where they are and how to finish: (the file, None) or (None, the line), as
     `perfgate.gate.store.record_or_keep` keeps a baseline. Nothing counted is lost."""
-    try:
-        return write_portable(counts, records), None
-    except OSError as exc:
-        target = counts.portable_path
-        assert target is not None  # write_portable writes nothing, and so fails on nothing, without one
-        try:
-            kept: Path | None = write_portable(counts, records, into=kept_dir / target.name)
-        except OSError:
-            kept = None
-        why = (str(exc).splitlines() or [type(exc).__name__])[0]
-        keep = (
-            f"the counts are kept in {kept}: once the folder is writable, copy it over {target}"
-            if kept is not None
-            else "make the folder writable"
-        )
-        return (
-            None,
-            f"perfgate: the instruction counts could not be recorded in {target.parent} ({why}); "
-            f"{keep}, or record again",
-        )
+    from perfgate.files import write_or_keep
+
+    target = counts.portable_path
+    if target is None:  # nothing to write, and so nothing to fail on
+        return None, None
+    written, kept, why = write_or_keep(
+        lambda: write_portable(counts, records), lambda: write_portable(counts, records, into=kept_dir / target.name)
+    )
+    if why is None:
+        return written, None
+    keep = (
+        f"the counts are kept in {kept}: once the folder is writable, copy it over {target}"
+        if kept is not None
+        else "make the folder writable"
+    )
+    return (
+        None,
+        f"perfgate: the instruction counts could not be recorded in {target.parent} ({why}); {keep}, or record again",
+    )
 
 
 def _host_cpu() -> str:

@@ -154,20 +154,15 @@ def record_or_keep(folder: Path, data: dict[str, Any], label: str, kept_dir: Pat
     """`record` into `folder`, or, where that fails (a folder gone read-only or full since the run
     started), the run recorded into `kept_dir` instead and one line saying why, where it is and how to
     finish the recording: (the baseline, None) or (None, the line). Nothing measured is lost."""
-    try:
-        return record(folder, data, label), None
-    except (OSError, BaselineError) as exc:
-        try:
-            kept: Path | None = record(kept_dir, data, label)
-        except (OSError, BaselineError):
-            kept = None
-        return None, unrecorded(folder, label, exc, kept)
+    written, kept, why = files.write_or_keep(
+        lambda: record(folder, data, label), lambda: record(kept_dir, data, label), (OSError, BaselineError)
+    )
+    return written, None if why is None else unrecorded(folder, label, why, kept)
 
 
-def unrecorded(folder: Path, label: str, exc: BaseException, kept: Path | None) -> str:
-    """The one line for a baseline that could not be written in `folder`: the reason, where the run
-    is kept (None: nowhere) and the fix."""
-    why = (str(exc).splitlines() or [type(exc).__name__])[0]
+def unrecorded(folder: Path, label: str, why: str, kept: Path | None) -> str:
+    """The one line for a baseline that could not be written in `folder`: the reason (one line), where
+    the run is kept (None: nowhere) and the fix."""
     keep = (
         f"the run is kept in {kept}: once the folder is writable, copy it there as the next NNNN_{_safe(label)}.json"
         if kept is not None

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from perfgate import results
+from perfgate import files, results
 from perfgate.dist import ranks as pd
 from perfgate.measure import topology as topo_mod
 from perfgate.output import ranks as ranks_text
@@ -263,7 +263,7 @@ def _aggregate(config: pytest.Config, state: DistState, gathered: list[Any] | No
                 )
             except (OSError, store.BaselineError) as exc:  # the aggregate is kept already: `out`
                 state.record_failed = True
-                state.lines.append(store.unrecorded(session.baseline_dir, state.record, exc, out))
+                state.lines.append(store.unrecorded(session.baseline_dir, state.record, files.first_line(exc), out))
     if state.save:
         benchmark_adapter.save(config, agg, state.save)
 

@@ -142,6 +142,29 @@ def test_a_folder_that_takes_no_file_is_said_before_anything_is_written(tmp_path
     assert not (tmp_path / "new").exists()
 
 
+def test_what_cannot_be_written_is_kept_elsewhere_with_the_first_line_of_why(tmp_path):
+    a_file = files.write_text(tmp_path / "f", "x")
+    blocked, kept = a_file / "sub" / "r.json", tmp_path / "kept" / "r.json"
+    data = {"a": 1}
+    assert files.write_or_keep(lambda: files.write_json(tmp_path / "ok.json", data), lambda: None) == (
+        tmp_path / "ok.json",
+        None,
+        None,
+    )
+    written, kept_at, why = files.write_or_keep(
+        lambda: files.write_json(blocked, data), lambda: files.write_json(kept, data)
+    )
+    assert (written, kept_at) == (None, kept) and json.loads(kept.read_text()) == data
+    assert why == f"{blocked}: cannot write it ({a_file} is a file, not a folder); choose a writable file path"
+    assert files.write_or_keep(lambda: files.write_json(blocked, data), lambda: files.write_json(blocked, data)) == (
+        None,
+        None,
+        why,
+    )
+    with pytest.raises(files.WriteError):  # only the errors named are a write that failed
+        files.write_or_keep(lambda: files.write_json(blocked, data), lambda: None, (KeyError,))
+
+
 def test_every_writer_in_perfgate_is_the_one_atomic_writer():
     """No module writes a result or report file its own way (mkstemp, os.replace, os.link)."""
     offenders = []
