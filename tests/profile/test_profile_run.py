@@ -30,6 +30,8 @@ from perfgate.profile.layers import BREAKDOWN_MARGIN, layer_breakdown, layer_pla
 from perfgate.profile.report import FlopsSection, ProfileReport
 from perfgate.profile.trace import nvtx_section, trace_steps
 from perfgate.record import CaseRecord
+from tests import fake_clock
+from tests.fake_clock import FakeClock
 
 
 @pytest.fixture
@@ -184,6 +186,8 @@ def test_progress_goes_to_the_stream(profiled: tuple[Path, ProfileReport, str]) 
 
 
 def test_layer_breakdown_adds_up_to_the_measured_total(one_thread: None) -> None:
+    """On the real block, what holds however busy the machine is; the timing itself is checked on a
+    fake clock below (the parts against the plain forward read 0.33 beside two CPU burners)."""
     wl = build_workload(get_model("physicsnemo-block"), "tiny", "cpu")
     import contextlib
 
@@ -193,11 +197,57 @@ def test_layer_breakdown_adds_up_to_the_measured_total(one_thread: None) -> None
     # The parts plus the root's own ops are the instrumented forward, exactly.
     assert lay.parts_sum_ms + lay.unattributed_ms == pytest.approx(lay.total_mean_ms, rel=1e-9)
     assert sum(c.share or 0.0 for c in lay.components) <= 1.0 + 1e-9
-    # And the parts account for the un-instrumented forward within the stated margin.
-    assert lay.sum_vs_plain is not None and abs(lay.sum_vs_plain - 1.0) <= BREAKDOWN_MARGIN, lay
-    assert lay.consistent
+    assert lay.sum_vs_plain is not None and lay.sum_vs_plain > 0 and lay.margin == BREAKDOWN_MARGIN
     assert lay.attention.modules == ["attn"] and lay.attention.share and 0 < lay.attention.share < 1
     assert lay.blocks == [] and lay.patch_embedding.share is None
+
+
+class _Takes(nn.Module):
+    """A part that takes `ms` of the fake clock per call."""
+
+    def __init__(self, clock: FakeClock, ms: float) -> None:
+        super().__init__()
+        self.clock, self.ms = clock, ms
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.clock.takes(self.ms)
+        return x
+
+
+class _Block(nn.Module):
+    """norm1 1 ms, attn 2, norm2 0.5, mlp 1.5; an un-instrumented forward takes `plain_extra_ms` more
+    in the block's own code (as a stalled plain round would)."""
+
+    def __init__(self, clock: FakeClock, plain_extra_ms: float) -> None:
+        super().__init__()
+        self.clock, self.plain_extra_ms = clock, plain_extra_ms
+        self.norm1, self.attn = _Takes(clock, 1.0), _Takes(clock, 2.0)
+        self.norm2, self.mlp = _Takes(clock, 0.5), _Takes(clock, 1.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.norm1._forward_pre_hooks:  # no hook timing the parts: a plain forward
+            self.clock.takes(self.plain_extra_ms)
+        return self.mlp(self.norm2(self.attn(self.norm1(x))))
+
+
+@pytest.mark.parametrize(
+    "plain_extra_ms, sum_vs_plain, consistent",
+    [(0.0, 1.0, True), (1.25, 0.8, True), (2.5, 5.0 / 7.5, False), (5.0, 0.5, False)],
+)
+def test_layer_breakdown_shares_and_its_margin_on_a_fake_clock(
+    monkeypatch: pytest.MonkeyPatch, plain_extra_ms: float, sum_vs_plain: float, consistent: bool
+) -> None:
+    import contextlib
+
+    clock = fake_clock.install(monkeypatch)
+    block = _Block(clock, plain_extra_ms)
+    lay = layer_breakdown(block, (torch.zeros(1),), torch.device("cpu"), contextlib.nullcontext, rounds=5)
+    shares = {c.name: c.share for c in lay.components}
+    assert shares == pytest.approx({"norm1": 0.2, "attn": 0.4, "norm2": 0.1, "mlp": 0.3})
+    assert (lay.total_median_ms, lay.parts_median_ms, lay.unattributed_ms) == pytest.approx((5.0, 5.0, 0.0))
+    assert lay.plain_median_ms == pytest.approx(5.0 + plain_extra_ms)
+    assert lay.attention.modules == ["attn"] and lay.attention.share == pytest.approx(0.4)
+    assert lay.sum_vs_plain == pytest.approx(sum_vs_plain) and lay.consistent is consistent
 
 
 class Toy(nn.Module):
