@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from perfgate.counts.suite import NO_COUNTS_ENV
+from perfgate.plugin.hooks import INTERRUPTED_LINE
 from tests.helpers import HANG_GUARD_S
 
 pytest_plugins = ("pytester",)
@@ -173,15 +174,16 @@ def test_a_warm_call_without_the_cold_calls_cache_is_a_one_line_usage_error(tmp_
 # one was, once, in a pytest's start-up); the next is answered as pytest does (the line at once),
 # then `writing_s` seconds of "writing its files" in which a further SIGINT would be a second Ctrl-C.
 # With `early`, it first prints a line that names KeyboardInterrupt before any cut (a test's name).
-STAGE = """
+STAGE = f"""
 import signal, sys, time
+INTERRUPTED_LINE = {INTERRUPTED_LINE!r}  # perfgate's own line, as the plugin prints it
 lost, writing_s, early, got = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3] == "early", []
 
 def on_sigint(signum, frame):
     got.append(time.monotonic())
     open("sigints", "w").write(str(len(got)))
     if len(got) == lost + 1:
-        print("perfgate: KeyboardInterrupt: writing what was measured", flush=True)
+        print(INTERRUPTED_LINE, flush=True)
         time.sleep(writing_s)
         sys.exit(3)
 
@@ -213,8 +215,6 @@ def test_a_cut_stage_gets_ctrl_c_again_only_until_it_answers(tmp_path, monkeypat
 def test_pytest_says_it_took_ctrl_c_before_it_writes_its_files(pytester) -> None:
     """The line run_stage waits for, from perfgate's plugin in a real pytest, ahead of pytest's own
     notice (which follows the session's files)."""
-    from perfgate.plugin.hooks import INTERRUPTED_LINE
-
     pytester.makefile(".toml", pyproject='[tool.perfgate]\nregistries = ["models"]\n')
     pytester.makepyfile("def test_a():\n    pass\n\ndef test_b():\n    raise KeyboardInterrupt\n")
     r = pytester.runpytest_subprocess("-p", "perfgate.plugin.hooks", "-p", "no:cacheprovider")
