@@ -504,6 +504,9 @@ def _gpu_slowed(
     try:
         slowed_case = build(spec)[1] if graphed else step
         if plan.device.startswith("cuda"):
+            # One call first: the wider patch makes each weight's wider copy at its first call (a
+            # torch.cat, a kernel of its own), which the window must not count as the step's.
+            slowed_case()
             slowed_ms, slowed_kernels, _, _ = profiled(slowed_case, plan.device, plan.profile_steps)
             share = linear_share(setup.device_ms or 0.0, slowed_ms or 0.0)
         else:

@@ -226,6 +226,40 @@ def test_the_slower_kernel_kind_runs_sized_and_is_dropped_where_it_adds_launches
     assert graphed.args[1] is seen and len(seen.made) == 1
 
 
+def test_the_wider_copies_are_made_before_the_window_that_counts_the_slowed_steps_launches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a GPU the slower-kernel kind is sized from a profiler window of the slowed step, whose
+    launches must equal the record's. Each weight's wider copy is a torch.cat made at its first
+    call, a kernel of its own on a GPU (the kept H100 trace, ../shared/evidence/2026-11-23-h100:
+    `aten::cat` launches CatArrayBatchedCopy): made inside the window, the PhysicsNeMo block's 11
+    launches would read ~11.8 and the kind be dropped on every eager case. Rehearsed with the real
+    profiler on the CPU, counting what each aten op would launch on a GPU (one kernel per addmm and
+    per cat, as the kept trace shows)."""
+    import random
+
+    import torch
+
+    lin, x = torch.nn.Linear(64, 64), torch.randn(8, 64)
+
+    def build(spec):
+        return "m-tiny-baseline", (lambda: torch.nn.functional.linear(x, lin.weight, lin.bias)), False
+
+    def profiled_as_on_a_gpu(step, device, steps):
+        ops = op_counts.count_step(step, "cpu", steps, warmup=0).aten_ops_per_step
+        launches = ops.get("aten::addmm", 0.0) + ops.get("aten::cat", 0.0)
+        return 2.0, launches, {}, {}
+
+    monkeypatch.setattr(gq, "profiled", profiled_as_on_a_gpu)
+    plan = gq.Plan(device="cuda:0", cases=(("m", "tiny", "baseline"),), kinds=("kernel",), sizes_pct=(2.0,),
+                   profile_steps=10)  # fmt: skip
+    setup = gq.CaseSetup(case="m-tiny-baseline", bound=None, wall_ms=1.0, device_ms=1.0)
+    _, step, _ = build(None)
+    slowed = gq._gpu_slowed(plan, None, build, step, False, setup, random.Random(0), same_launch=True, launches=1.0)
+    assert setup.kernel_note is None
+    assert slowed.keys() == {2.0} and setup.wider_every == {"2": 50}  # share 1.0 (2.0 ms against 1.0) / 2%
+
+
 def test_each_comparison_keeps_the_gpus_clocks_and_the_gates_telemetry_reason(monkeypatch: pytest.MonkeyPatch) -> None:
     """gpu_state through the real nvidia-ml-py over a stand-in driver (tests/fake_nvml.py): a GPU
     held at 1800 of 1980 MHz by its power cap reads as such, and the gate's telemetry rule does not
