@@ -142,7 +142,7 @@ class CaseSetup:
 
 
 def gpu_sampler(device: str) -> TelemetrySampler:
-    """The telemetry sampler (perfgate.measure.telemetry) around a comparison's stored measurement:
+    """The telemetry sampler (perfgate.measure.telemetry) around a comparison's measurements:
     the GPU's SM clock, power and clock events through NVML; the CPU alone off a GPU. At the
     interval the suite's own timed runs sample (its default), so the comparisons carry the same
     sampling thread as the runs the gate judges, no more."""
@@ -417,18 +417,20 @@ def _compare(
     for (kind, k, current), r in schedule:
         progress(f"{case}: {kind} {k:g}% #{r + 1}")
         t1 = time.perf_counter()
+        from perfgate.measure.op_counts import interleaved_device_ms
+
+        # The sampler spans every window judged here, the device-time A/B's too: the clocks it keeps
+        # are laid beside that window's change.
         with gpu_sampler(plan.device) as tel:
             ab_base, cur_samples = interleaved_ms([step, current], plan.device, plan.rounds, rng)
             cur = record_of(cur_samples, profiled(current, plan.device, plan.profile_steps))
-        from perfgate.measure.op_counts import interleaved_device_ms
-
-        try:
-            device_rounds = interleaved_device_ms(
-                [step, current], plan.device, plan.device_rounds, rng, block_steps=plan.device_block_steps
-            )
-            device_error = None
-        except Exception as exc:  # noqa: BLE001 - this window never ran on a GPU yet: it may lose its gate, not the run
-            device_rounds, device_error = None, f"{type(exc).__name__}: {exc}"
+            try:
+                device_rounds = interleaved_device_ms(
+                    [step, current], plan.device, plan.device_rounds, rng, block_steps=plan.device_block_steps
+                )
+                device_error = None
+            except Exception as exc:  # noqa: BLE001 - this window never ran on a GPU yet: it may lose its gate, not the run
+                device_rounds, device_error = None, f"{type(exc).__name__}: {exc}"
         verdicts, msgs = judge_all(
             case,
             base,

@@ -5,6 +5,7 @@ sized from wall time; the CUDA-graph case's captured slowdown needs CUDA and is 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 from pathlib import Path
@@ -168,10 +169,21 @@ def test_the_device_time_window_is_asked_for_blocks_and_judged_per_block(monkeyp
     run = Path(__file__).resolve().parents[2] / "docs" / "data" / "gpu-2026-11-28-h200" / "quality.json.gz"
     rows = [r for r in json.loads(gzip.decompress(run.read_bytes()))["rows"] if r["kind"] == "gpu"][:2]
     measured = [[m for r in rows for m in block_means(r[key], 5)] for key in ("ab_base_device_ms", "device_ms")]
-    asked: list[tuple[int, int]] = []
+    asked: list[tuple[int, int, bool]] = []  # (rounds, block steps, sampled meanwhile)
+    sampling: list[bool] = []
+    real_sampler = gq.gpu_sampler
+
+    @contextlib.contextmanager
+    def sampler(device):
+        with real_sampler(device) as tel:
+            sampling.append(True)
+            try:
+                yield tel
+            finally:
+                sampling.pop()
 
     def window(steps, device, rounds, rng, *, block_steps=1):
-        asked.append((rounds, block_steps))
+        asked.append((rounds, block_steps, bool(sampling)))
         return measured
 
     lin, x = torch.nn.Linear(32, 32), torch.randn(8, 32)
@@ -180,10 +192,11 @@ def test_the_device_time_window_is_asked_for_blocks_and_judged_per_block(monkeyp
         return "m-tiny-baseline", (lambda: torch.nn.functional.linear(x, lin.weight, lin.bias)), False
 
     monkeypatch.setattr(op_counts, "interleaved_device_ms", window)
+    monkeypatch.setattr(gq, "gpu_sampler", sampler)
     plan = gq.Plan(device="cpu", cases=(("m", "tiny", "baseline"),), kinds=("unchanged",), repeats=1, rounds=3,
                    passes=2, profile_steps=1, warmup_s=0.0, device_rounds=4, device_block_steps=5)  # fmt: skip
     (row,) = gq.run(plan, build).rows
-    assert asked == [(4, 5)]
+    assert asked == [(4, 5, True)]  # the clocks kept with the comparison were sampled over this window too
     assert row.verdicts["device-time-ab"] == "regression" and "over 4 blocks" in row.messages["device-time-ab"]
     with pytest.raises(ValueError, match="device_block_steps must be at least 1"):
         gq.Plan(device="cpu", cases=gq.CPU_CASES, device_block_steps=0)
