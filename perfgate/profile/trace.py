@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 from torch.autograd import DeviceType
+from torch.autograd.profiler_util import FunctionEventAvg
 
 from perfgate.profile.api import annotate
 from perfgate.profile.layers import range_names
@@ -54,7 +55,7 @@ def module_ranges(module: nn.Module, names: list[str]) -> Callable[[], None]:
     return remove
 
 
-def device_total_us(averages: Any) -> float:
+def device_total_us(averages: Iterable[FunctionEventAvg]) -> float:
     """The device time the operator rows share, summed as torch's own table sums it
     (`torch.autograd.profiler_util._build_table`): the device-side rows but the user annotations,
     whose spans cover kernels counted on their own rows (and the legacy profiler's CPU rows, which
