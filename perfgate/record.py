@@ -189,8 +189,10 @@ class Telemetry(RecordBlock):
     perfgate.measure.telemetry): the sampling interval in seconds, the samples taken, the source
     ("psutil" or "nvml+psutil") and each metric's min / mean / max. On a CUDA device also the GPU
     read (or why none could be: `gpu_unavailable`, the two written together); where the GPU
-    reported clock-event masks, each reason's share of them, the busy samples and the SM clock
-    while busy; the most other processes seen computing on the GPU."""
+    reported clock-event masks, each reason's share of them; where it reported a utilisation or a
+    mask, the busy samples (NVML saw work and no GpuIdle: perfgate.measure.telemetry.is_busy; until
+    2026-11-29 every sample without GpuIdle, which with a CUDA context open was every sample) and
+    the SM clock over them; the most other processes seen computing on the GPU."""
 
     interval_s: float | None = None
     n_samples: int | None = None

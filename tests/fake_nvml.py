@@ -9,6 +9,13 @@ driver lacks. Only the driver's answers are scripted, per GPU, in `FakeGpu`.
 
     lib = install(monkeypatch, FakeGpu(persistence=0))
     lib.refuse["nvmlDeviceGetRemappedRows"] = pynvml.NVML_ERROR_NO_PERMISSION
+
+The clock-event mask follows the driver's GpuIdle: set while no process holds a CUDA context on the
+GPU (no compute process listed; the kept health checks, taken before any context, read gpu_idle
+at the 345 MHz idle clock), never while one does, at whatever utilisation (252 kept telemetry
+summaries on H100 and H200, taken with the run's context open: no gpu_idle in any, one case's 196
+samples at a mean 0.3% utilisation among them). A GPU running this process's step:
+`FakeGpu(compute=[(os.getpid(), GIB)], util_pct=97)`.
 """
 
 from __future__ import annotations
@@ -32,7 +39,9 @@ class FakeGpu:
     max_sm_mhz: int = 1980
     app_sm_mhz: int | None = 1980  # the application clock set now (nvidia-smi -ac)
     default_app_sm_mhz: int | None = 1980  # the GPU's default application clock (nvidia-smi -rac)
-    clock_events: int | None = pynvml.nvmlClocksEventReasonGpuIdle
+    clock_events: int | None = 0  # the reasons set besides GpuIdle, which the driver adds itself (above)
+    util_pct: int = 0  # share of NVML's last sample period a kernel ran (nvmlUtilization_t.gpu)
+    mem_util_pct: int = 0  # ... that device memory was read or written (nvmlUtilization_t.memory)
     compute: list[tuple[int, int | None]] = field(default_factory=list)  # (pid, bytes used; None: unknown)
     graphics: list[tuple[int, int | None]] | None = field(default_factory=list)
     process_names: dict[int, bytes] = field(default_factory=dict)
@@ -123,8 +132,16 @@ class FakeLibNvml:
         return pynvml.NVML_ERROR_NOT_SUPPORTED if mj is None else self._out(ref, mj)
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any, ref: Any) -> int:
-        mask = self._gpu(handle).clock_events
-        return pynvml.NVML_ERROR_NOT_SUPPORTED if mask is None else self._out(ref, mask)
+        gpu = self._gpu(handle)
+        if gpu.clock_events is None:
+            return pynvml.NVML_ERROR_NOT_SUPPORTED
+        idle = pynvml.nvmlClocksEventReasonGpuIdle if not gpu.compute else 0  # no context: idle
+        return self._out(ref, gpu.clock_events | idle)
+
+    def nvmlDeviceGetUtilizationRates(self, handle: Any, ref: Any) -> int:
+        gpu, util = self._gpu(handle), ref._obj
+        util.gpu, util.memory = gpu.util_pct, gpu.mem_util_pct
+        return pynvml.NVML_SUCCESS
 
     def nvmlDeviceGetMemoryInfo(self, handle: Any, ref: Any) -> int:
         gpu, mem = self._gpu(handle), ref._obj

@@ -35,8 +35,10 @@ from perfgate.record import CaseRecord, Pooled, Telemetry
 class TelemetryRule:
     """When GPU telemetry makes a measurement untrustworthy.
 
-    slowdown_share_max: share of busy samples with a thermal / hardware slowdown reason.
-    clock_ratio_min: mean SM clock while busy over the GPU's maximum SM clock; nvbench's default
+    slowdown_share_max: share of the samples that read a clock-event mask with a thermal /
+      hardware slowdown reason.
+    clock_ratio_min: mean SM clock while busy (the samples where NVML saw work and no GpuIdle:
+      perfgate.measure.telemetry.is_busy) over the GPU's maximum SM clock; nvbench's default
       throttle threshold is 75% of the default clock.
     """
 

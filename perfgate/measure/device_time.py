@@ -84,10 +84,11 @@ def device_ms_per_marked_step(events: Iterable[Mapping[str, Any]], prefix: str =
     as the runtime or driver call that launched it (kernels replayed from a CUDA graph carry the
     `cudaGraphLaunch`'s), and that call lies inside the step's `record_function` range (kineto's
     `user_annotation` events). Activities launched outside every mark (a synchronize) are left out;
-    each step's own activities are merged like `device_time_from_events`'s."""
+    each step's own activities are merged per device and summed over devices, like
+    `device_time_from_events`'s, so a step on two GPUs reads here what the stored figure reads."""
     marks: list[tuple[float, float, str]] = []
     launches: dict[Any, float] = {}
-    activities: list[tuple[Any, float, float]] = []
+    activities: list[tuple[Any, Any, float, float]] = []
     for e in events:
         if e.get("ph") != "X":
             continue
@@ -98,18 +99,18 @@ def device_ms_per_marked_step(events: Iterable[Mapping[str, Any]], prefix: str =
         elif cat in LAUNCH_CATS and "correlation" in args:
             launches[args["correlation"]] = ts
         elif cat in DEVICE_CATS and "correlation" in args:
-            activities.append((args["correlation"], ts, ts + dur))
+            activities.append((args["correlation"], e.get("pid"), ts, ts + dur))
     marks.sort()
     starts = [m[0] for m in marks]
-    per_mark: list[list[tuple[float, float]]] = [[] for _ in marks]
-    for corr, start, end in activities:
+    per_mark: list[dict[Any, list[tuple[float, float]]]] = [defaultdict(list) for _ in marks]
+    for corr, device, start, end in activities:
         launched = launches.get(corr)
         i = bisect.bisect_right(starts, launched) - 1 if launched is not None else -1
         if i >= 0 and launched <= marks[i][1]:  # type: ignore[operator]
-            per_mark[i].append((start, end))
+            per_mark[i][device].append((start, end))
     out: dict[str, list[float]] = defaultdict(list)
-    for (_, _, label), intervals in zip(marks, per_mark, strict=True):
-        out[label].append(merged_us(intervals) / 1000)
+    for (_, _, label), per_device in zip(marks, per_mark, strict=True):
+        out[label].append(sum(merged_us(iv) for iv in per_device.values()) / 1000)
     return dict(out)
 
 

@@ -4,8 +4,9 @@ Every `interval_s` a daemon thread reads, through NVML (module `pynvml` from nvi
 GPU's utilisation, memory used, temperature, power, SM clock and clock-event reasons, and through
 psutil the machine's CPU utilisation, this process's CPU use and RSS, and how many cores other
 processes kept busy. `summary()` gives min / mean / max per metric, the share of samples that
-carried each clock-event reason; the gate (`perfgate.gate.decide.telemetry_reason`) turns
-throttling or another process on the GPU into its "unreliable" verdict. Without NVML (no driver:
+carried each clock-event reason, and the SM clock over the busy samples (`is_busy`); the gate
+(`perfgate.gate.decide.telemetry_reason`) turns throttling, a low busy clock or another process on
+the GPU into its "unreliable" verdict. Without NVML (no driver:
 `NVMLError_LibraryNotFound`) the sampler reads the CPU only and says so once per process.
 
 Reads run on the sampler's own thread: each NVML query costs tens of microseconds to a few
@@ -59,6 +60,22 @@ SAMPLED_METRICS = (
 
 # Heat or hardware protection: the clock events that mean a slowed GPU (gate, throttle, health).
 SLOWDOWN_REASONS = ("hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
+
+
+def is_busy(gpu_util_pct: float | None, clock_events: list[str] | None) -> bool:
+    """Whether a GPU reading was taken while the GPU worked: NVML saw a kernel in its last sample
+    period (utilisation above 0) and does not call the GPU idle. The idle reason alone cannot tell:
+    NVML's GpuIdle means nothing runs and the clocks are dropping to idle, and with this process's
+    CUDA context open it never showed (252 kept telemetry summaries on H100 and H200: no gpu_idle in
+    any, every sample counted busy, one case's 196 samples at a mean 0.3% utilisation among them),
+    while the health checks before those runs, with no context, read it. The utilisation alone
+    cannot either: it covers NVML's past sample period (1/6 s to 1 s), so a reading just after the
+    work stopped can show some while the clocks drop, which is when NVML says GpuIdle. Without a
+    utilisation reading (a GPU or driver that gives none) the idle reason decides."""
+    if gpu_util_pct is None and clock_events is None:
+        return False
+    idle = clock_events is not None and "gpu_idle" in clock_events
+    return not idle and (gpu_util_pct is None or gpu_util_pct > 0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -283,7 +300,9 @@ class TelemetrySampler:
         self.samples: list[Sample] = []
         self._agg = {m: _Aggregate() for m in SAMPLED_METRICS}
         self._reasons: dict[str, int] = {}
-        self._busy_samples = 0  # samples without the gpu_idle reason
+        self._masks = 0  # samples with a clock-event mask
+        self._gpu_judged = 0  # samples with a utilisation or a mask: busy or not (is_busy)
+        self._busy_samples = 0
         self._busy_clock = _Aggregate()
         self._other_procs_max: int | None = None
         self._lock = threading.Lock()
@@ -315,11 +334,15 @@ class TelemetrySampler:
             v = getattr(s, m)
             if v is not None:
                 self._agg[m].add(float(v))
+        names = None
         if s.clock_event_mask is not None:
             names = decode_clock_events(s.clock_event_mask, self.gpu.nvml if self.gpu else None)
+            self._masks += 1
             for name in names:
                 self._reasons[name] = self._reasons.get(name, 0) + 1
-            if "gpu_idle" not in names:
+        if s.gpu_util_pct is not None or names is not None:
+            self._gpu_judged += 1
+            if is_busy(s.gpu_util_pct, names):
                 self._busy_samples += 1
                 if s.sm_clock_mhz is not None:
                     self._busy_clock.add(s.sm_clock_mhz)
@@ -365,7 +388,7 @@ class TelemetrySampler:
         with self._lock:
             n = self._agg["rss_mib"].n  # every sample reads RSS
             gpu_n = max(self._agg[m].n for m in ("gpu_util_pct", "sm_clock_mhz"))
-            masks = self._busy_samples + self._reasons.get("gpu_idle", 0)  # samples with a clock-event mask
+            masks, judged = self._masks, self._gpu_judged
             gpu = self.gpu
             return Telemetry(
                 interval_s=self.interval_s,
@@ -388,8 +411,8 @@ class TelemetrySampler:
                 }
                 if masks
                 else None,
-                busy_samples=self._busy_samples if masks else None,
-                busy_sm_clock_mhz=self._busy_clock.summary() if masks and self._busy_clock.n else None,
+                busy_samples=self._busy_samples if judged else None,
+                busy_sm_clock_mhz=self._busy_clock.summary() if self._busy_clock.n else None,
                 gpu_other_processes_max=self._other_procs_max,
             )
 

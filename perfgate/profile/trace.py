@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
+from torch.autograd import DeviceType
+from torch.autograd.profiler_util import FunctionEventAvg
 
 from perfgate.profile.api import annotate
 from perfgate.profile.layers import range_names
@@ -23,6 +25,8 @@ from perfgate.profile.profiler import NvtxTool, TorchProfilerTool
 from perfgate.profile.report import NvtxSection, TorchTraceSection, TraceSection
 
 SKIP_OPS = ("ProfilerStep", "perfgate.", "module:")  # our own ranges, not operators
+# The device types whose rows torch's table sums as device time (profiler_util._build_table).
+DEVICE_TYPES = (DeviceType.CUDA, DeviceType.PrivateUse1, DeviceType.MTIA, DeviceType.XPU)
 
 
 def module_ranges(module: nn.Module, names: list[str]) -> Callable[[], None]:
@@ -51,11 +55,30 @@ def module_ranges(module: nn.Module, names: list[str]) -> Callable[[], None]:
     return remove
 
 
+def device_total_us(averages: Iterable[FunctionEventAvg]) -> float:
+    """The device time the operator rows share, summed as torch's own table sums it
+    (`torch.autograd.profiler_util._build_table`): the device-side rows but the user annotations,
+    whose spans cover kernels counted on their own rows (and the legacy profiler's CPU rows, which
+    carried their kernels' time). Operator rows are left out: under Kineto a kernel's time is on its
+    own row and again, as self device time, on the row of the op that launched it, so a sum over
+    every row counts the device time twice (the kept H100 profile, docs/profiling.md)."""
+    total = 0.0
+    for e in averages:
+        if e.device_type == DeviceType.CPU:
+            total += e.self_device_time_total if getattr(e, "is_legacy", False) else 0.0
+        elif e.device_type in DEVICE_TYPES and not getattr(e, "is_user_annotation", False):
+            total += e.self_device_time_total
+    return total
+
+
 def top_operators(averages: Any, n: int, cuda: bool) -> list[dict[str, Any]]:
-    """Operators by self time (device time on CUDA), our own ranges left out."""
+    """Operators by self time (device time on CUDA), our own ranges and the device-side user
+    annotations (spans, not work) left out. `share`: of the device total as torch's table gives it
+    (`device_total_us`) on CUDA, so an op and the kernel it launched each show the same share; of
+    the rows' self CPU time otherwise."""
     rows = []
     for e in averages:
-        if e.key.startswith(SKIP_OPS):
+        if e.key.startswith(SKIP_OPS) or (e.device_type != DeviceType.CPU and getattr(e, "is_user_annotation", False)):
             continue
         rows.append(
             {
@@ -67,7 +90,7 @@ def top_operators(averages: Any, n: int, cuda: bool) -> list[dict[str, Any]]:
             }
         )
     key = "self_device_ms" if cuda else "self_cpu_ms"
-    total = sum(r[key] for r in rows) or 1.0
+    total = (device_total_us(averages) / 1e3 if cuda else sum(r[key] for r in rows)) or 1.0
     rows.sort(key=lambda r: -r[key])
     for r in rows:
         r["share"] = r[key] / total

@@ -157,7 +157,7 @@ class GpuState:
     comparison so that a device-time change can be laid beside the clocks (2026-11-28: the unchanged
     bf16 block read -0.3..+7.8% against its record, the clocks unsampled)."""
 
-    busy_sm_clock_mhz: float | None  # mean SM clock over the readings without the idle reason
+    busy_sm_clock_mhz: float | None  # mean SM clock over the busy readings (work seen: telemetry.is_busy)
     gpu_power_w: float | None
     gpu_temp_c: float | None
     clock_events: dict[str, float]  # each reason but idle: its share of the readings

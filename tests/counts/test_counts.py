@@ -1,6 +1,6 @@
 """perfgate.counts: callgrind dumps read as callgrind's own tools read them, counts judged exactly,
 op and kernel counts from real profiler output (a CPU trace made here, the H100 run's operator
-table), and the instruction pass end to end under valgrind (slow)."""
+table, a kept H200 trace), and the instruction pass end to end under valgrind (slow)."""
 
 from __future__ import annotations
 
@@ -363,6 +363,25 @@ def test_kernel_launches_per_step_from_the_h100_profile():
     # The same rows in the profiler's own table (trace-run.ops.txt): same calls.
     table = (reports[0].parent / "trace-run.ops.txt").read_text()
     assert re.search(r"aten::addmm\s.*\s288\s*$", table, re.M)
+
+
+def test_memset_rows_are_copies_not_kernels_in_the_operator_rows():
+    """The kept H200 trace of the bf16 PhysicsNeMo block (3 steps) as `perfgate profile` ranks it
+    (its top 15 operator rows, through torch's own key averages: tests/kineto_rows.py): the cuBLAS
+    workspace's "Memset (Device)" makes the top 15, a device row with no CPU time of its own like a
+    kernel's. The rows give the counts the trace's own categories give: 11 kernels and 5 memsets."""
+    from perfgate.profile.trace import top_operators
+    from tests.kineto_rows import function_events
+
+    trace = ROOT / "docs" / "data" / "gpu-2026-11-27-h200" / "traces" / "physicsnemo-block-full-bf16.trace.json.gz"
+    events = op_counts.read_trace(trace)
+    rows = top_operators(function_events(events).key_averages(), 15, cuda=True)
+    assert "Memset (Device)" in [r["name"] for r in rows]
+    from_rows = op_counts.counts_from_ops_rows(rows, 3)
+    from_trace = op_counts.counts_from_events(events, 3, device_traced=True)
+    assert from_rows.kernels_per_step == from_trace.kernels_per_step == 11
+    assert from_rows.copies_per_step == from_trace.copies_per_step == 5
+    assert from_rows.kernel_names_per_step == from_trace.kernel_names_per_step
 
 
 # --- configuration ------------------------------------------------------------------------------

@@ -273,3 +273,23 @@ def test_each_marked_step_gets_the_gpu_work_it_launched_in_a_kept_h200_trace(tmp
     first = device_ms_per_marked_step(events + _marks_like_record_function(tmp_path, spans[:1], ["A"]))
     assert first == {"A": [pytest.approx(steps[0])]}
     assert device_ms_per_marked_step(events) == {}
+
+
+def test_a_marked_step_on_two_gpus_reads_what_the_stored_figure_reads(tmp_path: Path) -> None:
+    """Kineto writes a device activity with its device as the pid: a kept H200 trace's device
+    activities, copied onto pid 1, stand for the same step's work on a second GPU running at the
+    same time. The A/B window's figure per step and the stored figure both count each GPU's busy
+    time (merged per device, summed over devices), so neither reads the two GPUs as one."""
+    from perfgate.measure.device_time import DEVICE_CATS, device_ms_per_marked_step
+
+    events = op_counts.read_trace(H200_RUN / "traces" / "physicsnemo-block-full-bf16.trace.json.gz")
+    one_gpu = device_time_from_events(events, TRACE_STEPS).device_ms_per_step
+    second = [{**e, "pid": 1} for e in events if e.get("ph") == "X" and e.get("cat") in DEVICE_CATS]
+    assert second and {e["pid"] for e in events if e.get("cat") in DEVICE_CATS} == {0}
+    two_gpus = events + second
+    stored = device_time_from_events(two_gpus, TRACE_STEPS).device_ms_per_step
+    assert stored == pytest.approx(2 * one_gpu, rel=1e-9)
+    spans = _launch_spans(events, TRACE_STEPS)
+    got = device_ms_per_marked_step(two_gpus + _marks_like_record_function(tmp_path, spans, ["A", "B", "A"]))
+    steps = [got["A"][0], got["B"][0], got["A"][1]]
+    assert sum(steps) / TRACE_STEPS == pytest.approx(stored, rel=1e-4)

@@ -3,8 +3,11 @@ the CPU side, and the reliability verdict."""
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import time
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -263,3 +266,63 @@ def test_samples_from_the_stand_in_feed_the_verdict() -> None:
     msg = unreliable_reason(s.summary())
     assert msg and "sw_thermal_slowdown in 67% of samples" in msg
     assert "of the maximum 2000 MHz" in msg  # busy mean (1200+1200+1900)/3 = 1433 MHz < 75%
+
+
+# --- busy samples through the real nvidia-ml-py over tests/fake_nvml.py ----------------------------
+
+H100_PROF = Path(__file__).resolve().parents[3] / "shared" / "evidence" / "2026-11-23-h100" / "prof"
+
+
+def _fake_driver_sampler(monkeypatch: pytest.MonkeyPatch, gpu: Any) -> TelemetrySampler:
+    from tests.fake_nvml import install
+
+    install(monkeypatch, gpu)
+    return TelemetrySampler("cuda:0")
+
+
+def test_the_kept_h100_timeline_is_busy_where_nvml_saw_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The 14 NVML readings kept in the H100 profile of V-JEPA 2 large (report.json's
+    telemetry_timeline), replayed through the fake driver with the run's context open: two readings
+    at 0% utilisation are not busy, though NVML set no GpuIdle in any (the record counted 14 of 14);
+    the clock-event shares stay what the record has (none)."""
+    from tests.fake_nvml import GIB, FakeGpu
+
+    reports = sorted(H100_PROF.glob("*/report.json"))
+    if not reports:
+        pytest.skip(f"the H100 evidence is not at {H100_PROF}")
+    point = json.loads(reports[0].read_text())["points"][0]
+    kept, recorded = point["telemetry_timeline"], point["telemetry"]
+    assert recorded["busy_samples"] == recorded["n_samples"] == len(kept) == 14 and recorded["clock_events"] == {}
+    gpu = FakeGpu(compute=[(os.getpid(), GIB)])
+    s = _fake_driver_sampler(monkeypatch, gpu)
+    for reading in kept:
+        assert reading["clock_event_mask"] == 0
+        gpu.util_pct, gpu.sm_mhz = int(reading["gpu_util_pct"]), int(reading["sm_clock_mhz"])
+        s.sample()
+    s.stop()
+    got = s.summary()
+    assert [r.gpu_util_pct for r in s.samples] == [r["gpu_util_pct"] for r in kept]
+    assert got.busy_samples == sum(r["gpu_util_pct"] > 0 for r in kept) == 12
+    assert got.clock_events == recorded["clock_events"] and got.busy_sm_clock_mhz == MinMeanMax(
+        min=1980.0, mean=1980.0, max=1980.0
+    )
+
+
+def test_the_fake_driver_reads_idle_without_a_context_and_busy_only_with_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GpuIdle as the kept runs show it: set before any context (the health checks' gpu_idle), never
+    with this process's context open. A reading is busy when NVML saw work and does not call the
+    GPU idle: an idle GPU's utilisation left over from its last sample period is not work."""
+    from tests.fake_nvml import GIB, FakeGpu
+
+    gpu = FakeGpu(util_pct=40)  # no context: the work just stopped, the clocks drop
+    s = _fake_driver_sampler(monkeypatch, gpu)
+    assert decode_clock_events(s.sample().clock_event_mask or 0) == ["gpu_idle"]
+    gpu.compute = [(os.getpid(), GIB)]
+    gpu.util_pct = 0  # our context open, nothing running
+    assert s.sample().clock_event_mask == 0
+    gpu.util_pct = 97
+    s.sample()
+    s.stop()
+    got = s.summary()
+    assert got.busy_samples == 1 and got.clock_events == {"gpu_idle": pytest.approx(1 / 3)}
+    assert got.gpu_other_processes_max == 0  # our own context is not another process

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -277,13 +278,15 @@ def test_each_comparison_keeps_the_gpus_clocks_and_the_gates_telemetry_reason(mo
     """gpu_state through the real nvidia-ml-py over a stand-in driver (tests/fake_nvml.py): a GPU
     held at 1800 of 1980 MHz by its power cap reads as such, and the gate's telemetry rule does not
     distrust it (a power cap is no slowdown reason there: what a lease must show to matter); a
-    thermal slowdown it does. The detection table lays the clocks beside the case."""
+    thermal slowdown it does. The detection table lays the clocks beside the case. The GPU runs the
+    comparison's steps: this process's context is open and NVML sees work (utilisation 97%)."""
     import pynvml
 
     from perfgate.output.gpu_quality import detection_markdown
-    from tests.fake_nvml import FakeGpu, install
+    from tests.fake_nvml import GIB, FakeGpu, install
 
     def state_of(gpu: FakeGpu) -> gq.GpuState:
+        gpu.compute, gpu.util_pct = [(os.getpid(), GIB)], 97
         install(monkeypatch, gpu)
         sampler = gq.gpu_sampler("cuda:0")
         for _ in range(3):
