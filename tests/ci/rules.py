@@ -201,7 +201,7 @@ def evaluate(condition: Any, context: dict[str, Any], status: dict[str, bool] | 
     null) and the job statuses in `status` (success, failure, cancelled; always() is true). As on
     GitHub: no status function in it means `success() && (...)`; strings compare case-insensitively;
     `a || b` is a if truthy, else b. Only what the workflows here use: literals, context names,
-    ! == != < > && || ( ), startsWith, endsWith, contains and the status functions."""
+    ! == != < > && || ( ), startsWith, endsWith, contains, format and the status functions."""
     status = {"success": True, "failure": False, "cancelled": False, **(status or {})}
     if condition is None:
         return status["success"]
@@ -210,6 +210,47 @@ def evaluate(condition: Any, context: dict[str, Any], status: dict[str, bool] | 
     text = str(condition).strip()
     if text.startswith("${{") and text.endswith("}}"):
         text = text[3:-2]
+    value, uses_status = _expression(text, context, status)
+    result = _truthy(value)
+    return result if uses_status else status["success"] and result
+
+
+def interpolate(value: Any, context: dict[str, Any]) -> str:
+    """A workflow value as GitHub writes it (an `env:` entry, a concurrency group): each `${{ }}` in
+    it replaced by its expression's value as a string (null: empty; true and false; a whole number
+    without a decimal point). An expression ends at the first `}}` outside a quoted string."""
+    text, out, pos = str(value), [], 0
+    while (start := text.find("${{", pos)) >= 0:
+        out.append(text[pos:start])
+        end, quoted = start + 3, False
+        while end < len(text) and (quoted or not text.startswith("}}", end)):
+            quoted ^= text[end] == "'"  # '' inside a string closes and reopens it: the same
+            end += 1
+        if end >= len(text):
+            raise ExpressionError(f"no }}}} closes the expression in {text!r}")
+        out.append(_as_string(_expression(text[start + 3 : end], context, {})[0]))
+        pos = end + 2
+    return "".join(out) + text[pos:]
+
+
+def _as_string(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _truthy(v: Any) -> bool:
+    return v not in (None, False, 0, 0.0, "")
+
+
+def _expression(text: str, context: dict[str, Any], status: dict[str, bool]) -> tuple[Any, bool]:
+    """The value of one expression (the text between `${{` and `}}`), and whether it calls a status
+    function."""
+    status = {"success": True, "failure": False, "cancelled": False, **status}
     tokens, pos = [], 0
     while pos < len(text):
         m = _TOKEN.match(text, pos)
@@ -244,7 +285,7 @@ def evaluate(condition: Any, context: dict[str, Any], status: dict[str, bool] | 
             take(")")
             return v
         if value == "!":
-            return not truthy(primary())
+            return not _truthy(primary())
         if kind == "str":
             return value[1:-1].replace("''", "'")
         if kind == "num":
@@ -264,6 +305,13 @@ def evaluate(condition: Any, context: dict[str, Any], status: dict[str, bool] | 
             if value in ("startsWith", "endsWith", "contains") and len(args) == 2:
                 a, b = (low("" if x is None else str(x)) for x in args)
                 return {"startsWith": a.startswith, "endsWith": a.endswith, "contains": a.__contains__}[value](b)
+            if value == "format" and args:
+                fields = [_as_string(a) for a in args[1:]]
+                parts = re.split(r"(\{\{|\}\}|\{\d+\})", _as_string(args[0]))
+                return "".join(
+                    p[0] if p in ("{{", "}}") else fields[int(p[1:-1])] if re.fullmatch(r"\{\d+\}", p) else p
+                    for p in parts
+                )
             raise ExpressionError(f"function {value}() is not one this reader knows")
         return context.get(value)
 
@@ -287,7 +335,7 @@ def evaluate(condition: Any, context: dict[str, Any], status: dict[str, bool] | 
         while peek() == ("op", "&&"):
             take()
             w = comparison()
-            v = w if truthy(v) else v
+            v = w if _truthy(v) else v
         return v
 
     def either() -> Any:
@@ -295,16 +343,13 @@ def evaluate(condition: Any, context: dict[str, Any], status: dict[str, bool] | 
         while peek() == ("op", "||"):
             take()
             w = both()
-            v = v if truthy(v) else w
+            v = v if _truthy(v) else w
         return v
 
-    def truthy(v: Any) -> bool:
-        return v not in (None, False, 0, 0.0, "")
-
-    result = truthy(either())
+    result = either()
     if i != len(tokens):
         raise ExpressionError(f"cannot read {text!r} past token {i}")
-    return result if uses_status else status["success"] and result
+    return result, uses_status
 
 
 def env_of(job: dict[str, Any]) -> dict[str, Any]:
@@ -1177,6 +1222,30 @@ HISTORY_TERMS = [
 ]
 
 
+def workflow_run_context(
+    workflow: str,
+    event: str,
+    *,
+    branch: str = "main",
+    repo: str = "OWNER/REPO",
+    conclusion: str = "success",
+    run_id: int = 1001,
+) -> dict[str, Any]:
+    """What a workflow_run job of OWNER/REPO sees after a run of `workflow` (a file name without
+    .yml) started by `event` on `branch` of `repo`, which ended `conclusion`; `run_id` is this run's."""
+    return {
+        "github.event_name": "workflow_run",
+        "github.ref": "refs/heads/main",
+        "github.repository": "OWNER/REPO",
+        "github.run_id": run_id,
+        "github.event.workflow_run.event": event,
+        "github.event.workflow_run.head_branch": branch,
+        "github.event.workflow_run.head_repository.full_name": repo,
+        "github.event.workflow_run.path": f".github/workflows/{workflow}.yml",
+        "github.event.workflow_run.conclusion": conclusion,
+    }
+
+
 def _path_problem(terms: list[str], listed: list[str]) -> str | None:
     """Why the job's terms do not require the run to be one of the kept benchmark workflows: one
     term, the path of one such workflow or a parenthesised `||` of such paths, each both listed
@@ -1218,6 +1287,18 @@ def _history(s: Setup) -> list[str]:
                 found.append(f"{w(n, j)}: if {job.get('if')!r} does not require {' && '.join(HISTORY_TERMS)}")
             elif why := _path_problem(terms, listed):
                 found.append(f"{w(n, j)}: if {job.get('if')!r}: {why}")
+            # benchmark-gpu by hand measures what its inputs say (a subset, or an A/B without
+            # results.json): not main's pull-request tier, which history.yml would label it. Each
+            # job's own `if:` (the push job's as if validate had kept the run), as for the terms.
+            by_hand = {
+                **workflow_run_context("benchmark-gpu", "workflow_dispatch"),
+                "needs.validate.outputs.kept": "true",
+            }
+            try:
+                if evaluate(job.get("if"), by_hand):
+                    found.append(f"{w(n, j)}: keeps a run of benchmark-gpu by hand (workflow_dispatch) as tier pr")
+            except ExpressionError as exc:
+                found.append(f"{w(n, j)}: {exc}")
             runs = [str(st.get("run", "")) for st in steps(job) if "run" in st]
             if any("git push" in r or "git commit" in r for r in runs):
                 found.append(f"{w(n, j)}: commits other than through {HISTORY_SCRIPT} (which validates first)")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.ci import rules
 from tests.ci.helpers import (
     ROOT,
     SCRIPTS,
@@ -90,6 +91,37 @@ def test_scripts_pass_shellcheck() -> None:
     files.append(ROOT / ".ci" / "run")
     r = subprocess.run([shellcheck, "-x", *map(str, files)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+# --- which runs history.yml keeps, pages.yml publishes ---------------------------------------------
+
+
+def workflow(name: str) -> dict:
+    return rules.load_workflow((WORKFLOWS / name).read_text())
+
+
+@pytest.mark.parametrize(
+    ("source", "event", "tier"),
+    [
+        ("benchmark-gpu", "push", "pr"),
+        ("benchmark-gpu", "schedule", "all"),
+        ("benchmark-gpu", "workflow_dispatch", None),  # any subset, or an A/B with no results.json
+        ("benchmark-gpu", "pull_request_target", None),
+        ("benchmark-cpu", "push", "cpu-pr"),
+        ("benchmark-cpu", "workflow_dispatch", "cpu-pr"),  # the same fixed tier as a push
+        ("benchmark-cpu", "pull_request", None),
+    ],
+)
+def test_history_keeps_mains_runs_under_the_tier_they_measured(source: str, event: str, tier: str | None) -> None:
+    """history.yml's validate job runs for main's pushes and nightlies and benchmark-cpu's runs by
+    hand, each stored under the tier it measured; never for benchmark-gpu by hand, whose inputs pick
+    the cases (or an A/B), nor for a pull request's run."""
+    validate = workflow("history.yml")["jobs"]["validate"]
+    context = rules.workflow_run_context(source, event)
+    assert rules.evaluate(validate["if"], context) is (tier is not None)
+    if tier is not None:
+        store = next(st for st in validate["steps"] if st.get("id") == "store")
+        assert rules.interpolate(store["env"]["TIER"], context) == tier
 
 
 # --- scripts/ci-benchmark -------------------------------------------------------------------------
