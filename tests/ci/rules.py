@@ -857,16 +857,23 @@ def _hashed_installs(s: Setup) -> list[str]:
     return found
 
 
-@rule("no-shared-gpu-queue", "no concurrency queue: pull requests' runs never line up for main's machines")
+@rule(
+    "no-shared-gpu-queue",
+    "no concurrency queue in a workflow with GPU jobs: pull requests' runs never line up for main's machines",
+)
 def _no_queue(s: Setup) -> list[str]:
+    """A queue once lined every GPU job up behind one group per GPU label, pull requests' and main's
+    together (each job now gets its own pod from its own scale set). A workflow of hosted jobs alone
+    may queue: history.yml's kept runs wait in order for the data branch (history-queue-kept-runs)."""
     found = []
     for n, wf in s.workflows.items():
         blocks = [("(workflow)", wf.get("concurrency"))] + [
             (j, job.get("concurrency")) for j, job in (wf.get("jobs") or {}).items()
         ]
+        gpu = any(not hosted(job) for job in (wf.get("jobs") or {}).values())
         for where, block in blocks:
-            if isinstance(block, dict) and "queue" in block:
-                found.append(f"{w(n, where)}: concurrency queue {block['queue']!r}")
+            if gpu and isinstance(block, dict) and "queue" in block:
+                found.append(f"{w(n, where)}: concurrency queue {block['queue']!r} in a workflow with GPU jobs")
             if where != "(workflow)" and block and not hosted(wf["jobs"][where]):
                 found.append(f"{w(n, where)}: a job-level concurrency group on a GPU job ({block!r})")
     return found
@@ -1316,6 +1323,58 @@ def _history(s: Setup) -> list[str]:
             for st in steps(job):
                 if "run" in st and _step_credentials(st) and HISTORY_PUSH not in str(st["run"]):
                     found.append(f"{w(n, j)}: {sorted(_step_credentials(st))} in the environment of `{st['run']}`")
+    return found
+
+
+HISTORY_RUNS = [
+    workflow_run_context(workflow, event, branch=branch, repo=repo, conclusion=conclusion)
+    for workflow in (*KEPT_WORKFLOWS, "tests")
+    for event in ("push", "schedule", "workflow_dispatch", "pull_request", "pull_request_target")
+    for branch, repo in (("main", "OWNER/REPO"), ("feature", "OWNER/REPO"), ("main", "mallory/REPO"))
+    for conclusion in ("success", "failure", "cancelled", "skipped")
+]
+
+
+@rule(
+    "history-queue-kept-runs",
+    "the runs history.yml keeps wait in one queue (queue: max), none cancelled; every other run has a group of its own",
+)
+def _history_queue(s: Setup) -> list[str]:
+    """GitHub keeps one running and one pending run per concurrency group, and cancels the pending
+    one when another arrives, unless `queue: max` (up to 100 wait, in order; not with
+    cancel-in-progress). Every completion of a benchmark workflow starts a history run, a pull
+    request's too (its jobs skip): sharing main's group, it would replace main's run waiting there.
+    So the group is the shared one exactly when the job that validates and commits runs."""
+    found = []
+    for n, wf in s.workflows.items():
+        writers = [j for j, job in (wf.get("jobs") or {}).items() if HISTORY_SCRIPT in yaml.safe_dump(steps(job))]
+        if "workflow_run" not in triggers(wf) or not writers:
+            continue
+        block = wf.get("concurrency")
+        if not isinstance(block, dict) or block.get("queue") != "max" or block.get("cancel-in-progress") is not False:
+            given = {k: v for k, v in (block or {}).items() if k != "group"} if isinstance(block, dict) else block
+            found.append(f"{n}: concurrency {given!r}, not queue: max: a kept run waiting there can be replaced")
+            continue
+        kept, skipped = [], []  # (the run, its groups under two run ids)
+        for ctx in HISTORY_RUNS:
+            try:
+                keeps = any(_job_runs(wf, j, ctx) for j in writers)
+                groups = {interpolate(block.get("group"), {**ctx, "github.run_id": run_id}) for run_id in (1001, 1002)}
+            except ExpressionError as exc:
+                return [*found, f"{n}: {exc}"]
+            run = (
+                f"{ctx['github.event.workflow_run.path'].rsplit('/', 1)[1]} {ctx['github.event.workflow_run.event']}"
+                f" on {ctx['github.event.workflow_run.head_repository.full_name']}:"
+                f"{ctx['github.event.workflow_run.head_branch']}, {ctx['github.event.workflow_run.conclusion']}"
+            )
+            (kept if keeps else skipped).append((run, groups))
+        shared = set().union(*(groups for _, groups in kept))
+        if len(shared) != 1:
+            found.append(f"{n}: the runs it keeps are in {len(shared)} groups {sorted(shared)[:3]}, not one queue")
+        for run, groups in skipped:
+            if len(groups) != 2 or groups & shared:
+                found.append(f"{n}: a run it skips ({run}) shares a group with other runs {sorted(groups)}")
+                break
     return found
 
 
