@@ -124,6 +124,26 @@ def test_history_keeps_mains_runs_under_the_tier_they_measured(source: str, even
         assert rules.interpolate(store["env"]["TIER"], context) == tier
 
 
+@pytest.mark.parametrize(
+    ("event", "conclusion", "builds"),
+    [
+        ("workflow_run", "success", True),
+        ("workflow_run", "skipped", False),  # a pull request's benchmark run: history skipped both jobs
+        ("workflow_run", "failure", False),
+        ("workflow_run", "cancelled", False),
+        ("push", None, True),
+        ("workflow_dispatch", None, True),
+    ],
+)
+def test_pages_builds_after_a_history_run_that_succeeded(event: str, conclusion: str | None, builds: bool) -> None:
+    build = workflow("pages.yml")["jobs"]["build"]
+    context = {
+        **rules.workflow_run_context("history", "workflow_run", conclusion=conclusion),
+        "github.event_name": event,
+    }
+    assert rules.evaluate(build["if"], context) is builds
+
+
 # --- scripts/ci-benchmark -------------------------------------------------------------------------
 
 
