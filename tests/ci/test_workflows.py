@@ -144,6 +144,16 @@ def test_pages_builds_after_a_history_run_that_succeeded(event: str, conclusion:
     assert rules.evaluate(build["if"], context) is builds
 
 
+@pytest.mark.parametrize(
+    ("name", "trigger"), [("benchmark-gpu.yml", "pull_request_target"), ("benchmark-cpu.yml", "pull_request")]
+)
+def test_the_pull_request_gates_run_for_pull_requests_into_main_only(name: str, trigger: str) -> None:
+    """Each gate judges a pull request against its merge base with main, and pr-comment.yml comments
+    on a pull request into main only: a pull request into another branch would be judged against
+    the wrong base, and its comment would find no pull request."""
+    assert (workflow(name)["on"][trigger] or {}).get("branches") == ["main"]
+
+
 # --- scripts/ci-benchmark -------------------------------------------------------------------------
 
 
