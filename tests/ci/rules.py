@@ -201,7 +201,7 @@ def evaluate(condition: Any, context: dict[str, Any], status: dict[str, bool] | 
     null) and the job statuses in `status` (success, failure, cancelled; always() is true). As on
     GitHub: no status function in it means `success() && (...)`; strings compare case-insensitively;
     `a || b` is a if truthy, else b. Only what the workflows here use: literals, context names,
-    ! == != < > && || ( ), startsWith, endsWith, contains and the status functions."""
+    ! == != < > && || ( ), startsWith, endsWith, contains, format and the status functions."""
     status = {"success": True, "failure": False, "cancelled": False, **(status or {})}
     if condition is None:
         return status["success"]
@@ -210,6 +210,47 @@ def evaluate(condition: Any, context: dict[str, Any], status: dict[str, bool] | 
     text = str(condition).strip()
     if text.startswith("${{") and text.endswith("}}"):
         text = text[3:-2]
+    value, uses_status = _expression(text, context, status)
+    result = _truthy(value)
+    return result if uses_status else status["success"] and result
+
+
+def interpolate(value: Any, context: dict[str, Any]) -> str:
+    """A workflow value as GitHub writes it (an `env:` entry, a concurrency group): each `${{ }}` in
+    it replaced by its expression's value as a string (null: empty; true and false; a whole number
+    without a decimal point). An expression ends at the first `}}` outside a quoted string."""
+    text, out, pos = str(value), [], 0
+    while (start := text.find("${{", pos)) >= 0:
+        out.append(text[pos:start])
+        end, quoted = start + 3, False
+        while end < len(text) and (quoted or not text.startswith("}}", end)):
+            quoted ^= text[end] == "'"  # '' inside a string closes and reopens it: the same
+            end += 1
+        if end >= len(text):
+            raise ExpressionError(f"no }}}} closes the expression in {text!r}")
+        out.append(_as_string(_expression(text[start + 3 : end], context, {})[0]))
+        pos = end + 2
+    return "".join(out) + text[pos:]
+
+
+def _as_string(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _truthy(v: Any) -> bool:
+    return v not in (None, False, 0, 0.0, "")
+
+
+def _expression(text: str, context: dict[str, Any], status: dict[str, bool]) -> tuple[Any, bool]:
+    """The value of one expression (the text between `${{` and `}}`), and whether it calls a status
+    function."""
+    status = {"success": True, "failure": False, "cancelled": False, **status}
     tokens, pos = [], 0
     while pos < len(text):
         m = _TOKEN.match(text, pos)
@@ -244,7 +285,7 @@ def evaluate(condition: Any, context: dict[str, Any], status: dict[str, bool] | 
             take(")")
             return v
         if value == "!":
-            return not truthy(primary())
+            return not _truthy(primary())
         if kind == "str":
             return value[1:-1].replace("''", "'")
         if kind == "num":
@@ -264,6 +305,13 @@ def evaluate(condition: Any, context: dict[str, Any], status: dict[str, bool] | 
             if value in ("startsWith", "endsWith", "contains") and len(args) == 2:
                 a, b = (low("" if x is None else str(x)) for x in args)
                 return {"startsWith": a.startswith, "endsWith": a.endswith, "contains": a.__contains__}[value](b)
+            if value == "format" and args:
+                fields = [_as_string(a) for a in args[1:]]
+                parts = re.split(r"(\{\{|\}\}|\{\d+\})", _as_string(args[0]))
+                return "".join(
+                    p[0] if p in ("{{", "}}") else fields[int(p[1:-1])] if re.fullmatch(r"\{\d+\}", p) else p
+                    for p in parts
+                )
             raise ExpressionError(f"function {value}() is not one this reader knows")
         return context.get(value)
 
@@ -287,7 +335,7 @@ def evaluate(condition: Any, context: dict[str, Any], status: dict[str, bool] | 
         while peek() == ("op", "&&"):
             take()
             w = comparison()
-            v = w if truthy(v) else v
+            v = w if _truthy(v) else v
         return v
 
     def either() -> Any:
@@ -295,16 +343,13 @@ def evaluate(condition: Any, context: dict[str, Any], status: dict[str, bool] | 
         while peek() == ("op", "||"):
             take()
             w = both()
-            v = v if truthy(v) else w
+            v = v if _truthy(v) else w
         return v
 
-    def truthy(v: Any) -> bool:
-        return v not in (None, False, 0, 0.0, "")
-
-    result = truthy(either())
+    result = either()
     if i != len(tokens):
         raise ExpressionError(f"cannot read {text!r} past token {i}")
-    return result if uses_status else status["success"] and result
+    return result, uses_status
 
 
 def env_of(job: dict[str, Any]) -> dict[str, Any]:
@@ -812,16 +857,23 @@ def _hashed_installs(s: Setup) -> list[str]:
     return found
 
 
-@rule("no-shared-gpu-queue", "no concurrency queue: pull requests' runs never line up for main's machines")
+@rule(
+    "no-shared-gpu-queue",
+    "no concurrency queue in a workflow with GPU jobs: pull requests' runs never line up for main's machines",
+)
 def _no_queue(s: Setup) -> list[str]:
+    """A queue once lined every GPU job up behind one group per GPU label, pull requests' and main's
+    together (each job now gets its own pod from its own scale set). A workflow of hosted jobs alone
+    may queue: history.yml's kept runs wait in order for the data branch (history-queue-kept-runs)."""
     found = []
     for n, wf in s.workflows.items():
         blocks = [("(workflow)", wf.get("concurrency"))] + [
             (j, job.get("concurrency")) for j, job in (wf.get("jobs") or {}).items()
         ]
+        gpu = any(not hosted(job) for job in (wf.get("jobs") or {}).values())
         for where, block in blocks:
-            if isinstance(block, dict) and "queue" in block:
-                found.append(f"{w(n, where)}: concurrency queue {block['queue']!r}")
+            if gpu and isinstance(block, dict) and "queue" in block:
+                found.append(f"{w(n, where)}: concurrency queue {block['queue']!r} in a workflow with GPU jobs")
             if where != "(workflow)" and block and not hosted(wf["jobs"][where]):
                 found.append(f"{w(n, where)}: a job-level concurrency group on a GPU job ({block!r})")
     return found
@@ -1177,6 +1229,30 @@ HISTORY_TERMS = [
 ]
 
 
+def workflow_run_context(
+    workflow: str,
+    event: str,
+    *,
+    branch: str = "main",
+    repo: str = "OWNER/REPO",
+    conclusion: str = "success",
+    run_id: int = 1001,
+) -> dict[str, Any]:
+    """What a workflow_run job of OWNER/REPO sees after a run of `workflow` (a file name without
+    .yml) started by `event` on `branch` of `repo`, which ended `conclusion`; `run_id` is this run's."""
+    return {
+        "github.event_name": "workflow_run",
+        "github.ref": "refs/heads/main",
+        "github.repository": "OWNER/REPO",
+        "github.run_id": run_id,
+        "github.event.workflow_run.event": event,
+        "github.event.workflow_run.head_branch": branch,
+        "github.event.workflow_run.head_repository.full_name": repo,
+        "github.event.workflow_run.path": f".github/workflows/{workflow}.yml",
+        "github.event.workflow_run.conclusion": conclusion,
+    }
+
+
 def _path_problem(terms: list[str], listed: list[str]) -> str | None:
     """Why the job's terms do not require the run to be one of the kept benchmark workflows: one
     term, the path of one such workflow or a parenthesised `||` of such paths, each both listed
@@ -1218,6 +1294,18 @@ def _history(s: Setup) -> list[str]:
                 found.append(f"{w(n, j)}: if {job.get('if')!r} does not require {' && '.join(HISTORY_TERMS)}")
             elif why := _path_problem(terms, listed):
                 found.append(f"{w(n, j)}: if {job.get('if')!r}: {why}")
+            # benchmark-gpu by hand measures what its inputs say (a subset, or an A/B without
+            # results.json): not main's pull-request tier, which history.yml would label it. Each
+            # job's own `if:` (the push job's as if validate had kept the run), as for the terms.
+            by_hand = {
+                **workflow_run_context("benchmark-gpu", "workflow_dispatch"),
+                "needs.validate.outputs.kept": "true",
+            }
+            try:
+                if evaluate(job.get("if"), by_hand):
+                    found.append(f"{w(n, j)}: keeps a run of benchmark-gpu by hand (workflow_dispatch) as tier pr")
+            except ExpressionError as exc:
+                found.append(f"{w(n, j)}: {exc}")
             runs = [str(st.get("run", "")) for st in steps(job) if "run" in st]
             if any("git push" in r or "git commit" in r for r in runs):
                 found.append(f"{w(n, j)}: commits other than through {HISTORY_SCRIPT} (which validates first)")
@@ -1235,6 +1323,58 @@ def _history(s: Setup) -> list[str]:
             for st in steps(job):
                 if "run" in st and _step_credentials(st) and HISTORY_PUSH not in str(st["run"]):
                     found.append(f"{w(n, j)}: {sorted(_step_credentials(st))} in the environment of `{st['run']}`")
+    return found
+
+
+HISTORY_RUNS = [
+    workflow_run_context(workflow, event, branch=branch, repo=repo, conclusion=conclusion)
+    for workflow in (*KEPT_WORKFLOWS, "tests")
+    for event in ("push", "schedule", "workflow_dispatch", "pull_request", "pull_request_target")
+    for branch, repo in (("main", "OWNER/REPO"), ("feature", "OWNER/REPO"), ("main", "mallory/REPO"))
+    for conclusion in ("success", "failure", "cancelled", "skipped")
+]
+
+
+@rule(
+    "history-queue-kept-runs",
+    "the runs history.yml keeps wait in one queue (queue: max), none cancelled; every other run has a group of its own",
+)
+def _history_queue(s: Setup) -> list[str]:
+    """GitHub keeps one running and one pending run per concurrency group, and cancels the pending
+    one when another arrives, unless `queue: max` (up to 100 wait, in order; not with
+    cancel-in-progress). Every completion of a benchmark workflow starts a history run, a pull
+    request's too (its jobs skip): sharing main's group, it would replace main's run waiting there.
+    So the group is the shared one exactly when the job that validates and commits runs."""
+    found = []
+    for n, wf in s.workflows.items():
+        writers = [j for j, job in (wf.get("jobs") or {}).items() if HISTORY_SCRIPT in yaml.safe_dump(steps(job))]
+        if "workflow_run" not in triggers(wf) or not writers:
+            continue
+        block = wf.get("concurrency")
+        if not isinstance(block, dict) or block.get("queue") != "max" or block.get("cancel-in-progress") is not False:
+            given = {k: v for k, v in (block or {}).items() if k != "group"} if isinstance(block, dict) else block
+            found.append(f"{n}: concurrency {given!r}, not queue: max: a kept run waiting there can be replaced")
+            continue
+        kept, skipped = [], []  # (the run, its groups under two run ids)
+        for ctx in HISTORY_RUNS:
+            try:
+                keeps = any(_job_runs(wf, j, ctx) for j in writers)
+                groups = {interpolate(block.get("group"), {**ctx, "github.run_id": run_id}) for run_id in (1001, 1002)}
+            except ExpressionError as exc:
+                return [*found, f"{n}: {exc}"]
+            run = (
+                f"{ctx['github.event.workflow_run.path'].rsplit('/', 1)[1]} {ctx['github.event.workflow_run.event']}"
+                f" on {ctx['github.event.workflow_run.head_repository.full_name']}:"
+                f"{ctx['github.event.workflow_run.head_branch']}, {ctx['github.event.workflow_run.conclusion']}"
+            )
+            (kept if keeps else skipped).append((run, groups))
+        shared = set().union(*(groups for _, groups in kept))
+        if len(shared) != 1:
+            found.append(f"{n}: the runs it keeps are in {len(shared)} groups {sorted(shared)[:3]}, not one queue")
+        for run, groups in skipped:
+            if len(groups) != 2 or groups & shared:
+                found.append(f"{n}: a run it skips ({run}) shares a group with other runs {sorted(groups)}")
+                break
     return found
 
 

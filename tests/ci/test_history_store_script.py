@@ -134,3 +134,26 @@ def test_history_yml_two_jobs_bundle_then_push_only_store_files(tmp_path):
     r = run([str(pusher / "scripts" / "history-push"), str(bundle)], env, cwd=pusher)
     assert r.returncode == 4 and "not origin's perfgate-history tip" in r.stderr, r.stderr
     assert git(origin, "ls-tree", "-r", "--name-only", "perfgate-history") == f"{fp_id}/0001_{first[:12]}-pr.json"
+
+
+def test_an_artifact_without_results_json_keeps_nothing_and_says_so_in_one_line(tmp_path):
+    """A run that wrote no results.json (an A/B run by hand: ab.json and summary.md; a failed health
+    check or a pytest that stopped before the gate: the summary alone): exit 0, one line, `kept=false`,
+    no bundle, nothing committed or pushed, so history.yml stays green and stores nothing half-made."""
+    _, origin, clone, first = _project_with_origin(tmp_path, "history-store", "_venv.sh")
+    env = script_env(tmp_path, PERFGATE_STORE_DEVICE="cpu", PERFGATE_PYTHON=sys.executable)
+    for name, files in {"ab": ["ab.json", "summary.md", "ab.log"], "health": ["summary.md"]}.items():
+        artifact = tmp_path / name
+        artifact.mkdir()
+        for f in files:
+            (artifact / f).write_text("{}\n")
+        out, bundle = tmp_path / f"{name}-output", tmp_path / name / "b" / "commit.bundle"
+        cmd = [str(clone / "scripts" / "history-store"), str(artifact), "--commit", first, "--tier", "pr"]
+        r = run([*cmd, "--bundle", str(bundle)], {**env, "GITHUB_OUTPUT": str(out)}, cwd=clone)
+        assert r.returncode == 0, r.stderr
+        assert r.stderr.splitlines() == [
+            f"history-store: {artifact} has no results.json (an A/B run, or one stopped before the gate): nothing kept"
+        ]
+        assert out.read_text() == "kept=false\n" and not bundle.exists()
+    assert not (clone / ".perfgate").exists()
+    assert "perfgate-history" not in git(origin, "branch", "--list")

@@ -821,6 +821,46 @@ CPU_COMMENT_MISTAKES: dict[str, tuple[str, Callable[[Setup], None]]] = {
 }
 MISTAKES.update(CPU_COMMENT_MISTAKES)
 
+# The review of the workflows that never ran on GitHub (history.yml, pages.yml, benchmark-cpu.yml).
+GPU_BY_HAND = (
+    "(github.event.workflow_run.event != 'workflow_dispatch'"
+    " || startsWith(github.event.workflow_run.path, '.github/workflows/benchmark-cpu.yml')) && "
+)
+
+
+def _history_group(old: str, new: str) -> Callable[[Setup], None]:
+    def apply(s: Setup) -> None:
+        block = s.workflows["history.yml"]["concurrency"]
+        assert old in block["group"], old
+        block["group"] = block["group"].replace(old, new)
+
+    return apply
+
+
+WORKFLOW_REVIEW_MISTAKES: dict[str, tuple[str, Callable[[Setup], None]]] = {
+    # A run of benchmark-gpu by hand (a subset, or an A/B with no results.json) kept as tier pr.
+    "history-keeps-gpu-runs-by-hand": ("history-keeps-main-runs-only", _history_if("validate", GPU_BY_HAND, "")),
+    "history-pushes-gpu-runs-by-hand": ("history-keeps-main-runs-only", _history_if("push", GPU_BY_HAND, "")),
+    # Main's runs waiting for the data branch replaced by a pull request's skipped run, or a third.
+    "history-one-group-for-every-run": (
+        "history-queue-kept-runs",
+        set_("history.yml::concurrency", {"group": "perfgate-history", "cancel-in-progress": False, "queue": "max"}),
+    ),
+    "history-one-pending-run": ("history-queue-kept-runs", set_("history.yml::concurrency.queue", None)),
+    "history-group-keeps-gpu-runs-by-hand": ("history-queue-kept-runs", _history_group(GPU_BY_HAND, "")),
+    "history-group-keeps-skipped-runs": (
+        "history-queue-kept-runs",
+        _history_group("&& github.event.workflow_run.conclusion != 'skipped' ", ""),
+    ),
+    "history-group-per-run-for-kept-runs": (
+        "history-queue-kept-runs",
+        _history_group("&& 'perfgate-history'", "&& format('perfgate-history-{0}', github.run_id)"),
+    ),
+    # The queue on the GPU jobs' workflow: pull requests' runs would line up with main's.
+    "queue-max-on-the-gpu-workflow": ("no-shared-gpu-queue", set_("benchmark-gpu.yml::concurrency.queue", "max")),
+}
+MISTAKES.update(WORKFLOW_REVIEW_MISTAKES)
+
 
 @pytest.mark.parametrize("mistake", MISTAKES)
 def test_a_realistic_mistake_is_caught(mistake: str) -> None:
@@ -950,3 +990,19 @@ def test_a_condition_the_rules_cannot_read_is_an_error_not_a_pass() -> None:
         rules.evaluate("fromJSON(github.event.x)", {})
     with pytest.raises(rules.ExpressionError):
         rules.evaluate("secrets['X'] == 'y'", {})
+
+
+@pytest.mark.parametrize(
+    ("value", "written"),
+    [
+        ("perfgate-history", "perfgate-history"),
+        ("${{ github.event_name == 'push' && 'pr' || 'all' }}", "all"),
+        ("run-${{ github.run_id }}", "run-1001"),
+        ("${{ format('skip-{0}-{{x}}', github.run_id) }}", "skip-1001-{x}"),
+        ("${{ github.event.missing }}", ""),
+        ("${{ github.event_name == 'pull_request_target' }}", "true"),
+    ],
+)
+def test_the_rules_write_a_value_as_github_does(value: str, written: str) -> None:
+    context = {"github.event_name": "pull_request_target", "github.run_id": 1001}
+    assert rules.interpolate(value, context) == written

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.ci import rules
 from tests.ci.helpers import (
     ROOT,
     SCRIPTS,
@@ -90,6 +91,152 @@ def test_scripts_pass_shellcheck() -> None:
     files.append(ROOT / ".ci" / "run")
     r = subprocess.run([shellcheck, "-x", *map(str, files)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+# --- which runs history.yml keeps, pages.yml publishes ---------------------------------------------
+
+
+def workflow(name: str) -> dict:
+    return rules.load_workflow((WORKFLOWS / name).read_text())
+
+
+@pytest.mark.parametrize(
+    ("source", "event", "tier"),
+    [
+        ("benchmark-gpu", "push", "pr"),
+        ("benchmark-gpu", "schedule", "all"),
+        ("benchmark-gpu", "workflow_dispatch", None),  # any subset, or an A/B with no results.json
+        ("benchmark-gpu", "pull_request_target", None),
+        ("benchmark-cpu", "push", "cpu-pr"),
+        ("benchmark-cpu", "workflow_dispatch", "cpu-pr"),  # the same fixed tier as a push
+        ("benchmark-cpu", "pull_request", None),
+    ],
+)
+def test_history_keeps_mains_runs_under_the_tier_they_measured(source: str, event: str, tier: str | None) -> None:
+    """history.yml's validate job runs for main's pushes and nightlies and benchmark-cpu's runs by
+    hand, each stored under the tier it measured; never for benchmark-gpu by hand, whose inputs pick
+    the cases (or an A/B), nor for a pull request's run."""
+    validate = workflow("history.yml")["jobs"]["validate"]
+    context = rules.workflow_run_context(source, event)
+    assert rules.evaluate(validate["if"], context) is (tier is not None)
+    if tier is not None:
+        store = next(st for st in validate["steps"] if st.get("id") == "store")
+        assert rules.interpolate(store["env"]["TIER"], context) == tier
+
+
+@pytest.mark.parametrize(
+    ("event", "conclusion", "builds"),
+    [
+        ("workflow_run", "success", True),
+        ("workflow_run", "skipped", False),  # a pull request's benchmark run: history skipped both jobs
+        ("workflow_run", "failure", False),
+        ("workflow_run", "cancelled", False),
+        ("push", None, True),
+        ("workflow_dispatch", None, True),
+    ],
+)
+def test_pages_builds_after_a_history_run_that_succeeded(event: str, conclusion: str | None, builds: bool) -> None:
+    build = workflow("pages.yml")["jobs"]["build"]
+    context = {
+        **rules.workflow_run_context("history", "workflow_run", conclusion=conclusion),
+        "github.event_name": event,
+    }
+    assert rules.evaluate(build["if"], context) is builds
+
+
+@pytest.mark.parametrize(
+    ("name", "trigger"), [("benchmark-gpu.yml", "pull_request_target"), ("benchmark-cpu.yml", "pull_request")]
+)
+def test_the_pull_request_gates_run_for_pull_requests_into_main_only(name: str, trigger: str) -> None:
+    """Each gate judges a pull request against its merge base with main, and pr-comment.yml comments
+    on a pull request into main only: a pull request into another branch would be judged against
+    the wrong base, and its comment would find no pull request."""
+    assert (workflow(name)["on"][trigger] or {}).get("branches") == ["main"]
+
+
+def test_pages_builds_the_documentation_alone_before_the_first_kept_run() -> None:
+    """Until history.yml keeps a run, origin has no perfgate-history, and a checkout of it fails:
+    scripts/history-branch asks first; the data is checked out only when it exists, and otherwise
+    scripts/history-site gets an empty --store. The token stays read-only, no checkout keeps it."""
+    build = workflow("pages.yml")["jobs"]["build"]
+    assert build["permissions"] == {"contents": "read"}
+    asks = next(st for st in build["steps"] if st.get("run") == "./scripts/history-branch")
+    exists = f"steps.{asks['id']}.outputs.exists"
+    data = next(st for st in build["steps"] if (st.get("with") or {}).get("ref") == "perfgate-history")
+    site = next(st for st in build["steps"] if str(st.get("run", "")).startswith("./scripts/history-site"))
+    assert build["steps"].index(asks) < build["steps"].index(data) < build["steps"].index(site)
+    assert data["with"]["path"] == ".perfgate/history" and '--store "$STORE"' in site["run"]
+    for answer, checks_out, store in (("true", True, ".perfgate/history"), ("false", False, "")):
+        assert rules.evaluate(data["if"], {exists: answer}) is checks_out
+        assert rules.interpolate(site["env"]["STORE"], {exists: answer}) == store
+    assert all(st["with"]["persist-credentials"] is False for st in build["steps"] if "checkout" in st.get("uses", ""))
+
+
+def test_history_branch_says_whether_origin_has_the_data_branch(tmp_path: Path) -> None:
+    """No branch yet: exists=false, one line, exit 0; once pushed: exists=true; an origin it cannot
+    read: exit 4, one line, no answer (pages.yml then fails rather than publish without the data)."""
+    (tmp_path / "gitconfig").write_text("")
+    env = script_env(tmp_path, GIT_CONFIG_GLOBAL=str(tmp_path / "gitconfig"), GIT_CONFIG_NOSYSTEM="1")
+    git = lambda *a: subprocess.run(["git", *a], cwd=project, env=env, check=True, capture_output=True)  # noqa: E731
+    project, origin = tmp_path / "project", tmp_path / "origin.git"
+    (project / "scripts").mkdir(parents=True)
+    (project / "scripts" / "history-branch").write_bytes((SCRIPTS / "history-branch").read_bytes())
+    (project / "scripts" / "history-branch").chmod(0o755)
+    subprocess.run(["git", "init", "-q", "--bare", str(origin)], check=True)
+    git("init", "-q", "-b", "main")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "one")
+    git("remote", "add", "origin", str(origin))
+    git("push", "-q", "origin", "main")
+    script = str(project / "scripts" / "history-branch")
+
+    output = tmp_path / "github-output"
+    r = run([script], {**env, "GITHUB_OUTPUT": str(output)}, cwd=project)
+    assert r.returncode == 0 and r.stdout == "exists=false\n", r.stderr
+    assert r.stderr.splitlines() == [
+        "history-branch: origin has no perfgate-history branch yet (history.yml has kept no run): no dashboard to build"
+    ]
+    assert output.read_text() == "exists=false\n"
+
+    git("push", "-q", "origin", "main:perfgate-history")
+    r = run([script], env, cwd=tmp_path)  # from anywhere: it asks its own checkout's origin
+    assert r.returncode == 0 and r.stdout == "exists=true\n" and r.stderr == "", r.stderr
+
+    git("remote", "set-url", "origin", str(tmp_path / "gone.git"))
+    r = run([script], {**env, "GITHUB_OUTPUT": str(output)}, cwd=project)
+    assert r.returncode == 4 and r.stdout == "" and len(r.stderr.splitlines()) == 1, r.stderr
+    assert r.stderr.startswith("history-branch: cannot read origin's branches (git ls-remote exit 128: ")
+    assert output.read_text() == "exists=false\n"  # nothing added
+
+
+FAKE_PYTHON = """#!/usr/bin/env bash
+echo "$*" >> "$FAKE_PYTHON_LOG"
+"""
+
+
+@pytest.mark.parametrize("store", ["", "kept"])
+def test_history_site_without_a_store_builds_the_documentation_alone(tmp_path: Path, store: str) -> None:
+    """scripts/history-site with `--store ''` (pages.yml before the first kept run): no `perfgate
+    report` (it would refuse a missing store), an index.html linking the documentation, mkdocs as
+    always, and one line in the log and the job summary; with a store, the dashboard as before."""
+    python, log, summary = tmp_path / "python", tmp_path / "calls.log", tmp_path / "summary.md"
+    python.write_text(FAKE_PYTHON)
+    python.chmod(0o755)
+    env = script_env(tmp_path, PERFGATE_PYTHON=str(python), FAKE_PYTHON_LOG=str(log), GITHUB_STEP_SUMMARY=str(summary))
+    out = tmp_path / "site"
+    r = run([str(SCRIPTS / "history-site"), str(out), "--store", store, "--commit-url", "https://x/{commit}"], env)
+    assert r.returncode == 0, r.stderr
+    mkdocs = f"-m mkdocs build --strict --quiet --site-dir {out}/docs"
+    if store:
+        report = (
+            f"-m perfgate report --site {out} --title perfgate history --store kept --commit-url https://x/{{commit}}"
+        )
+        assert log.read_text().splitlines() == [report, mkdocs]
+        assert r.stderr == "" and not summary.exists()
+        return
+    line = "history-site: no kept run yet (no perfgate-history branch): the documentation alone, without the dashboard"
+    assert log.read_text().splitlines() == [mkdocs]
+    assert r.stderr.splitlines() == [line] and summary.read_text() == line + "\n"
+    assert '<a href="docs/">The documentation</a>' in (out / "index.html").read_text()
 
 
 # --- scripts/ci-benchmark -------------------------------------------------------------------------
