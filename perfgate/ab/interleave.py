@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from perfgate.ab.job import NO_BASE_FILE, CaseResult, Job, Measured, NotMeasured, write_results
-from perfgate.measure.core import make_timer
+from perfgate.measure.core import make_timer, private_copy
 from perfgate.measure.memory import MemoryTracker
 from perfgate.measure.rounds import timed_rounds
 from perfgate.measure.stats import StopRule
@@ -78,7 +78,7 @@ def measure_interleaved(
     until the median ratio is known to `stop.precision`, or a bound of `stop` is hit."""
     device = torch.device(device)
     timer = make_timer(device)
-    out_base, out_head = base(), head()
+    out_base, out_head = private_copy(base()), private_copy(head())  # for accuracy, as measure() keeps it
     for _ in range(warmup_rounds):
         base()
         head()
@@ -290,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
             results.append(measure_case(case_id, known, args.head, args.base, stop))
         except Exception as exc:  # noqa: BLE001 - one case's failure is its result, the others still run
             first = str(exc).splitlines()[0] if str(exc) else ""
-            results.append(NotMeasured(case=case_id, error=f"{type(exc).__name__}: {first}"))
+            results.append(NotMeasured(case=case_id, error=f"{type(exc).__name__}: {first}", raised=True))
     write_results(args.out, results)
     return 0
 

@@ -83,6 +83,7 @@ class NotMeasured(RecordBlock):
     case: str
     error: str | None = None
     skipped: str | None = None
+    raised: bool = False  # the error is the case's own (building or running it raised): an error verdict
 
     @property
     def new(self) -> bool:

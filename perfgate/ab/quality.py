@@ -42,7 +42,6 @@ from perfgate.ab.job import Measured
 from perfgate.counts.suite import NO_COUNTS_ENV
 from perfgate.gate.policy import Policy
 from perfgate.quality.inject import SIZED_ENV
-from perfgate.record import CaseRecord
 from perfgate.results import ResultFileError, benchmarks, read_benchmark_json
 
 # The time gates alone: no instruction pass in the experiment's pytest processes, which a repository's
@@ -146,7 +145,7 @@ def processes(
     selection = ["--perfgate-device", device]
     inject = cond.head_env()
 
-    def measure(s: ab_run.Side, ids: Sequence[str]) -> dict[str, CaseRecord]:
+    def measure(s: ab_run.Side, ids: Sequence[str]) -> ab_run.SideRun:
         if s is head:
             return ab_run.measure(s, ids, [*selection, "-p", "perfgate.quality.inject"], env={**TIME_ONLY, **inject})
         return ab_run.measure(s, ids, selection, env=TIME_ONLY)

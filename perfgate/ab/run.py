@@ -29,7 +29,8 @@ from perfgate.ab import verdicts as ab
 from perfgate.ab.job import CaseResult, Job, NotMeasured, ResultsError, read_results
 from perfgate.counts.suite import NO_COUNTS_ENV
 from perfgate.gate.policy import Policy
-from perfgate.gate.verdicts import INCONCLUSIVE, Verdict
+from perfgate.gate.verdict_file import load_verdicts
+from perfgate.gate.verdicts import ERROR, INCONCLUSIVE, Verdict
 from perfgate.record import CaseRecord
 from perfgate.results import load_records
 
@@ -123,6 +124,17 @@ def collect(side: Side, selection: Sequence[str]) -> list[str]:
     return ids
 
 
+@dataclass(frozen=True, kw_only=True)
+class SideRun:
+    """What one fresh process of a side made of its cases: the records of those it measured, why it
+    skipped the others it could not run here, and why the rest failed (an error verdict, or a crash
+    before any was written). A case in none of them was not reached."""
+
+    records: dict[str, CaseRecord] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+
+
 def measure(
     side: Side,
     case_ids: Sequence[str],
@@ -130,11 +142,10 @@ def measure(
     *,
     env: dict[str, str] | None = None,
     timeout_s: float = 3600,
-) -> dict[str, CaseRecord]:
-    """One fresh process of `side` measuring `case_ids`: their records by case id (a case that was
-    skipped or failed is missing)."""
+) -> SideRun:
+    """One fresh process of `side` measuring `case_ids`."""
     with tempfile.TemporaryDirectory(prefix=f"perfgate-ab-{side.name}-") as tmp:
-        out = Path(tmp) / "results.json"
+        out, verdicts = Path(tmp) / "results.json", Path(tmp) / "verdicts.json"
         nodes = [f"{TEST_FILE}::test_step[{c}]" for c in case_ids]
         cmd = [
             sys.executable,
@@ -148,21 +159,34 @@ def measure(
             "--benchmark-json",
             str(out),
             "--perfgate-verdicts",
-            str(Path(tmp) / "verdicts.json"),
+            str(verdicts),
             "--perfgate-inductor-cache",
             str(side.cache),
             *selection,
         ]
-        subprocess.run(cmd, cwd=side.root, env=side_env(side, env), capture_output=True, text=True, timeout=timeout_s)
-        return load_records(out, samples=True) if out.is_file() else {}
+        env = side_env(side, env)
+        r = subprocess.run(cmd, cwd=side.root, env=env, capture_output=True, text=True, timeout=timeout_s)
+        records = load_records(out, samples=True) if out.is_file() else {}
+        said = load_verdicts(verdicts) if verdicts.is_file() else None
+    skipped = dict(said.skipped) if said else {}
+    errors = {
+        v.case.split("[", 1)[-1].rstrip("]"): v.message for v in (said.verdicts if said else ()) if v.verdict == ERROR
+    }
+    tail = (r.stderr.strip() or r.stdout.strip()).splitlines()[-1:] or ["no output"]
+    failed = {
+        c: errors.get(c) or f"{side.name} process exited {r.returncode} without a result: {tail[0]}"
+        for c in case_ids
+        if c not in records and c not in skipped and (c in errors or said is None)
+    }
+    return SideRun(records=records, skipped=skipped, failed=failed)
 
 
-def counting_once(selection: Sequence[str]) -> Callable[[Side, Sequence[str]], dict[str, CaseRecord]]:
+def counting_once(selection: Sequence[str]) -> Callable[[Side, Sequence[str]], SideRun]:
     """`measure` for run_ab where each side's first process counts instructions (when its
     [tool.perfgate.counts] asks) and later ones do not: counts need no pairs (perfgate.counts)."""
     counted: set[str] = set()
 
-    def measure_side(side: Side, case_ids: Sequence[str]) -> dict[str, CaseRecord]:
+    def measure_side(side: Side, case_ids: Sequence[str]) -> SideRun:
         env = {NO_COUNTS_ENV: "1"} if side.name in counted else None
         counted.add(side.name)
         return measure(side, case_ids, selection, env=env)
@@ -179,13 +203,14 @@ class ABResult:
     new: list[str] = field(default_factory=list)  # cases only the head has
     removed: list[str] = field(default_factory=list)  # cases only the base has
     skipped: list[str] = field(default_factory=list)  # measured by neither side (an unavailable variant)
+    failed: dict[str, str] = field(default_factory=dict)  # processes mode: case -> why a side's process failed it
     interleaved: dict[str, list[CaseResult]] = field(default_factory=dict)  # interleaved mode: per-process results
     mode: str = "processes"
     processes: int = 0
     wall_s: float = 0.0
 
 
-Measure = Callable[[Side, Sequence[str]], dict[str, CaseRecord]]
+Measure = Callable[[Side, Sequence[str]], SideRun]
 
 
 def run_ab(
@@ -216,8 +241,16 @@ def run_ab(
         got = {s.name: measure_fn(s, undecided) for s in order}
         result.processes += 2
         for case in list(undecided):
-            b, h = got["base"].get(case), got["head"].get(case)
-            if b is None and h is None and not result.pairs[case]:
+            failed = [f"{name}: {run.failed[case]}" for name, run in got.items() if case in run.failed]
+            if failed:  # an error in either side's process: said, never read as a skip
+                result.failed[case] = "; ".join(failed)
+                result.verdicts.append(
+                    Verdict(case=_fullname(case), metric="run", verdict=ERROR, message=result.failed[case])
+                )
+                undecided.remove(case)
+                continue
+            b, h = got["base"].records.get(case), got["head"].records.get(case)
+            if b is None and h is None and not result.pairs[case] and all(case in r.skipped for r in got.values()):
                 result.skipped.append(case)  # a variant neither side can run here: nothing to compare
                 undecided.remove(case)
                 continue

@@ -30,7 +30,7 @@ from perfgate.gate.metrics import judge_accuracy, judge_memory, judge_speedup
 from perfgate.gate.paired import judge_device_time_rounds, judge_logs
 from perfgate.gate.policy import Policy
 from perfgate.gate.settings import GateSettings
-from perfgate.gate.verdicts import INCONCLUSIVE, UNRELIABLE, Verdict
+from perfgate.gate.verdicts import ERROR, INCONCLUSIVE, UNRELIABLE, Verdict
 from perfgate.record import CaseRecord
 
 
@@ -115,6 +115,8 @@ def interleaved_verdicts(
     if not ok:
         if not final:
             return None
+        if raised := next((r.error for r in results if isinstance(r, NotMeasured) and r.raised), None):
+            return [Verdict(case=case, metric="run", verdict=ERROR, message=raised)]  # as the stored gate says it
         why = next((r.skipped or r.error for r in results if isinstance(r, NotMeasured)), None) or "not measured"
         return [Verdict(case=case, metric="latency", verdict=INCONCLUSIVE, message=why)]
     last = ok[-1]

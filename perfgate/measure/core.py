@@ -22,7 +22,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -61,6 +61,15 @@ class CudaEventTimer:
         self._end.record(stream)
         self._end.synchronize()
         return float(self._start.elapsed_time(self._end)), out
+
+
+T = TypeVar("T")
+
+
+def private_copy(output: T) -> T:
+    """A step's output with every tensor copied: CUDA-graph variants (CudaGraphModule, cudagraph
+    trees) overwrite it on the next call, so accuracy reads the copy."""
+    return torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: t.detach().clone(), output)
 
 
 def make_timer(device: torch.device | str) -> CpuTimer | CudaEventTimer:
@@ -183,8 +192,7 @@ def measure(
             reference()
     say(first_call)
     first_ms, output = timer.time_ms(step)
-    # CUDA-graph variants overwrite this output on the next call: keep a private copy for accuracy.
-    output = torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: t.detach().clone(), output)
+    output = private_copy(output)
 
     say(f"warming up (first call {first_ms / 1e3:.1f} s)")
     warm: list[float] = []

@@ -291,7 +291,7 @@ def test_the_workers_results_file_reads_back_key_for_key(tmp_path: Path, monkeyp
         "case", "ratio", "rounds", "median_base_ms", "median_head_ms", "peak_base_mib", "peak_head_mib",
         "contention_cores", "accuracy_base", "accuracy_head", "device", "model", "variant",
     ]  # fmt: skip
-    assert written[1] == {"case": gone, "error": "no such case in the head revision"}
+    assert written[1] == {"case": gone, "error": "no such case in the head revision", "raised": False}
     assert isinstance(measured, Measured) and measured.case == case and measured.rounds >= 50
     assert (measured.model, measured.variant, measured.device) == ("sleepy", "baseline", "cpu")
     assert measured.ratio > 0 and measured.accuracy_base == written[0]["accuracy_base"]
@@ -299,3 +299,38 @@ def test_the_workers_results_file_reads_back_key_for_key(tmp_path: Path, monkeyp
     assert ab.interleaved_verdicts(f"x[{case}]", [measured, missing], Policy(), final=False) is None  # one process
     (latency, *_) = ab.interleaved_verdicts(f"x[{case}]", [measured], Policy(), final=True)
     assert latency.metric == "latency" and latency.verdict in (gate.UNRELIABLE, gate.INCONCLUSIVE)
+
+
+@pytest.mark.slow
+def test_a_case_a_sides_process_fails_is_an_error_not_a_skip(tmp_path: Path) -> None:
+    """Processes mode, from each side's real pytest process: a case whose head raises is an error
+    verdict naming why (it used to read "skipped in both", exit 0); a variant this machine cannot
+    run, skipped by both sides, stays a skip."""
+    repo = _project(tmp_path)
+    base = ab_run.checkout(repo, "HEAD", "base")
+    (repo / "sleepy.py").write_text(
+        SLEEPY.format(sleep=0.001).replace("return x * self.w", "raise RuntimeError('CUDA error: an illegal access')")
+    )
+    head = ab_run.working_tree(repo)
+    cases = ["sleepy-tiny-baseline", "sleepy-tiny-cudagraphs"]
+    runs = {
+        s.name: ab_run.measure(s, cases, ["--perfgate-device", "cpu"], timeout_s=HANG_GUARD_S) for s in (base, head)
+    }
+    assert set(runs["base"].records) == {"sleepy-tiny-baseline"} and not runs["base"].failed
+    assert "CUDA" in runs["head"].skipped["sleepy-tiny-cudagraphs"]
+    assert "an illegal access" in runs["head"].failed["sleepy-tiny-baseline"]
+
+    result = ab_run.run_ab(base, head, cases, Policy(), measure_fn=lambda s, ids: runs[s.name], max_pairs=1)
+    assert result.skipped == ["sleepy-tiny-cudagraphs"]
+    (v,) = result.verdicts
+    assert v.verdict == gate.ERROR and v.case.endswith("[sleepy-tiny-baseline]") and "head: " in v.message
+    assert gate.failing(result.verdicts) == [v]
+
+
+def test_an_interleaved_case_that_raised_is_an_error_and_one_not_found_is_not() -> None:
+    raised = NotMeasured(case="m-tiny-bf16", error="RuntimeError: CUDA error", raised=True)
+    (v,) = ab.interleaved_verdicts("x[m-tiny-bf16]", [raised], Policy(), final=True)
+    assert (v.verdict, v.metric, v.message) == (gate.ERROR, "run", "RuntimeError: CUDA error")
+    gone = NotMeasured(case="m-tiny-bf16", error="no such case in the head revision")
+    (v,) = ab.interleaved_verdicts("x[m-tiny-bf16]", [gone], Policy(), final=True)
+    assert v.verdict == gate.INCONCLUSIVE

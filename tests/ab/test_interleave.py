@@ -49,3 +49,25 @@ def test_the_device_time_window_fits_its_blocks_to_the_step() -> None:
     from perfgate.ab.interleave import device_blocks_for
 
     assert [device_blocks_for(s) for s in (0.393, 0.012, 0.05, 0.0)] == [3, 10, 4, 10]
+
+
+def test_each_sides_first_output_is_kept_though_the_step_overwrites_it(clock):
+    """A CUDA-graph step returns the same static buffer each call, overwritten in place (and
+    cudagraph trees free it on the next call): accuracy must read each side's first output."""
+    import torch
+
+    def overwriting(ms: float):
+        buf = torch.zeros(3)
+        calls = [0]
+
+        def step() -> torch.Tensor:
+            calls[0] += 1
+            buf.fill_(calls[0])
+            clock.takes(ms)
+            return buf
+
+        return step
+
+    stop = StopRule(precision=0.01, min_rounds=3, max_rounds=3, budget_s=float("inf"))
+    m = measure_interleaved(overwriting(2.0), overwriting(3.0), "cpu", stop=stop, warmup_rounds=2, seed=1)
+    assert m.out_base.tolist() == [1.0] * 3 and m.out_head.tolist() == [1.0] * 3
