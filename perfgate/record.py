@@ -213,8 +213,9 @@ class Telemetry(RecordBlock):
 class PassNoise(RecordBlock):
     """One gated metric's noise between the recording passes (`CaseRecord.pass_noise`, by metric:
     latency, device_time, instructions; perfgate.gate.detectable): the passes that had it, their
-    relative spread and the smallest change the gate tells from it (both in %); for latency the pass
-    left out as a slow phase (1-based, in recording order), where one was."""
+    relative spread and the smallest change the gate tells from it (both in %), over every pass
+    measured; for latency the pass left out as a slow phase when deciding whether the passes agree
+    (1-based, in recording order, the replaced pass not counted), where one was."""
 
     passes: int
     spread_pct: float

@@ -83,20 +83,25 @@ def latency_verdict(case: str, pairs: Sequence[Pair], s: GateSettings, *, final:
     )
 
 
-def device_time_verdict(case: str, pairs: Sequence[Pair], s: GateSettings) -> Verdict | None:
+def _device_pairs(pairs: Sequence[Pair]) -> list[Pair]:
+    return [p for p in pairs if p.reliable and p.base.device_ms_per_step and p.head.device_ms_per_step]
+
+
+def device_time_verdict(case: str, pairs: Sequence[Pair], s: GateSettings, *, final: bool = True) -> Verdict | None:
     """Process mode: the GPU busy time per step of each process's profiler window, head/base per
     reliable pair, by the mean of the log ratios (a t test; device time adds up and host phases do
     not reach it) with `device_time_tolerance` as the smallest effect. Adjacent processes share the
     GPU's speed of that minute, which a stored record does not (an H200's 1.4 ms bf16 block read
-    -0.3..+7.8% against its record on unchanged code, docs/gpu-runs.md). None without device time."""
-    both = [p for p in pairs if p.reliable and p.base.device_ms_per_step and p.head.device_ms_per_step]
+    -0.3..+7.8% against its record on unchanged code, docs/gpu-runs.md). None without device time,
+    or while more pairs are needed (not `final`)."""
+    both = _device_pairs(pairs)
     if not both:
         return None
     return judge_logs(
         case,
         [math.log(p.head.device_ms_per_step / p.base.device_ms_per_step) for p in both],  # type: ignore[operator]
         replace(s, ab_min_effect=s.device_time_tolerance),
-        final=True,
+        final=final,
         unit="process pair",
         test="t",
         n_total=len(both),
@@ -201,10 +206,14 @@ def verdicts(case: str, pairs: Sequence[Pair], policy: Policy, *, final: bool) -
     latency = latency_verdict(case, pairs, settings("latency"), final=final or counted is not None)
     if latency is None:
         return None
+    # The case stays scheduled while its device time is undecided too (latency alone can settle first).
+    device = device_time_verdict(case, pairs, settings("device_time"), final=final)
+    if device is None and not final and _device_pairs(pairs):
+        return None
     base, head = _side(pairs, "base"), _side(pairs, "head")
     others = [
         judge_instructions(case, counted.head, counted.base, settings("instructions")) if counted else None,
-        device_time_verdict(case, pairs, settings("device_time")),
+        device,
         judge_memory(case, head, base, settings("memory")),
         judge_accuracy(case, head, base, settings("accuracy")),
     ]

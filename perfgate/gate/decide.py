@@ -80,6 +80,15 @@ def unreliable_reason(record: CaseRecord, settings: GateSettings) -> str | None:
             f"other processes used {record.contention_cores:.2f} cores during the measurement "
             f"(> {settings.contention_max:g}): timings are not trustworthy"
         )
+    problems.append(gpu_state_reason(record))
+    return "; ".join(p for p in problems if p) or None
+
+
+def gpu_state_reason(record: CaseRecord) -> str | None:
+    """Why the GPU a record was measured on was in no state to time it (throttled clocks, too few
+    clean rounds, other processes on it), from the record's own telemetry; None where it was, or
+    where no telemetry was kept (a CPU run)."""
+    problems = []
     if record.telemetry:
         problems.append(telemetry_reason(record.telemetry, clocks=record.throttle is None))
     throttle = record.throttle
@@ -142,6 +151,12 @@ def compare(case: str, current: CaseRecord, baseline: CaseRecord | None, policy:
         if metric.timing and cur.unreliable:
             continue  # only timings depend on a busy machine: memory and accuracy are gated whatever the noise
         v = metric.judge(case, cur, baseline, policy.settings(cur.model, cur.variant, metric.name, cur.device))
+        # The GPU's busy time of a baseline measured on throttled clocks or beside another process on
+        # its GPU is that state's (latency's judge reads the record's flag, which passes that disagree
+        # set too: device time asks the baseline's own telemetry, as the run's own was asked).
+        why = gpu_state_reason(baseline) if v is not None and metric.name == "device_time" else None
+        if v is not None and why is not None:
+            v = replace(v, verdict=INCONCLUSIVE, message=f"the baseline was measured unreliably ({why}); re-record it")
         if v is not None:
             out.append(v)
     return out

@@ -2,13 +2,18 @@
 smallest change the gate can tell from it.
 
 A baseline is recorded in at least 3 passes (processes, interleaved: pass 1 of every case, then
-pass 2 ...: `scripts/record-baselines --passes N`). Per metric, the passes' spread is
-(max - min) / median of the per-pass value: the median latency (on a CPU the step/reference
-ratio, what the CPU gate judges), the GPU busy time per step, the instructions per step. Unchanged
-code moved that much between passes; a change is told apart from it only when it is larger than
-`FACTOR` times that spread (with 3 passes the range is about 1.7 standard deviations, so twice it
-is about 3.4: one false alarm in well over 50 unchanged comparisons). The gate never reports a
-regression smaller than its case's detectable change, and says so in the verdict.
+pass 2 ...: `scripts/record-baselines --passes N`). Per metric, each pass gives one value: the
+median latency (on a CPU the step/reference ratio, what the CPU gate judges), the GPU busy time per
+step, the instructions per step. Their spread, (max - min) / median, is what a person reads; what
+the gate uses is their relative standard deviation s: unchanged code moved that much between
+passes. A later run is judged against the stored record, which is one of those passes, so the
+difference of two unchanged runs has a standard deviation of s * sqrt(2), and the smallest change
+the gate tells is the one-sided prediction bound `t(1 - FALSE_ALARM, n - 1) * s * sqrt(2)`: under
+normal noise an unchanged run exceeds it with probability FALSE_ALARM (1 in 50) whatever the number
+of passes, and more passes make it smaller (about 6.1 sigma at 3 passes, 3.4 at 8), never larger.
+(Twice the range, the rule before 2026-11-29, alarmed in about 1 of 22 at 3 passes, and grew with
+the number of passes.) The gate never reports a regression smaller than its case's detectable
+change, and says so in the verdict.
 
 Passes that disagree by more than the case's latency tolerance (`DISAGREE`, 5%, by default; the
 CPU's policy allows 50%: a shared 2-core VM moved tiny cases' step/reference ratios 41% and 104%
@@ -20,13 +25,14 @@ does not judge latency against it.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from perfgate.record import CaseRecord, PassNoise
 
-FACTOR = 2.0  # detectable change = FACTOR x the spread between unchanged passes
+FALSE_ALARM = 0.02  # one-sided: an unchanged run beyond the detectable change, 1 in 50
 DISAGREE = 0.05  # latency passes further apart than this (relative): a slow phase, re-measure
 MIN_PASSES = 3
 TARGET = 0.05  # `perfgate doctor` lists the cases that cannot detect this
@@ -37,7 +43,7 @@ class MetricNoise:
     metric: str  # the gated metric's name: latency, device_time, instructions
     passes: int
     spread: float  # (max - min) / median of the per-pass values
-    detects: float  # the smallest relative change the gate tells: FACTOR x spread
+    detects: float  # the smallest relative change the gate tells (`detectable_change`)
 
     def block(self) -> PassNoise:
         """As the record keeps it (percentages)."""
@@ -64,6 +70,19 @@ def spread(values: Sequence[float]) -> float | None:
     return (max(values) - min(values)) / med if med > 0 else None
 
 
+def detectable_change(values: Sequence[float]) -> float | None:
+    """The smallest relative change a run judged against one of these unchanged passes can be told
+    from their noise: t(1 - FALSE_ALARM, n - 1) * s * sqrt(2), s their standard deviation relative
+    to their median (at least 2 values; None where the median is not positive)."""
+    from scipy import stats as sps
+
+    med = statistics.median(values)
+    if len(values) < 2 or med <= 0:
+        return None
+    rel_sd = statistics.stdev(values) / med
+    return float(sps.t.ppf(1 - FALSE_ALARM, len(values) - 1)) * rel_sd * math.sqrt(2)
+
+
 def noise_of(passes: Sequence[CaseRecord]) -> dict[str, MetricNoise]:
     """Per metric, the noise between the passes that have it (at least 2 values). Latency mixes no
     units: step/reference ratios only where every pass has one, else milliseconds."""
@@ -72,8 +91,9 @@ def noise_of(passes: Sequence[CaseRecord]) -> dict[str, MetricNoise]:
         found = latency_values(passes) if metric == "latency" else [per_pass_value(r, metric) for r in passes]
         values = [v for v in found if v is not None]
         s = spread(values) if len(values) >= 2 else None
-        if s is not None:
-            out[metric] = MetricNoise(metric=metric, passes=len(values), spread=s, detects=FACTOR * s)
+        d = detectable_change(values) if s is not None else None
+        if s is not None and d is not None:
+            out[metric] = MetricNoise(metric=metric, passes=len(values), spread=s, detects=d)
     return out
 
 

@@ -126,7 +126,8 @@ def judge_latency(case: str, cur: CaseRecord, base: CaseRecord, s: GateSettings)
 
 def within_noise(v: Verdict, base: CaseRecord, metric: str, tolerance: float) -> Verdict:
     """A verdict held to its case's detectable change (perfgate.gate.detectable): a regression or
-    an improvement smaller than it becomes inconclusive, and a verdict whose tolerance is below it
+    an improvement smaller than it becomes inconclusive, and so does "unchanged" where it is above
+    the tolerance (within the tolerance is not told apart from a change of up to it); every verdict
     says what the case can tell."""
     d = detects(base, metric)
     if d is None or v.change_pct is None:
@@ -134,7 +135,7 @@ def within_noise(v: Verdict, base: CaseRecord, metric: str, tolerance: float) ->
     if d <= tolerance:
         return replace(v, message=f"{v.message}; detects >= {d:.1%} here")
     note = f"this case detects >= {d:.1%} here (its baseline's passes), above the {tolerance:.0%} tolerance"
-    if v.verdict in (REGRESSION, IMPROVEMENT) and abs(v.change_pct) < d * 100:
+    if v.verdict == UNCHANGED or (v.verdict in (REGRESSION, IMPROVEMENT) and abs(v.change_pct) < d * 100):
         return replace(v, verdict=INCONCLUSIVE, message=f"{v.message}; {note}: not told apart from noise")
     return replace(v, message=f"{v.message}; {note}")
 

@@ -17,7 +17,7 @@ from functools import partial
 
 from perfgate.gate.settings import GateSettings
 from perfgate.gate.verdicts import IMPROVEMENT, INCONCLUSIVE, REGRESSION, UNCHANGED, UNRELIABLE, Verdict
-from perfgate.measure.stats import median_ci
+from perfgate.measure.stats import median_ci, median_ci_holds
 
 MIN_PAIRS = 3  # fewer pairs than this decide nothing
 
@@ -77,9 +77,11 @@ def judge_logs(
         p_slower, p_faster = _wilcoxon(logs)
         lo_log, hi_log = median_ci(logs)
         est = math.exp(statistics.median(logs))
+        if not median_ci_holds(len(logs)):  # [min, max] of 5 or fewer covers the median less than 95% of the time
+            lo_log, hi_log = -math.inf, math.inf
     lo, hi = math.exp(lo_log), math.exp(hi_log)
     up, down = 1 + s.ab_min_effect, 1 / (1 + s.ab_min_effect)
-    ci = f"95% CI {(lo - 1) * 100:+.1f}%..{(hi - 1) * 100:+.1f}%"
+    ci = f"95% CI {(lo - 1) * 100:+.1f}%..{(hi - 1) * 100:+.1f}%" if math.isfinite(hi_log) else "no 95% CI yet"
     units = unit + ("es" if unit.endswith("s") else "s")  # "processes", "rounds", "process pairs"
     what = f"head/base {(est - 1) * 100:+.1f}% ({ci}) over {len(logs)} {units}"
     judged = partial(
@@ -100,9 +102,17 @@ def judge_logs(
         return judged(verdict=UNCHANGED, p_value=p, message=f"{what}: within +-{s.ab_min_effect * 100:g}%")
     if not final:
         return None
+    # Undecided when the pairs ran out: never "unchanged" on the estimate alone, whose interval
+    # still reaches past the smallest effect (a +2.5% change read so in about 1 run of 4).
     moved = est > up or est < down
-    why = "moved but not significantly" if moved else "no change beyond the noise"
-    return judged(verdict=INCONCLUSIVE if moved else UNCHANGED, p_value=p, message=f"{what}: {why} (p={p:.2g})")
+    why = (
+        "moved but not significantly"
+        if moved
+        else f"within +-{s.ab_min_effect * 100:g}% by its estimate, but its interval reaches beyond: not told apart"
+    )
+    if test != "t" and 0.5 ** len(logs) >= s.alpha:  # the rank test's smallest one-sided p: 2 ** -n
+        why += f"; {len(logs)} {units} cannot reach p < {s.alpha:g} by the rank test (at best {0.5 ** len(logs):.2g})"
+    return judged(verdict=INCONCLUSIVE, p_value=p, message=f"{what}: {why} (p={p:.2g})")
 
 
 def judge_rounds(

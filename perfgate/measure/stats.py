@@ -36,6 +36,13 @@ def median_ci(samples: Sequence[float], confidence: float = 0.95) -> tuple[float
     return float(x[lo]), float(x[hi])
 
 
+def median_ci_holds(n: int, confidence: float = 0.95) -> bool:
+    """Whether n samples give the median a distribution-free interval of `confidence`: even
+    [min, max] covers it with probability 1 - 2 * 0.5 ** n only (93.75% at 5, 98.4% at 6), and
+    `median_ci` returns [min, max] where no narrower interval holds."""
+    return n > 0 and 1 - 2 * 0.5**n >= confidence
+
+
 def relative_ci_halfwidth(samples: Sequence[float], confidence: float = 0.95) -> float:
     """Half the width of the median's confidence interval, relative to the median."""
     med = float(np.median(samples))

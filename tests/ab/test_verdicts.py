@@ -65,3 +65,24 @@ def test_interleaved_processes_pool_their_device_time_blocks() -> None:
     got = {v.metric: v for v in ab.interleaved_verdicts("c", failed, Policy(), final=True) or []}
     assert got["device_time"].verdict == INCONCLUSIVE
     assert got["device_time"].message == "not measured: RuntimeError: CUPTI_ERROR_NOT_INITIALIZED"
+
+
+def test_a_case_stays_scheduled_while_its_device_time_is_undecided() -> None:
+    """Processes mode: the kept records as six pairs whose wall time agrees to +-0.1% (latency decided:
+    unchanged) but whose device time reads +4, -1 and +2.5% (undecided at 1.5%): the case asks for
+    another pair instead of leaving with a device-time verdict it could not make; at the end of its
+    pairs it gets one, inconclusive."""
+    case = "vjepa2-encoder-large-baseline"
+    rec = kept_gpu_records("gpu-2026-11-28-h200", "tier-cold")[case]
+    dev, ms = rec.device_ms_per_step, rec.median_ms
+    pairs = [
+        ab.Pair(
+            base=replace(rec, median_ms=ms, samples_ms=[ms] * 20),
+            head=replace(rec, median_ms=ms * (1 + w), samples_ms=[ms * (1 + w)] * 20, device_ms_per_step=dev * (1 + d)),
+        )
+        for w, d in zip((0.001, -0.001, 0.0005, 0.0, -0.0005, 0.001), (0.04, -0.01, 0.025, 0.04, -0.01, 0.025))
+    ]
+    assert ab.latency_verdict(case, pairs, GateSettings(), final=False).verdict == UNCHANGED
+    assert ab.verdicts(case, pairs, Policy(), final=False) is None
+    final = {v.metric: v.verdict for v in ab.verdicts(case, pairs, Policy(), final=True)}
+    assert final["latency"] == UNCHANGED and final["device_time"] == INCONCLUSIVE

@@ -49,3 +49,27 @@ def test_unchanged_gpu_processes_on_two_leases_keep_device_time_and_kernel_count
     assert set(judged["device_time"]) == set(judged["kernels"]) == {UNCHANGED}
     assert len(judged["kernels"][UNCHANGED]) == 24
     assert judged["latency"][REGRESSION] == {"cold:owl-world-model-1b-compile", "warm:owl-world-model-1b-compile"}
+
+
+def test_a_baseline_measured_beside_another_gpu_process_judges_no_device_time() -> None:
+    """A kept record whose telemetry saw another process computing on its GPU (the sampler's
+    summary, so changed): its kernels shared the SMs, so a run judged against it gets no device-time
+    verdict but an inconclusive one saying why, where the healthy record gives an improvement (the
+    shared baseline read 15% more busy time). Kernel counts and memory, which a neighbour does not
+    move, are judged as before."""
+    from dataclasses import replace
+
+    from perfgate.gate.verdicts import IMPROVEMENT, INCONCLUSIVE
+
+    cold = kept_gpu_records(RUN, "tier-cold")
+    case = "vjepa2-encoder-large-baseline"  # compute-bound: 46 ms of GPU work a step
+    rec = cold[case]
+    assert rec.telemetry is not None and rec.telemetry.gpu_other_processes_max == 0 and rec.unreliable is None
+    slower = replace(rec, device_ms_per_step=rec.device_ms_per_step * 1.15)
+    healthy = {v.metric: v for v in gate.compare(case, rec, slower, Policy())}
+    assert healthy["device_time"].verdict == IMPROVEMENT
+    shared = replace(slower, telemetry=replace(rec.telemetry, gpu_other_processes_max=1))
+    judged = {v.metric: v for v in gate.compare(case, rec, shared, Policy())}
+    assert judged["device_time"].verdict == INCONCLUSIVE
+    assert "baseline was measured unreliably (1 other process(es) computed" in judged["device_time"].message
+    assert judged["kernels"].verdict == UNCHANGED and judged["memory"].verdict == UNCHANGED

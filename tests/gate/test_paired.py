@@ -132,3 +132,17 @@ def test_device_time_ab_in_blocks_of_five_steps_catches_the_slowdown_in_one_step
                 seen.setdefault((case.split("-")[0], kind), set()).add(v.verdict)
     assert seen[("physicsnemo", "gpu")] == seen[("owl", "gpu")] == {gate.REGRESSION}
     assert seen[("physicsnemo", "unchanged")] == seen[("owl", "unchanged")] == {gate.UNCHANGED}
+
+
+def test_a_verdict_out_of_pairs_is_never_unchanged_on_its_estimate_alone() -> None:
+    """Three process pairs near 0: the rank test's [min, max] covers the median only 75% of the
+    time at 3 (93.75% at 5), so no "unchanged" by that interval before 6 pairs; when the pairs run
+    out an estimate within +-2% whose interval reaches beyond is inconclusive (it was "unchanged":
+    a +2.5% change read so in about 1 run of 4), saying the rank test could not decide at 3."""
+    assert _judge([0.1, -0.1, 0.05], "wilcoxon") is None
+    v = _judge([0.1, -0.1, 0.05], "wilcoxon", final=True)
+    assert v.verdict == gate.INCONCLUSIVE and "no 95% CI yet" in v.message
+    assert "3 processes cannot reach p < 0.01 by the rank test (at best 0.12)" in v.message
+    assert _judge([0.1, -0.1, 0.05, 0.2, -0.2, 0.1], "wilcoxon").verdict == gate.UNCHANGED  # 6: a 95% interval
+    t = _judge([3.0, -1.0, -1.5], "t", final=True)  # +0.1% by its mean, 95% CI -6%..+6%
+    assert t.verdict == gate.INCONCLUSIVE and "its interval reaches beyond: not told apart" in t.message
