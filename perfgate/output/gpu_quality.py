@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from perfgate.quality.gpu_quality import FALSE_ALARMS
+
 if TYPE_CHECKING:
-    from perfgate.quality.gpu_quality import QualityRun
+    from perfgate.quality.gpu_quality import QualityRun, TallyRow
     from perfgate.record import PassNoise
 
 GATE_LABELS = {
@@ -22,7 +24,17 @@ GATE_LABELS = {
 def _condition(kind: str, size_pct: float) -> str:
     if kind == "unchanged":
         return "unchanged"
+    if kind == FALSE_ALARMS:
+        return "false alarms: unchanged and kinds not meant to move the gate"
     return f"{'slower kernel' if kind == 'kernel' else f'{kind}-side'} +{size_pct:g}%"
+
+
+def _cell(t: TallyRow | None) -> str:
+    """caught/total; '-' where the gate judged nothing or the kind is not meant to move it (its
+    regressions are false alarms, in the false-alarm column)."""
+    if t is None or not t.total or (not t.expected and t.kind not in ("unchanged", FALSE_ALARMS)):
+        return "-"
+    return f"{t.caught}/{t.total}"
 
 
 def _spread(noise: Mapping[str, PassNoise], metric: str) -> str:
@@ -37,21 +49,31 @@ def detection_markdown(run: QualityRun) -> str:
         f"# GPU gate quality on {run.plan.device}: {len(run.rows)} comparisons in {run.wall_s:.0f} s",
         "",
         "Each cell: slowdowns caught / comparisons judged (unchanged: false alarms / comparisons); "
-        "'-': the gate has nothing to judge on this device.",
+        "'-': the gate has nothing to judge on this device, or the kind is not meant to move it (a busy-wait "
+        "adds no GPU work: device time and kernel counts; a slower kernel keeps the launches: kernel counts), "
+        "whose regressions are false alarms, counted in the false-alarm column with unchanged code's.",
         "",
     ]
     conditions: list[tuple[str, float]] = []
     for t in run.tally:
         if (t.kind, t.size_pct) not in conditions:
             conditions.append((t.kind, t.size_pct))
+    conditions.sort(key=lambda c: (c[0] != "unchanged", c[0] != FALSE_ALARMS))  # stable: the rest as tallied
     cells = {(t.gate, t.kind, t.size_pct): t for t in run.tally}
     lines.append("| gate | " + " | ".join(_condition(*c) for c in conditions) + " |")
     lines.append("|---|" + "---|" * len(conditions))
     for gate, label in GATE_LABELS.items():
-        row = [cells[(gate, *c)] for c in conditions]
-        lines.append(f"| {label} | " + " | ".join(f"{t.caught}/{t.total}" if t.total else "-" for t in row) + " |")
-    per = [cells[("wall-stored", *c)].wall_s_per_comparison for c in conditions]
-    lines.append("| wall s per comparison | " + " | ".join(f"{w:.2f}" for w in per) + " |")
+        row = [cells.get((gate, *c)) for c in conditions]
+        lines.append(f"| {label} | " + " | ".join(_cell(t) for t in row) + " |")
+    per = [
+        next((t.wall_s_per_comparison for g in GATE_LABELS if (t := cells.get((g, *c))) is not None), 0.0)
+        for c in conditions
+    ]
+    lines.append(
+        "| wall s per comparison | "
+        + " | ".join("" if c[0] == FALSE_ALARMS else f"{w:.2f}" for c, w in zip(conditions, per, strict=True))
+        + " |"
+    )
     lines += [
         "",
         "| case | bound | wall ms | device ms | pass spread % (latency / device) | every Nth F.linear twice "

@@ -63,6 +63,17 @@ SIZES_PCT = (1.0, 2.0, 5.0)
 # unchanged code, GPU-side (added kernels), host-side and slower-kernel (the same launches) slowdowns
 KINDS = ("unchanged", "gpu", "host", "kernel")
 DEFAULT_KINDS = ("unchanged", "gpu", "host")
+WALL_GATES = frozenset({"wall-stored", "wall-ab", "wall-ab-paired"})
+# Which gates each kind is meant to move. A regression on any other gate is a false alarm, not a
+# catch: a busy-wait adds no GPU work (device time and kernel counts must not move), a slower kernel
+# keeps the launches (kernel counts must not move), unchanged code moves nothing.
+EXPECTED: dict[str, frozenset[str]] = {
+    "unchanged": frozenset(),
+    "gpu": frozenset(GATES),
+    "kernel": frozenset(GATES) - {"kernels"},
+    "host": WALL_GATES,
+}
+FALSE_ALARMS = "false-alarms"  # the tally's kind for a gate's false alarms over every comparison it should not move on
 GPU_CASES = (
     ("physicsnemo-block", None, "baseline"),
     ("physicsnemo-block", None, "bf16"),
@@ -560,31 +571,44 @@ def _during(step: Callable[[], Any], every: int) -> Callable[[], Any]:
 @dataclass(frozen=True, kw_only=True)
 class TallyRow:
     gate: str
-    kind: str
+    kind: str  # one of KINDS, or FALSE_ALARMS: every comparison of a kind the gate is not meant to see move
     size_pct: float
-    caught: int  # regressions (of a slowdown) or false alarms (of unchanged code)
+    caught: int  # regressions (of a slowdown the gate should see) or false alarms (where it should not)
     total: int  # comparisons the gate judged
     not_judged: int  # comparisons where the gate had nothing to judge (no device time on a CPU)
     wall_s_per_comparison: float
+    # whether this kind is meant to move this gate (EXPECTED): where not, `caught` counts false alarms,
+    # which the gate's FALSE_ALARMS row adds up, and the detection table's cell reads '-'
+    expected: bool = True
 
 
 def tally(rows: Sequence[Comparison]) -> list[TallyRow]:
-    """Per gate, kind and size: regressions / comparisons judged (a false alarm where unchanged)."""
+    """Per gate, kind and size: regressions / comparisons judged (a false alarm where the kind is not
+    meant to move the gate: unchanged code, a busy-wait's device time and kernel counts, a slower
+    kernel's kernel counts); and per gate, FALSE_ALARMS: those false alarms over all such comparisons."""
     out = []
     keys = sorted({(r.kind, r.size_pct) for r in rows}, key=lambda x: (x[0] != "unchanged", x[0], x[1]))
     for gate in GATES:
+        quiet = [r for r in rows if gate not in EXPECTED[r.kind]]
         for kind, k in keys:
             sel = [r for r in rows if r.kind == kind and r.size_pct == k]
-            judged = [r for r in sel if r.verdicts.get(gate) is not None]
-            out.append(
-                TallyRow(
-                    gate=gate,
-                    kind=kind,
-                    size_pct=k,
-                    caught=sum(r.verdicts[gate] == REGRESSION for r in judged),
-                    total=len(judged),
-                    not_judged=len(sel) - len(judged),
-                    wall_s_per_comparison=sum(r.wall_s for r in sel) / len(sel) if sel else 0.0,
-                )
-            )
+            out.append(_tally_row(gate, kind, k, sel, expected=gate in EXPECTED[kind]))
+            if kind == "unchanged" and quiet:  # beside the unchanged code's own
+                out.append(_tally_row(gate, FALSE_ALARMS, 0.0, quiet, expected=False))
+        if quiet and "unchanged" not in {k for k, _ in keys}:
+            out.append(_tally_row(gate, FALSE_ALARMS, 0.0, quiet, expected=False))
     return out
+
+
+def _tally_row(gate: str, kind: str, size_pct: float, sel: Sequence[Comparison], *, expected: bool) -> TallyRow:
+    judged = [r for r in sel if r.verdicts.get(gate) is not None]
+    return TallyRow(
+        gate=gate,
+        kind=kind,
+        size_pct=size_pct,
+        caught=sum(r.verdicts[gate] == REGRESSION for r in judged),
+        total=len(judged),
+        not_judged=len(sel) - len(judged),
+        wall_s_per_comparison=sum(r.wall_s for r in sel) / len(sel) if sel else 0.0,
+        expected=expected,
+    )

@@ -66,7 +66,7 @@ def test_the_quality_run_rehearsed_on_the_cpu_writes_its_detection_table(tmp_pat
     kinds = sorted((row["kind"], row["size_pct"]) for row in data["rows"])
     assert kinds == [("gpu", 1), ("gpu", 2), ("gpu", 5), ("host", 1), ("host", 2), ("host", 5), ("unchanged", 0)]
     tally = {(t["gate"], t["kind"], t["size_pct"]): t for t in data["tally"]}
-    assert len(tally) == 6 * 7
+    assert len(tally) == 6 * 8  # each gate: 7 conditions and its false alarms over every kind not meant to move it
     for kind, size in kinds:  # wall time is judged three ways; the CPU has no device time or kernels
         totals = {tally[(gate, kind, size)]["total"] for gate in ("wall-stored", "wall-ab", "wall-ab-paired")}
         assert totals == {1}
@@ -223,7 +223,8 @@ def test_the_slower_kernel_kind_runs_sized_and_is_dropped_where_it_adds_launches
     result = gq.run(plan, build)
     assert [r.kind for r in result.rows] == ["unchanged", "kernel"]
     assert result.setups[0].wider_every.keys() == {"50"} and result.setups[0].kernel_note is None
-    assert "| gate | unchanged | slower kernel +50% |" in detection_markdown(result)
+    header = "| gate | unchanged | false alarms: unchanged and kinds not meant to move the gate | slower kernel +50% |"
+    assert header in detection_markdown(result)
     setup = gq.CaseSetup(case="m-tiny-baseline", bound=None, wall_ms=1.0, device_ms=None)
     _, step, _ = build(None)
     slowed = gq._gpu_slowed(plan, None, build, step, False, setup, random.Random(0), same_launch=True, launches=5.0)
@@ -308,3 +309,37 @@ def test_each_comparison_keeps_the_gpus_clocks_and_the_gates_telemetry_reason(mo
     plan = gq.Plan(device="cuda:0", cases=(("c", None, "bf16"),))
     table = detection_markdown(gq.QualityRun(plan=plan, setups=[setup], rows=rows, tally=gq.tally(rows), wall_s=1.0))
     assert "| c | 1800..1900 | - | hw_thermal_slowdown 100%, sw_power_cap 100% | 1/2 |" in table
+
+
+def _row(kind: str, size: float, verdicts: dict[str, str], repeat: int = 0) -> gq.Comparison:
+    return gq.Comparison(case="c", kind=kind, size_pct=size, repeat=repeat, verdicts=verdicts, messages={},
+                         wall_s=0.1, wall_change_pct=0.0, device_change_pct=0.0)  # fmt: skip
+
+
+def test_a_gate_a_kind_does_not_move_counts_its_regressions_as_false_alarms_not_catches() -> None:
+    """A busy-wait adds no GPU work: a device-time or kernel-count "regression" on a host-side
+    slowdown is a false alarm, not a catch (nor a kernel-count one on the slower-kernel kind, which
+    keeps the launches). Such a cell reads '-' and its regressions join the gate's false alarms."""
+    from perfgate.output.gpu_quality import detection_markdown
+
+    every = dict.fromkeys(gq.GATES, "unchanged")
+    rows = [
+        _row("unchanged", 0.0, every),
+        _row("host", 2.0, {**every, "wall-ab": "regression", "device-time": "regression"}),
+        _row("host", 2.0, {**every, "device-time": "regression", "kernels": "regression"}, repeat=1),
+        _row("kernel", 2.0, {**every, "device-time-ab": "regression", "kernels": "regression"}),
+    ]
+    plan = gq.Plan(device="cuda:0", cases=(("c", None, "bf16"),))
+    setup = gq.CaseSetup(case="c", bound="device-bound", wall_ms=1.4, device_ms=1.37)
+    table = detection_markdown(gq.QualityRun(plan=plan, setups=[setup], rows=rows, tally=gq.tally(rows), wall_s=1.0))
+    # columns: unchanged, false alarms (all), host-side +2%, slower kernel +2%
+    assert "| device time, stored | 0/1 | 2/3 | - | 0/1 |" in table
+    assert "| kernel counts, stored | 0/1 | 2/4 | - | - |" in table
+    assert "| wall time, same-job A/B (unpaired) | 0/1 | 0/1 | 1/2 | 0/1 |" in table
+    t = {(r.gate, r.kind, r.size_pct): r for r in gq.tally(rows)}
+    assert (t[("wall-ab", "host", 2.0)].caught, t[("wall-ab", "host", 2.0)].total) == (1, 2)
+    assert t[("device-time", "host", 2.0)].expected is False
+    assert (t[("device-time", gq.FALSE_ALARMS, 0.0)].caught, t[("device-time", gq.FALSE_ALARMS, 0.0)].total) == (2, 3)
+    assert (t[("kernels", gq.FALSE_ALARMS, 0.0)].caught, t[("kernels", gq.FALSE_ALARMS, 0.0)].total) == (2, 4)
+    assert (t[("wall-ab", gq.FALSE_ALARMS, 0.0)].caught, t[("wall-ab", gq.FALSE_ALARMS, 0.0)].total) == (0, 1)
+    assert t[("device-time-ab", "kernel", 2.0)].expected and t[("device-time-ab", "kernel", 2.0)].caught == 1
