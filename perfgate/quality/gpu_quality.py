@@ -10,7 +10,12 @@ eager and CUDA-graph cases on a GPU), in one process:
    bound; `kinds` picks the conditions), the unchanged step and the step slowed:
    - GPU-side: every Nth `F.linear` done twice, N sized from the step's linear share so that the
      step's GPU work grows by 1%, 2%, 5% (perfgate.quality.inject.every_nth); for a CUDA-graph case
-     the doubling is captured into a graph of its own (the replay calls no F.linear);
+     the doubling is captured into a graph of its own (the replay calls no F.linear). The share is
+     read from ONE window alternating the plain step and the step with every F.linear doubled
+     (`sized_share`), N chosen by the size it realises (no rounding half to even) and, on an eager
+     step, so that the stored profiler window holds whole periods. The sizes are targets: each
+     comparison reports the size it realised (`realised_device_pct`, the device-time A/B window's
+     median block log ratio; `realised_wall_pct`, the wall-time A/B's), and so does the table;
    - host-side: a busy-wait at the start of the step worth 1%, 2%, 5% of its wall time (the GPU
      idles meanwhile: what a slower Python path or dispatch does).
    - a slower kernel (kind "kernel", asked for by name): every Nth `F.linear` twice as wide in one
@@ -28,7 +33,9 @@ eager and CUDA-graph cases on a GPU), in one process:
    counts against the record (`judge_kernels`). Each comparison's raw rounds are kept,
    and the run is written after each comparison (a run cut short keeps what it judged).
 3. **Tally**, per gate and condition: caught/total for slowdowns, false alarms/comparisons for the
-   unchanged ones, and the wall time each comparison took.
+   unchanged ones, and the wall time each comparison took. A kind is judged only by the gates it is
+   meant to move (`EXPECTED`: a busy-wait adds no GPU work, a slower kernel keeps the launches); a
+   regression on another gate is a false alarm, counted per gate with unchanged code's (`FALSE_ALARMS`).
 
 On a CPU (`--device cpu`: the rehearsal the tests run) there is no device time and no kernel
 count: those columns say so, and the GPU-side slowdown is sized from wall time instead.
@@ -131,6 +138,10 @@ class Comparison:
     device_ms: list[float] = field(default_factory=list)  # the current step's GPU busy time per round of one window
     ab_base_device_ms: list[float] = field(default_factory=list)  # the unchanged step's, beside them
     gpu_state: GpuState | None = None  # the GPU's clocks and power meanwhile
+    # the size it realised, in %: the median log ratio of the device-time A/B window's blocks (None on
+    # a CPU), and of the wall-time A/B's paired rounds (what a host-side slowdown moves)
+    realised_device_pct: float | None = None
+    realised_wall_pct: float | None = None
 
 
 @dataclass(kw_only=True)
@@ -141,6 +152,8 @@ class CaseSetup:
     device_ms: float | None
     linear_every: dict[str, int] = field(default_factory=dict)  # size -> N of the GPU-side slowdown
     wider_every: dict[str, int] = field(default_factory=dict)  # size -> N of the slower-kernel slowdown
+    shares: dict[str, float] = field(default_factory=dict)  # kind -> F.linear's share of the step (sized_share)
+    linear_calls_per_step: int | None = None  # F.linear calls per step (None: a replayed graph, or no GPU-side kind)
     kernel_note: str | None = None  # why the slower-kernel slowdown did not run here
     record_gpu_state: GpuState | None = None  # the GPU while the record's passes ran
     busy_wait_ms: dict[str, float] = field(default_factory=dict)  # size -> the host-side busy-wait
@@ -257,11 +270,11 @@ def busy_wait_step(step: Callable[[], Any], wait_ms: float) -> Callable[[], Any]
     return slowed
 
 
-def every_nth_for(share: float, target: float) -> int:
+def every_nth_for(share: float, target: float, *, window_calls: int | None = None) -> int:
     """Every how many F.linear calls to do one twice so the step grows by `target` (perfgate.quality.inject)."""
     from perfgate.quality.inject import every_nth
 
-    return every_nth(share, target)
+    return every_nth(share, target, window_calls=window_calls)
 
 
 def linear_share(plain: float, doubled: float) -> float:
@@ -470,6 +483,8 @@ def _compare(
             device_ms=device_rounds[1] if device_rounds else [],
             ab_base_device_ms=device_rounds[0] if device_rounds else [],
             gpu_state=gpu_state(tel),
+            realised_device_pct=realised_pct(device_rounds[0], device_rounds[1]) if device_rounds else None,
+            realised_wall_pct=realised_pct(ab_base, cur_samples),
         )
 
 
@@ -506,38 +521,47 @@ def _gpu_slowed(
 ) -> dict[float, Callable[[], Any]]:
     """Per size, the step with every Nth F.linear done twice (GPU-side: added kernels), or, with
     `same_launch`, with every Nth F.linear twice as wide in one launch (a slower kernel; `launches`:
-    the record's kernel launches per step, None on a CPU). N sized from the step with every F.linear slowed so
-    against the plain step (on a CPU from wall time, on a GPU device time). A wider step that
+    the record's kernel launches per step, None on a CPU). N sized from ONE window alternating the
+    plain step and the step with every F.linear slowed so (`sized_share`: on a CPU wall time, on a
+    GPU device time), chosen by the size it realises and, on an eager step, so that the stored
+    profiler window holds whole periods (perfgate.quality.inject.every_nth). A wider step that
     launches more kernels than the record is no same-launch slowdown: none is returned, and the
     set-up says why."""
     from perfgate.quality.inject import slow_linear_wider, slow_op, wider_step
 
     patch = slow_linear_wider if same_launch else (lambda n: slow_op("linear", n))
-    undo, _ = patch(1)
-    try:
-        slowed_case = build(spec)[1] if graphed else step
-        if plan.device.startswith("cuda"):
-            # One call first: the wider patch makes each weight's wider copy at its first call (a
-            # torch.cat, a kernel of its own), which the window must not count as the step's.
-            slowed_case()
-            slowed_ms, slowed_kernels, _, _ = profiled(slowed_case, plan.device, plan.profile_steps)
-            share = linear_share(setup.device_ms or 0.0, slowed_ms or 0.0)
-        else:
-            med = interleaved_ms([slowed_case], plan.device, max(5, plan.rounds // 3), rng)[0]
-            share = linear_share(setup.wall_ms, sorted(med)[len(med) // 2])
-            slowed_kernels = None
-    finally:
-        undo()
+    calls: int | None = None
+    if graphed:  # every call slowed, captured into a graph of its own (its replay calls no F.linear)
+        undo, seen = patch(1)
+        try:
+            slowed_case = _holding(build(spec)[1], seen)
+        finally:
+            undo()
+    else:  # slowed only while it runs: the plain step beside it in one window stays plain
+        slowed_case = wider_step(step, 1) if same_launch else _during(step, 1)
+        calls = linear_calls(step)
+    # One call first: the wider patch makes each weight's wider copy at its first call (a torch.cat,
+    # a kernel of its own), which no window must count as the step's.
+    slowed_case()
+    slowed_kernels = None  # on a GPU, for a same-launch slowdown: what the slowed step launches
+    if same_launch and plan.device.startswith("cuda"):
+        slowed_kernels = profiled(slowed_case, plan.device, plan.profile_steps)[1]
+    share = sized_share(plan, step, slowed_case, rng)
     del slowed_case  # a graph case's slowed copy: one model fewer on the device
+    setup.shares["kernel" if same_launch else "gpu"] = share
+    setup.linear_calls_per_step = calls
     if same_launch and slowed_kernels != launches:
         setup.kernel_note = (
             f"not a same-launch slowdown here: {slowed_kernels} kernel launches per step, not {launches}"
         )
         return {}
     every = setup.wider_every if same_launch else setup.linear_every
+    # an eager step's doubled calls counted in the stored window: whole periods (a replayed graph
+    # repeats the calls its capture doubled, the same in every step)
+    window_calls = calls * plan.profile_steps if calls else None
     out: dict[float, Callable[[], Any]] = {}
     for k in plan.sizes_pct:
-        n = every_nth_for(share, k / 100)
+        n = every_nth_for(share, k / 100, window_calls=window_calls)
         every[f"{k:g}"] = n
         if graphed:  # the slowdown must be captured: a graph of its own, built under the patch
             undo, seen = patch(n)
@@ -548,6 +572,41 @@ def _gpu_slowed(
         else:
             out[k] = wider_step(step, n) if same_launch else _during(step, n)
     return out
+
+
+def sized_share(plan: Plan, plain: Callable[[], Any], slowed: Callable[[], Any], rng: random.Random) -> float:
+    """F.linear's share of the step, from ONE window alternating the plain step and the step with
+    every F.linear slowed (on a GPU each step's device time in one profiler window, told apart by its
+    mark; on a CPU wall time), the median of the rounds' ratios: what drifts between windows (the
+    unchanged bf16 block moved 2.7% window to window on an H200) hits both sides alike. Sizing it
+    from the record's last pass against a later window of the slowed step carried that drift."""
+    if plan.device.startswith("cuda"):
+        from perfgate.measure.op_counts import interleaved_device_ms
+
+        got = interleaved_device_ms([plain, slowed], plan.device, plan.profile_steps, rng)
+    else:
+        got = interleaved_ms([plain, slowed], plan.device, max(5, plan.rounds // 3), rng)
+    ratios = [c / b for b, c in zip(*got, strict=True) if b > 0] if got else []
+    return linear_share(1.0, statistics.median(ratios)) if ratios else 1e-6
+
+
+def linear_calls(step: Callable[[], Any]) -> int:
+    """How many times one call of `step` calls F.linear (0 for a replayed CUDA graph)."""
+    from perfgate.quality.inject import slow_op
+
+    undo, seen = slow_op("linear", 2**62)  # counted, never doubled
+    try:
+        step()
+    finally:
+        undo()
+    return seen.calls
+
+
+def realised_pct(base: Sequence[float], current: Sequence[float]) -> float | None:
+    """The change one window measured, in %: the median of its paired rounds' log ratios
+    current/base (None without rounds: no device time on a CPU)."""
+    logs = [math.log(c / b) for b, c in zip(base, current, strict=False) if b > 0 and c > 0]
+    return (math.exp(statistics.median(logs)) - 1) * 100 if logs else None
 
 
 def _holding(step: Callable[[], Any], seen: OpCalls) -> Callable[[], Any]:
@@ -580,6 +639,10 @@ class TallyRow:
     # whether this kind is meant to move this gate (EXPECTED): where not, `caught` counts false alarms,
     # which the gate's FALSE_ALARMS row adds up, and the detection table's cell reads '-'
     expected: bool = True
+    # the size the comparisons realised (Comparison.realised_*): median and range over them, in %
+    realised_device_pct: float | None = None
+    realised_device_range: tuple[float, float] | None = None
+    realised_wall_pct: float | None = None
 
 
 def tally(rows: Sequence[Comparison]) -> list[TallyRow]:
@@ -611,4 +674,15 @@ def _tally_row(gate: str, kind: str, size_pct: float, sel: Sequence[Comparison],
         not_judged=len(sel) - len(judged),
         wall_s_per_comparison=sum(r.wall_s for r in sel) / len(sel) if sel else 0.0,
         expected=expected,
+        **({} if kind == FALSE_ALARMS else _realised(sel)),
     )
+
+
+def _realised(sel: Sequence[Comparison]) -> dict[str, Any]:
+    dev = [r.realised_device_pct for r in sel if r.realised_device_pct is not None]
+    wall = [r.realised_wall_pct for r in sel if r.realised_wall_pct is not None]
+    return {
+        "realised_device_pct": statistics.median(dev) if dev else None,
+        "realised_device_range": (min(dev), max(dev)) if dev else None,
+        "realised_wall_pct": statistics.median(wall) if wall else None,
+    }

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import statistics
 import subprocess
 from pathlib import Path
 
@@ -266,6 +267,7 @@ def test_the_wider_copies_are_made_before_the_window_that_counts_the_slowed_step
         return 2.0, launches, {}, {}
 
     monkeypatch.setattr(gq, "profiled", profiled_as_on_a_gpu)
+    monkeypatch.setattr(op_counts, "interleaved_device_ms", lambda steps, device, rounds, rng, **_: [[1.0], [2.0]])
     plan = gq.Plan(device="cuda:0", cases=(("m", "tiny", "baseline"),), kinds=("kernel",), sizes_pct=(2.0,),
                    profile_steps=10)  # fmt: skip
     setup = gq.CaseSetup(case="m-tiny-baseline", bound=None, wall_ms=1.0, device_ms=1.0)
@@ -273,6 +275,7 @@ def test_the_wider_copies_are_made_before_the_window_that_counts_the_slowed_step
     slowed = gq._gpu_slowed(plan, None, build, step, False, setup, random.Random(0), same_launch=True, launches=1.0)
     assert setup.kernel_note is None
     assert slowed.keys() == {2.0} and setup.wider_every == {"2": 50}  # share 1.0 (2.0 ms against 1.0) / 2%
+    assert setup.linear_calls_per_step == 1
 
 
 def test_each_comparison_keeps_the_gpus_clocks_and_the_gates_telemetry_reason(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -343,3 +346,95 @@ def test_a_gate_a_kind_does_not_move_counts_its_regressions_as_false_alarms_not_
     assert (t[("kernels", gq.FALSE_ALARMS, 0.0)].caught, t[("kernels", gq.FALSE_ALARMS, 0.0)].total) == (2, 4)
     assert (t[("wall-ab", gq.FALSE_ALARMS, 0.0)].caught, t[("wall-ab", gq.FALSE_ALARMS, 0.0)].total) == (0, 1)
     assert t[("device-time-ab", "kernel", 2.0)].expected and t[("device-time-ab", "kernel", 2.0)].caught == 1
+
+
+def test_n_is_chosen_by_the_size_it_realises_and_holds_whole_periods_in_the_stored_window() -> None:
+    """share / N closest to the target, not share / target rounded half to even (share 0.05 for +2%:
+    N = 3, +1.67%, not N = 2, +2.5%); on an eager step N divides the stored window's F.linear calls
+    where that lands within a quarter of the target, so every window counts as many doubled calls."""
+    from perfgate.quality import inject
+
+    assert gq.every_nth_for(0.05, 0.02) == 3
+    assert gq.every_nth_for(0.025, 0.01) == 3  # 2.5 rounds to 2 in Python: +1.25%; N = 3 is +0.83%, closer
+    assert gq.every_nth_for(0.03, 0.02) == 2  # +1.5% beats +3%
+    assert inject.every_nth(0.45, 0.02) == 23  # +1.96%
+    assert inject.every_nth(0.45, 0.02, window_calls=40) == 20  # +2.25%: 4 F.linear a step, 10 steps: 2 doubled each
+    assert inject.every_nth(0.45, 0.02, window_calls=7) == 23  # 7's divisors miss by far more than a quarter
+    assert inject.every_nth(0.01, 0.02, window_calls=40) == 1
+
+
+def test_the_gpu_side_share_is_sized_from_one_window_alternating_the_plain_and_slowed_steps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The share is read from ONE profiler window alternating the plain step and the step with
+    every F.linear doubled: the record's pass and a later window of the slowed step drift apart (the
+    unchanged bf16 block moved 2.7% window to window on an H200), which sized N wrong. Here the
+    record read 1.0 ms, a later window finds the GPU 5% slower (plain 1.05, slowed 2.10 ms): the
+    share is 1.0 (N = 50 for +2%), not 1.1 (N = 55, +1.8%)."""
+    import random
+
+    import torch
+
+    lin, x = torch.nn.Linear(64, 64), torch.randn(8, 64)
+    step = lambda: torch.nn.functional.linear(x, lin.weight, lin.bias)  # noqa: E731
+    windows: list[int] = []
+
+    def window(steps, device, rounds, rng, *, block_steps=1):
+        windows.append(len(steps))
+        return [[1.05] * rounds, [2.10] * rounds]
+
+    monkeypatch.setattr(gq, "profiled", lambda step, device, steps: (2.10, 1.0, {}, {}))
+    monkeypatch.setattr(op_counts, "interleaved_device_ms", window)
+    plan = gq.Plan(device="cuda:0", cases=(("m", "tiny", "baseline"),), kinds=("gpu",), sizes_pct=(2.0,),
+                   profile_steps=10)  # fmt: skip
+    setup = gq.CaseSetup(case="m-tiny-baseline", bound=None, wall_ms=1.1, device_ms=1.0)
+    slowed = gq._gpu_slowed(plan, None, lambda spec: ("m", step, False), step, False, setup, random.Random(0))
+    assert windows == [2]  # the plain and the slowed step, in one window
+    assert setup.shares["gpu"] == pytest.approx(1.0)
+    assert setup.linear_every == {"2": 50} and slowed.keys() == {2.0}
+    assert setup.linear_calls_per_step == 1  # 10 calls a window: N = 50 holds no whole period, none within a quarter
+
+
+def test_each_comparison_and_cell_reports_the_size_it_realised(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The columns name the target; the run reports what each comparison measured it at, the median
+    log ratio of the device-time A/B window's blocks, per row, per cell (median and range) and per
+    case. The kept H200 run's bf16 '+2%' (docs/data/gpu-2026-11-28-h200, blocked by five) realised
+    +2.4%. On a CPU there is no device time: the row says '-'."""
+    import gzip
+
+    from perfgate.measure.device_time import block_means
+    from perfgate.output.gpu_quality import detection_markdown
+
+    kept = Path(__file__).resolve().parents[2] / "docs" / "data" / "gpu-2026-11-28-h200" / "quality.json.gz"
+    rows = [r for r in json.loads(gzip.decompress(kept.read_bytes()))["rows"] if r["kind"] == "gpu"]
+    bf16 = [r for r in rows if "bf16" in r["case"]]
+    realised = [gq.realised_pct(block_means(r["ab_base_device_ms"], 5), block_means(r["device_ms"], 5)) for r in bf16]
+    assert len(realised) == 20 and 2.2 < statistics.median(realised) < 2.6
+
+    every = dict.fromkeys(gq.GATES, "unchanged")
+    cmp = [
+        gq.Comparison(case="c", kind="gpu", size_pct=2.0, repeat=i, verdicts=every, messages={}, wall_s=0.1,
+                      wall_change_pct=0.0, device_change_pct=0.0, realised_device_pct=v, realised_wall_pct=0.5)
+        for i, v in enumerate((2.32, 2.43, 2.74))
+    ]  # fmt: skip
+    plan = gq.Plan(device="cuda:0", cases=(("c", None, "bf16"),))
+    setup = gq.CaseSetup(case="c", bound="device-bound", wall_ms=1.4, device_ms=1.37)
+    run = gq.QualityRun(plan=plan, setups=[setup], rows=cmp, tally=gq.tally(cmp), wall_s=1.0)
+    (cell,) = {(t.realised_device_pct, t.realised_device_range) for t in run.tally}
+    assert cell == (2.43, (2.32, 2.74))
+    table = detection_markdown(run)
+    assert "| realised % by device time, same-job A/B" in table and "| +2.43 (+2.32..+2.74) |" in table
+    assert "| gpu-side +2%: +2.43 |" in table  # per case
+    assert run.to_json()["tally"][0]["realised_device_pct"] == 2.43
+
+    import torch
+
+    lin, x = torch.nn.Linear(32, 32), torch.randn(8, 32)
+    build = lambda spec: ("m-tiny-baseline", (lambda: torch.nn.functional.linear(x, lin.weight, lin.bias)), False)  # noqa: E731
+    cpu = gq.Plan(device="cpu", cases=(("m", "tiny", "baseline"),), kinds=("gpu",), sizes_pct=(50.0,), repeats=1,
+                  rounds=3, passes=2, profile_steps=1, warmup_s=0.0)  # fmt: skip
+    result = gq.run(cpu, build)
+    (row,) = result.rows
+    assert row.realised_device_pct is None and row.realised_wall_pct is not None
+    label = "realised % by device time, same-job A/B (median of the blocks' log ratios; comparisons' median (range))"
+    assert f"| {label} | - |" in detection_markdown(result)
