@@ -53,12 +53,12 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from perfgate.gate.detectable import noise_block, noise_of
+from perfgate.gate.detectable import with_pass_noise
 from perfgate.gate.instructions import judge_kernels
 from perfgate.gate.metrics import judge_device_time, judge_latency, judge_latency_samples
 from perfgate.gate.paired import judge_device_time_rounds, judge_rounds
 from perfgate.gate.settings import GateSettings
-from perfgate.gate.verdicts import REGRESSION
+from perfgate.gate.verdicts import REGRESSION, UNRELIABLE
 from perfgate.record import CaseRecord, PassNoise, as_json
 
 if TYPE_CHECKING:
@@ -156,6 +156,8 @@ class CaseSetup:
     linear_calls_per_step: int | None = None  # F.linear calls per step (None: a replayed graph, or no GPU-side kind)
     kernel_note: str | None = None  # why the slower-kernel slowdown did not run here
     record_gpu_state: GpuState | None = None  # the GPU while the record's passes ran
+    record_remeasured: int | None = None  # 1: its passes disagreed and the last was measured again
+    record_unreliable: str | None = None  # why the gate distrusts the record (passes apart, the GPU's telemetry)
     busy_wait_ms: dict[str, float] = field(default_factory=dict)  # size -> the host-side busy-wait
     pass_noise: dict[str, PassNoise] = field(default_factory=dict)  # by metric, as the record keeps it
     build_s: float = 0.0
@@ -325,6 +327,10 @@ def judge_all(
     kv = judge_kernels(case, cur, base, s)
     out["kernels"] = kv.verdict if kv else None
     msgs["kernels"] = kv.message if kv else "no kernel count here (a CPU run)"
+    if cur.unreliable:  # perfgate.gate.decide.compare: a run the telemetry distrusts has no stored timing verdicts
+        for gate in ("wall-stored", "device-time"):
+            if out[gate] is not None:
+                out[gate], msgs[gate] = UNRELIABLE, cur.unreliable
     return out, msgs
 
 
@@ -354,13 +360,20 @@ def run(
             continue
         progress(f"{case}: warming up, then recording ({plan.passes} passes)")
         warm_up(step, plan.device, plan.warmup_s)
-        passes = []
+
+        def one_pass(step: Callable[[], Any] = step) -> CaseRecord:
+            samples = interleaved_ms([step], plan.device, plan.rounds, rng)[0]
+            return record_of(samples, profiled(step, plan.device, plan.profile_steps))
+
         with gpu_sampler(plan.device) as tel:
-            for _ in range(plan.passes):
-                samples = interleaved_ms([step], plan.device, plan.rounds, rng)[0]
-                passes.append(record_of(samples, profiled(step, plan.device, plan.profile_steps)))
-        noise = noise_block(noise_of(passes))
-        base = replace(passes[-1], pass_noise=noise)
+            passes = [one_pass() for _ in range(plan.passes)]
+            # the runner's rule (perfgate.gate.detectable.with_pass_noise): passes that disagree
+            # re-measure the last once, and still disagreeing flag the record unreliable
+            base = with_pass_noise(passes[:-1], passes[-1], settings.latency_tolerance, one_pass)
+        record_state = gpu_state(tel)
+        if record_state.unreliable:  # as the runner's record: the GPU's telemetry distrusts these timings
+            base = replace(base, unreliable="; ".join(x for x in (base.unreliable, record_state.unreliable) if x))
+        noise = base.pass_noise or {}
         if plan.trace_dir is not None:  # a real trace of a few steps, for tests that read one offline
             from perfgate.measure.op_counts import count_step
 
@@ -377,29 +390,36 @@ def run(
             wall_ms=wall,
             device_ms=dev,
             pass_noise=noise,
-            record_gpu_state=gpu_state(tel),
+            record_gpu_state=record_state,
+            record_remeasured=base.remeasured,
+            record_unreliable=base.unreliable,
         )
+        # The current side is a second build of the case (the same seed): its own model, graph and
+        # memory, as the product's A/B compares two builds, not one step with itself. The slowed
+        # sides wrap it (a graph case's are builds of their own, captured under the patch).
+        twin = build(spec)[1]
+        warm_up(twin, plan.device, plan.warmup_s)
         gpu_steps: dict[float, Callable[[], Any]] = {}
         host_steps: dict[float, Callable[[], Any]] = {}
         kernel_steps: dict[float, Callable[[], Any]] = {}
         if "gpu" in plan.kinds:
-            gpu_steps = _gpu_slowed(plan, spec, build, step, graphed, setup, rng)
+            gpu_steps = _gpu_slowed(plan, spec, build, twin, graphed, setup, rng)
         if "kernel" in plan.kinds:
             try:
                 kernel_steps = _gpu_slowed(
-                    plan, spec, build, step, graphed, setup, rng, same_launch=True, launches=base.kernels_per_step
+                    plan, spec, build, twin, graphed, setup, rng, same_launch=True, launches=base.kernels_per_step
                 )
             except Exception as exc:  # noqa: BLE001 - a model whose code cannot take a wider output loses this kind only
                 setup.kernel_note = f"could not inject: {type(exc).__name__}: {str(exc)[:120]}"
         if "host" in plan.kinds:
             for k in plan.sizes_pct:
                 setup.busy_wait_ms[f"{k:g}"] = wall * k / 100
-                host_steps[k] = busy_wait_step(step, wall * k / 100)
+                host_steps[k] = busy_wait_step(twin, wall * k / 100)
         setup.build_s = time.perf_counter() - t0
         setups.append(setup)
         conditions: list[tuple[str, float, Callable[[], Any]]] = []
         if "unchanged" in plan.kinds:
-            conditions.append(("unchanged", 0.0, step))
+            conditions.append(("unchanged", 0.0, twin))
         conditions += [("gpu", k, slowed) for k, slowed in gpu_steps.items()]
         conditions += [("host", k, slowed) for k, slowed in host_steps.items()]
         conditions += [("kernel", k, slowed) for k, slowed in kernel_steps.items()]
@@ -411,7 +431,7 @@ def run(
                         plan=plan, setups=setups, rows=rows, tally=tally(rows), wall_s=time.perf_counter() - t_start
                     )
                 )
-        del step, gpu_steps, host_steps, kernel_steps, conditions
+        del step, twin, gpu_steps, host_steps, kernel_steps, conditions
         if cuda:
             torch.cuda.empty_cache()
     return QualityRun(plan=plan, setups=setups, rows=rows, tally=tally(rows), wall_s=time.perf_counter() - t_start)
@@ -455,6 +475,9 @@ def _compare(
                 device_error = None
             except Exception as exc:  # noqa: BLE001 - this window never ran on a GPU yet: it may lose its gate, not the run
                 device_rounds, device_error = None, f"{type(exc).__name__}: {exc}"
+        state = gpu_state(tel)
+        if state.unreliable:  # as the gate does a run its GPU's telemetry distrusts: stored timings not judged
+            cur = replace(cur, unreliable=state.unreliable)
         verdicts, msgs = judge_all(
             case,
             base,
@@ -482,7 +505,7 @@ def _compare(
             ab_base_ms=list(ab_base),
             device_ms=device_rounds[1] if device_rounds else [],
             ab_base_device_ms=device_rounds[0] if device_rounds else [],
-            gpu_state=gpu_state(tel),
+            gpu_state=state,
             realised_device_pct=realised_pct(device_rounds[0], device_rounds[1]) if device_rounds else None,
             realised_wall_pct=realised_pct(ab_base, cur_samples),
         )

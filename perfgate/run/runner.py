@@ -252,20 +252,18 @@ class Runner:
         if not earlier:
             return result
         limit = self.config.policy.settings(case.model, case.variant, "latency", case.device).latency_tolerance
-        noise, dropped = detectable.noise_of([*earlier, result.record]), None
-        if detectable.disagreement(noise, limit) is not None:
+        again: list[CaseResult] = []
+
+        def remeasure() -> CaseRecord:
             if progress:
                 progress("the recording passes disagree (a slow phase?); re-measuring")
             _release(result)
-            again = self.measure(case, progress)
-            again.record = replace(again.record, remeasured=1)
-            # A slow phase caught by an earlier pass is left out when the others then agree.
-            kept, dropped = detectable.without_slow_pass([*earlier, again.record], limit)
-            result, noise = again, detectable.noise_of(kept)
-            why = detectable.disagreement(noise, limit)
-            if why is not None:
-                result.record = replace(result.record, unreliable=why)
-        result.record = replace(result.record, pass_noise=detectable.noise_block(noise, dropped=dropped))
+            again.append(self.measure(case, progress))
+            return again[-1].record
+
+        record = detectable.with_pass_noise(earlier, result.record, limit, remeasure)
+        result = again[-1] if again else result
+        result.record = record
         return result
 
     def _attach_evidence(

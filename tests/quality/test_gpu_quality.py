@@ -104,7 +104,14 @@ def test_a_graph_case_gets_its_gpu_side_slowdown_built_in_and_every_comparison_i
     saved: list[int] = []  # rows in each checkpoint: one per comparison, so a cut run keeps what it judged
     result = gq.run(plan, build, checkpoint=lambda run: saved.append(len(run.rows)))
     assert saved == [1, 2, 3, 4, 5, 6, 7]
-    assert builds == [False, True, True, True, True]  # the case, its every-call-doubled copy, one per size
+    assert builds == [
+        False,
+        False,
+        True,
+        True,
+        True,
+        True,
+    ]  # the case, its second build, the every-call-doubled copy, one per size
     assert torch.nn.functional.linear is original  # nothing left patched
     assert len(result.rows) == 7 and all(r.verdicts["wall-ab"] is not None for r in result.rows)
     assert result.setups[0].linear_every.keys() == {"1", "2", "5"}
@@ -126,7 +133,10 @@ def test_kinds_and_unchanged_repeats_choose_the_comparisons_and_a_cut_run_has_so
                    repeats=2, unchanged_repeats=4, rounds=3, passes=2, profile_steps=1, warmup_s=0.0)  # fmt: skip
     order: list[tuple[str, float]] = []
     result = gq.run(plan, build, checkpoint=lambda run: order.append((run.rows[-1].kind, run.rows[-1].size_pct)))
-    assert builds == ["baseline"]  # no copy built to size a GPU-side slowdown
+    assert builds == [
+        "baseline",
+        "baseline",
+    ]  # its second build (the current side), no copy to size a GPU-side slowdown
     assert order == [("unchanged", 0), ("host", 5), ("unchanged", 0), ("host", 5), ("unchanged", 0), ("unchanged", 0)]
     assert result.setups[0].linear_every == {} and result.setups[0].busy_wait_ms.keys() == {"5"}
     tally = {(t.gate, t.kind): t.total for t in result.tally}
@@ -438,3 +448,81 @@ def test_each_comparison_and_cell_reports_the_size_it_realised(monkeypatch: pyte
     assert row.realised_device_pct is None and row.realised_wall_pct is not None
     label = "realised % by device time, same-job A/B (median of the blocks' log ratios; comparisons' median (range))"
     assert f"| {label} | - |" in detection_markdown(result)
+
+
+def test_the_unchanged_side_is_a_second_build_of_the_case_not_the_recorded_step_itself() -> None:
+    """The product's A/B compares two builds (two processes): the quality run's unchanged comparisons
+    compare the recorded step with a second build of the case (the same seed), its own model and
+    memory; the slowed sides wrap that build too (a graph case's are builds of their own)."""
+    import torch
+
+    calls: list[int] = []  # per build, its step's calls
+    builds: list[bool] = []  # per build: was F.linear patched meanwhile
+    original = torch.nn.functional.linear
+
+    def build(spec):
+        i = len(calls)
+        calls.append(0)
+        builds.append(torch.nn.functional.linear is not original)
+        torch.manual_seed(0)
+        lin, x = torch.nn.Linear(32, 32), torch.randn(8, 32)
+
+        def step():
+            calls[i] += 1
+            return torch.nn.functional.linear(x, lin.weight, lin.bias)
+
+        return "m-tiny-baseline", step, False
+
+    plan = gq.Plan(device="cpu", cases=(("m", "tiny", "baseline"),), kinds=("unchanged", "host"), sizes_pct=(5.0,),
+                   repeats=1, rounds=3, passes=2, profile_steps=1, warmup_s=0.0)  # fmt: skip
+    before: list[int] = []
+    result = gq.run(plan, build, checkpoint=lambda run: before.append(calls[1]) if len(run.rows) == 1 else None)
+    assert builds == [False, False]  # the case, and its second build, unpatched
+    assert len(result.rows) == 2 and before and before[0] > 3  # the unchanged comparison ran the second build's step
+    assert calls[1] > before[0]  # and the host-side slowdown wraps it
+
+
+def test_the_stored_record_takes_the_runners_pass_rule_and_the_gpus_telemetry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The quality run's record is built as the runner's (perfgate.gate.detectable.with_pass_noise):
+    passes further apart than the latency tolerance re-measure the last once; still apart, the record
+    is flagged unreliable and the stored wall-time gate does not judge against it. A GPU whose
+    telemetry the gate distrusts flags the record, and a comparison it distrusts gets no stored
+    timing verdicts, as perfgate.gate.decide.compare does."""
+    import torch
+
+    lin, x = torch.nn.Linear(32, 32), torch.randn(8, 32)
+
+    def build(spec):
+        return "m-tiny-baseline", (lambda: torch.nn.functional.linear(x, lin.weight, lin.bias)), False
+
+    real = gq.interleaved_ms
+    plan = gq.Plan(device="cpu", cases=(("m", "tiny", "baseline"),), kinds=("unchanged",), repeats=1, rounds=3,
+                   passes=2, profile_steps=1, warmup_s=0.0)  # fmt: skip
+
+    def scripted(passes: list[float]):
+        def timed(steps, device, rounds, rng):
+            if len(steps) == 1 and passes:  # a record pass
+                return [[passes.pop(0)] * rounds]
+            return real(steps, device, rounds, rng)
+
+        return timed
+
+    monkeypatch.setattr(gq, "interleaved_ms", scripted([1.0, 1.3, 1.0]))  # a slow phase, then agreeing again
+    result = gq.run(plan, build)
+    assert result.setups[0].record_remeasured == 1 and result.setups[0].record_unreliable is None
+    monkeypatch.setattr(gq, "interleaved_ms", scripted([1.0, 1.3, 1.3]))  # still apart
+    result = gq.run(plan, build)
+    assert "recording passes disagree" in (result.setups[0].record_unreliable or "")
+    (row,) = result.rows
+    assert row.verdicts["wall-stored"] == "inconclusive" and "measured unreliably" in row.messages["wall-stored"]
+    assert row.verdicts["wall-ab"] is not None
+
+    monkeypatch.setattr(gq, "interleaved_ms", real)
+    why = "hw_thermal_slowdown in 100% of samples: timings are not trustworthy"
+    hot = gq.GpuState(busy_sm_clock_mhz=1500.0, gpu_power_w=None, gpu_temp_c=None, clock_events={}, unreliable=why,
+                      samples=3)  # fmt: skip
+    monkeypatch.setattr(gq, "gpu_state", lambda tel: hot)
+    result = gq.run(plan, build)
+    assert "hw_thermal_slowdown" in (result.setups[0].record_unreliable or "")
+    (row,) = result.rows
+    assert row.verdicts["wall-stored"] == "unreliable" and "hw_thermal_slowdown" in row.messages["wall-stored"]
