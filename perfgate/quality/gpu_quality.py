@@ -5,9 +5,14 @@ eager and CUDA-graph cases on a GPU), in one process:
 
 1. **Record** the case as a stored baseline would be: `passes` profiler windows and timed windows
    (wall-time samples, the GPU busy time per step, the kernel launches per step), their noise
-   between passes (perfgate.gate.detectable) kept in the baseline record.
+   between passes kept in the baseline record by the runner's own rule
+   (perfgate.gate.detectable.with_pass_noise: passes apart re-measure the last once, still apart
+   flag the record unreliable), and flagged unreliable where the GPU's telemetry distrusts it.
+   Unlike the runner's, the passes run back to back in one process (not one pytest process each).
 2. **Compare**, `repeats` times each (unchanged code `unchanged_repeats` times, for a false-alarm
-   bound; `kinds` picks the conditions), the unchanged step and the step slowed:
+   bound; `kinds` picks the conditions), the recorded step and a second build of the case (the
+   same seed: its own model, graph and memory, as the product's A/B compares two builds), unchanged
+   or slowed:
    - GPU-side: every Nth `F.linear` done twice, N sized from the step's linear share so that the
      step's GPU work grows by 1%, 2%, 5% (perfgate.quality.inject.every_nth); for a CUDA-graph case
      the doubling is captured into a graph of its own (the replay calls no F.linear). The share is
