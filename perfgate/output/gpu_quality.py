@@ -94,7 +94,7 @@ def detection_markdown(run: QualityRun) -> str:
     lines.append(_realised_line(conditions, cells, "device"))
     lines.append(_realised_line(conditions, cells, "wall"))
     per = [
-        next((t.wall_s_per_comparison for g in GATE_LABELS if (t := cells.get((g, *c))) is not None), 0.0)
+        next((hit.wall_s_per_comparison for g in GATE_LABELS if (hit := cells.get((g, *c))) is not None), 0.0)
         for c in conditions
     ]
     lines.append(
@@ -118,6 +118,10 @@ def detection_markdown(run: QualityRun) -> str:
         wider = s.kernel_note or "/".join(str(v) for v in s.wider_every.values())
         wait = "/".join(f"{v:.3f}" for v in s.busy_wait_ms.values())
         spread = f"{_spread(s.pass_noise, 'latency')} / {_spread(s.pass_noise, 'device_time')}"
+        if s.record_remeasured:
+            spread += " (last pass re-measured)"
+        if s.record_unreliable:  # the stored timing gates do not judge against it
+            spread += f" (record unreliable: {s.record_unreliable[:100]})"
         lines.append(
             f"| {s.case} | {s.bound or '-'} | {s.wall_ms:.3f} | {dev_ms} | {spread} | {every} | {wider} | {wait} "
             f"| {_case_realised(run, s.case)} | {s.build_s:.1f} |"

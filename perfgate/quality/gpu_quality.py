@@ -365,19 +365,7 @@ def run(
             continue
         progress(f"{case}: warming up, then recording ({plan.passes} passes)")
         warm_up(step, plan.device, plan.warmup_s)
-
-        def one_pass(step: Callable[[], Any] = step) -> CaseRecord:
-            samples = interleaved_ms([step], plan.device, plan.rounds, rng)[0]
-            return record_of(samples, profiled(step, plan.device, plan.profile_steps))
-
-        with gpu_sampler(plan.device) as tel:
-            passes = [one_pass() for _ in range(plan.passes)]
-            # the runner's rule (perfgate.gate.detectable.with_pass_noise): passes that disagree
-            # re-measure the last once, and still disagreeing flag the record unreliable
-            base = with_pass_noise(passes[:-1], passes[-1], settings.latency_tolerance, one_pass)
-        record_state = gpu_state(tel)
-        if record_state.unreliable:  # as the runner's record: the GPU's telemetry distrusts these timings
-            base = replace(base, unreliable="; ".join(x for x in (base.unreliable, record_state.unreliable) if x))
+        base, record_state = _record(plan, step, rng, settings)
         noise = base.pass_noise or {}
         if plan.trace_dir is not None:  # a real trace of a few steps, for tests that read one offline
             from perfgate.measure.op_counts import count_step
@@ -440,6 +428,27 @@ def run(
         if cuda:
             torch.cuda.empty_cache()
     return QualityRun(plan=plan, setups=setups, rows=rows, tally=tally(rows), wall_s=time.perf_counter() - t_start)
+
+
+def _record(
+    plan: Plan, step: Callable[[], Any], rng: random.Random, settings: GateSettings
+) -> tuple[CaseRecord, GpuState]:
+    """The stored record of `step` and the GPU's state meanwhile: `plan.passes` passes, their noise
+    kept by the runner's rule (perfgate.gate.detectable.with_pass_noise: passes that disagree
+    re-measure the last once, and still disagreeing flag the record unreliable), flagged unreliable
+    too where the GPU's telemetry distrusts these timings, as the runner's record is."""
+
+    def one_pass() -> CaseRecord:
+        samples = interleaved_ms([step], plan.device, plan.rounds, rng)[0]
+        return record_of(samples, profiled(step, plan.device, plan.profile_steps))
+
+    with gpu_sampler(plan.device) as tel:
+        passes = [one_pass() for _ in range(plan.passes)]
+        base = with_pass_noise(passes[:-1], passes[-1], settings.latency_tolerance, one_pass)
+    state = gpu_state(tel)
+    if state.unreliable:
+        base = replace(base, unreliable="; ".join(x for x in (base.unreliable, state.unreliable) if x))
+    return base, state
 
 
 def _compare(
