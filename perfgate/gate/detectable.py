@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from perfgate.record import CaseRecord, PassNoise
@@ -141,6 +141,28 @@ def noise_block(noise: Mapping[str, MetricNoise], *, dropped: int | None = None)
     if dropped is not None and "latency" in block:
         block["latency"] = replace(block["latency"], dropped_pass=dropped + 1)
     return block
+
+
+def with_pass_noise(
+    earlier: Sequence[CaseRecord], latest: CaseRecord, limit: float, remeasure: Callable[[], CaseRecord]
+) -> CaseRecord:
+    """The record to store, `latest`, with the noise between the recording passes (`earlier`, then
+    it). Passes further apart than `limit` (the case's latency tolerance: a slow phase) re-measure
+    the latest once (`remeasure`); a slow phase caught by an earlier pass is then left out where the
+    others agree, and passes still disagreeing flag the record unreliable, so no later run judges
+    latency against it. The noise kept is every measured pass's, the replaced and the left-out ones
+    too: a slow phase seen while recording is this runner's noise, and a later run can catch one as
+    well. The one owner of the rule: the runner's recording passes and the GPU quality run's stored
+    record (perfgate.quality.gpu_quality) both take it from here."""
+    measured, dropped, record = [*earlier, latest], None, latest
+    if disagreement(noise_of(measured), limit) is not None:
+        record = replace(remeasure(), remeasured=1)
+        measured.append(record)
+        kept, dropped = without_slow_pass([*earlier, record], limit)
+        why = disagreement(noise_of(kept), limit)
+        if why is not None:
+            record = replace(record, unreliable=why)
+    return replace(record, pass_noise=noise_block(noise_of(measured), dropped=dropped))
 
 
 def detects(record: CaseRecord | None, metric: str) -> float | None:

@@ -5,12 +5,22 @@ eager and CUDA-graph cases on a GPU), in one process:
 
 1. **Record** the case as a stored baseline would be: `passes` profiler windows and timed windows
    (wall-time samples, the GPU busy time per step, the kernel launches per step), their noise
-   between passes (perfgate.gate.detectable) kept in the baseline record.
+   between passes kept in the baseline record by the runner's own rule
+   (perfgate.gate.detectable.with_pass_noise: passes apart re-measure the last once, still apart
+   flag the record unreliable), and flagged unreliable where the GPU's telemetry distrusts it.
+   Unlike the runner's, the passes run back to back in one process (not one pytest process each).
 2. **Compare**, `repeats` times each (unchanged code `unchanged_repeats` times, for a false-alarm
-   bound; `kinds` picks the conditions), the unchanged step and the step slowed:
+   bound; `kinds` picks the conditions), the recorded step and a second build of the case (the
+   same seed: its own model, graph and memory, as the product's A/B compares two builds), unchanged
+   or slowed:
    - GPU-side: every Nth `F.linear` done twice, N sized from the step's linear share so that the
      step's GPU work grows by 1%, 2%, 5% (perfgate.quality.inject.every_nth); for a CUDA-graph case
-     the doubling is captured into a graph of its own (the replay calls no F.linear);
+     the doubling is captured into a graph of its own (the replay calls no F.linear). The share is
+     read from ONE window alternating the plain step and the step with every F.linear doubled
+     (`sized_share`), N chosen by the size it realises (no rounding half to even) and, on an eager
+     step, so that the stored profiler window holds whole periods. The sizes are targets: each
+     comparison reports the size it realised (`realised_device_pct`, the device-time A/B window's
+     median block log ratio; `realised_wall_pct`, the wall-time A/B's), and so does the table;
    - host-side: a busy-wait at the start of the step worth 1%, 2%, 5% of its wall time (the GPU
      idles meanwhile: what a slower Python path or dispatch does).
    - a slower kernel (kind "kernel", asked for by name): every Nth `F.linear` twice as wide in one
@@ -28,7 +38,9 @@ eager and CUDA-graph cases on a GPU), in one process:
    counts against the record (`judge_kernels`). Each comparison's raw rounds are kept,
    and the run is written after each comparison (a run cut short keeps what it judged).
 3. **Tally**, per gate and condition: caught/total for slowdowns, false alarms/comparisons for the
-   unchanged ones, and the wall time each comparison took.
+   unchanged ones, and the wall time each comparison took. A kind is judged only by the gates it is
+   meant to move (`EXPECTED`: a busy-wait adds no GPU work, a slower kernel keeps the launches); a
+   regression on another gate is a false alarm, counted per gate with unchanged code's (`FALSE_ALARMS`).
 
 On a CPU (`--device cpu`: the rehearsal the tests run) there is no device time and no kernel
 count: those columns say so, and the GPU-side slowdown is sized from wall time instead.
@@ -46,12 +58,12 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from perfgate.gate.detectable import noise_block, noise_of
+from perfgate.gate.detectable import with_pass_noise
 from perfgate.gate.instructions import judge_kernels
 from perfgate.gate.metrics import judge_device_time, judge_latency, judge_latency_samples
 from perfgate.gate.paired import judge_device_time_rounds, judge_rounds
 from perfgate.gate.settings import GateSettings
-from perfgate.gate.verdicts import REGRESSION
+from perfgate.gate.verdicts import REGRESSION, UNRELIABLE
 from perfgate.record import CaseRecord, PassNoise, as_json
 
 if TYPE_CHECKING:
@@ -63,6 +75,17 @@ SIZES_PCT = (1.0, 2.0, 5.0)
 # unchanged code, GPU-side (added kernels), host-side and slower-kernel (the same launches) slowdowns
 KINDS = ("unchanged", "gpu", "host", "kernel")
 DEFAULT_KINDS = ("unchanged", "gpu", "host")
+WALL_GATES = frozenset({"wall-stored", "wall-ab", "wall-ab-paired"})
+# Which gates each kind is meant to move. A regression on any other gate is a false alarm, not a
+# catch: a busy-wait adds no GPU work (device time and kernel counts must not move), a slower kernel
+# keeps the launches (kernel counts must not move), unchanged code moves nothing.
+EXPECTED: dict[str, frozenset[str]] = {
+    "unchanged": frozenset(),
+    "gpu": frozenset(GATES),
+    "kernel": frozenset(GATES) - {"kernels"},
+    "host": WALL_GATES,
+}
+FALSE_ALARMS = "false-alarms"  # the tally's kind for a gate's false alarms over every comparison it should not move on
 GPU_CASES = (
     ("physicsnemo-block", None, "baseline"),
     ("physicsnemo-block", None, "bf16"),
@@ -120,6 +143,10 @@ class Comparison:
     device_ms: list[float] = field(default_factory=list)  # the current step's GPU busy time per round of one window
     ab_base_device_ms: list[float] = field(default_factory=list)  # the unchanged step's, beside them
     gpu_state: GpuState | None = None  # the GPU's clocks and power meanwhile
+    # the size it realised, in %: the median log ratio of the device-time A/B window's blocks (None on
+    # a CPU), and of the wall-time A/B's paired rounds (what a host-side slowdown moves)
+    realised_device_pct: float | None = None
+    realised_wall_pct: float | None = None
 
 
 @dataclass(kw_only=True)
@@ -130,8 +157,12 @@ class CaseSetup:
     device_ms: float | None
     linear_every: dict[str, int] = field(default_factory=dict)  # size -> N of the GPU-side slowdown
     wider_every: dict[str, int] = field(default_factory=dict)  # size -> N of the slower-kernel slowdown
+    shares: dict[str, float] = field(default_factory=dict)  # kind -> F.linear's share of the step (sized_share)
+    linear_calls_per_step: int | None = None  # F.linear calls per step (None: a replayed graph, or no GPU-side kind)
     kernel_note: str | None = None  # why the slower-kernel slowdown did not run here
     record_gpu_state: GpuState | None = None  # the GPU while the record's passes ran
+    record_remeasured: int | None = None  # 1: its passes disagreed and the last was measured again
+    record_unreliable: str | None = None  # why the gate distrusts the record (passes apart, the GPU's telemetry)
     busy_wait_ms: dict[str, float] = field(default_factory=dict)  # size -> the host-side busy-wait
     pass_noise: dict[str, PassNoise] = field(default_factory=dict)  # by metric, as the record keeps it
     build_s: float = 0.0
@@ -246,11 +277,11 @@ def busy_wait_step(step: Callable[[], Any], wait_ms: float) -> Callable[[], Any]
     return slowed
 
 
-def every_nth_for(share: float, target: float) -> int:
+def every_nth_for(share: float, target: float, *, window_calls: int | None = None) -> int:
     """Every how many F.linear calls to do one twice so the step grows by `target` (perfgate.quality.inject)."""
     from perfgate.quality.inject import every_nth
 
-    return every_nth(share, target)
+    return every_nth(share, target, window_calls=window_calls)
 
 
 def linear_share(plain: float, doubled: float) -> float:
@@ -301,6 +332,10 @@ def judge_all(
     kv = judge_kernels(case, cur, base, s)
     out["kernels"] = kv.verdict if kv else None
     msgs["kernels"] = kv.message if kv else "no kernel count here (a CPU run)"
+    if cur.unreliable:  # perfgate.gate.decide.compare: a run the telemetry distrusts has no stored timing verdicts
+        for gate in ("wall-stored", "device-time"):
+            if out[gate] is not None:
+                out[gate], msgs[gate] = UNRELIABLE, cur.unreliable
     return out, msgs
 
 
@@ -330,13 +365,8 @@ def run(
             continue
         progress(f"{case}: warming up, then recording ({plan.passes} passes)")
         warm_up(step, plan.device, plan.warmup_s)
-        passes = []
-        with gpu_sampler(plan.device) as tel:
-            for _ in range(plan.passes):
-                samples = interleaved_ms([step], plan.device, plan.rounds, rng)[0]
-                passes.append(record_of(samples, profiled(step, plan.device, plan.profile_steps)))
-        noise = noise_block(noise_of(passes))
-        base = replace(passes[-1], pass_noise=noise)
+        base, record_state = _record(plan, step, rng, settings)
+        noise = base.pass_noise or {}
         if plan.trace_dir is not None:  # a real trace of a few steps, for tests that read one offline
             from perfgate.measure.op_counts import count_step
 
@@ -353,29 +383,36 @@ def run(
             wall_ms=wall,
             device_ms=dev,
             pass_noise=noise,
-            record_gpu_state=gpu_state(tel),
+            record_gpu_state=record_state,
+            record_remeasured=base.remeasured,
+            record_unreliable=base.unreliable,
         )
+        # The current side is a second build of the case (the same seed): its own model, graph and
+        # memory, as the product's A/B compares two builds, not one step with itself. The slowed
+        # sides wrap it (a graph case's are builds of their own, captured under the patch).
+        twin = build(spec)[1]
+        warm_up(twin, plan.device, plan.warmup_s)
         gpu_steps: dict[float, Callable[[], Any]] = {}
         host_steps: dict[float, Callable[[], Any]] = {}
         kernel_steps: dict[float, Callable[[], Any]] = {}
         if "gpu" in plan.kinds:
-            gpu_steps = _gpu_slowed(plan, spec, build, step, graphed, setup, rng)
+            gpu_steps = _gpu_slowed(plan, spec, build, twin, graphed, setup, rng)
         if "kernel" in plan.kinds:
             try:
                 kernel_steps = _gpu_slowed(
-                    plan, spec, build, step, graphed, setup, rng, same_launch=True, launches=base.kernels_per_step
+                    plan, spec, build, twin, graphed, setup, rng, same_launch=True, launches=base.kernels_per_step
                 )
             except Exception as exc:  # noqa: BLE001 - a model whose code cannot take a wider output loses this kind only
                 setup.kernel_note = f"could not inject: {type(exc).__name__}: {str(exc)[:120]}"
         if "host" in plan.kinds:
             for k in plan.sizes_pct:
                 setup.busy_wait_ms[f"{k:g}"] = wall * k / 100
-                host_steps[k] = busy_wait_step(step, wall * k / 100)
+                host_steps[k] = busy_wait_step(twin, wall * k / 100)
         setup.build_s = time.perf_counter() - t0
         setups.append(setup)
         conditions: list[tuple[str, float, Callable[[], Any]]] = []
         if "unchanged" in plan.kinds:
-            conditions.append(("unchanged", 0.0, step))
+            conditions.append(("unchanged", 0.0, twin))
         conditions += [("gpu", k, slowed) for k, slowed in gpu_steps.items()]
         conditions += [("host", k, slowed) for k, slowed in host_steps.items()]
         conditions += [("kernel", k, slowed) for k, slowed in kernel_steps.items()]
@@ -387,10 +424,31 @@ def run(
                         plan=plan, setups=setups, rows=rows, tally=tally(rows), wall_s=time.perf_counter() - t_start
                     )
                 )
-        del step, gpu_steps, host_steps, kernel_steps, conditions
+        del step, twin, gpu_steps, host_steps, kernel_steps, conditions
         if cuda:
             torch.cuda.empty_cache()
     return QualityRun(plan=plan, setups=setups, rows=rows, tally=tally(rows), wall_s=time.perf_counter() - t_start)
+
+
+def _record(
+    plan: Plan, step: Callable[[], Any], rng: random.Random, settings: GateSettings
+) -> tuple[CaseRecord, GpuState]:
+    """The stored record of `step` and the GPU's state meanwhile: `plan.passes` passes, their noise
+    kept by the runner's rule (perfgate.gate.detectable.with_pass_noise: passes that disagree
+    re-measure the last once, and still disagreeing flag the record unreliable), flagged unreliable
+    too where the GPU's telemetry distrusts these timings, as the runner's record is."""
+
+    def one_pass() -> CaseRecord:
+        samples = interleaved_ms([step], plan.device, plan.rounds, rng)[0]
+        return record_of(samples, profiled(step, plan.device, plan.profile_steps))
+
+    with gpu_sampler(plan.device) as tel:
+        passes = [one_pass() for _ in range(plan.passes)]
+        base = with_pass_noise(passes[:-1], passes[-1], settings.latency_tolerance, one_pass)
+    state = gpu_state(tel)
+    if state.unreliable:
+        base = replace(base, unreliable="; ".join(x for x in (base.unreliable, state.unreliable) if x))
+    return base, state
 
 
 def _compare(
@@ -431,6 +489,9 @@ def _compare(
                 device_error = None
             except Exception as exc:  # noqa: BLE001 - this window never ran on a GPU yet: it may lose its gate, not the run
                 device_rounds, device_error = None, f"{type(exc).__name__}: {exc}"
+        state = gpu_state(tel)
+        if state.unreliable:  # as the gate does a run its GPU's telemetry distrusts: stored timings not judged
+            cur = replace(cur, unreliable=state.unreliable)
         verdicts, msgs = judge_all(
             case,
             base,
@@ -458,7 +519,9 @@ def _compare(
             ab_base_ms=list(ab_base),
             device_ms=device_rounds[1] if device_rounds else [],
             ab_base_device_ms=device_rounds[0] if device_rounds else [],
-            gpu_state=gpu_state(tel),
+            gpu_state=state,
+            realised_device_pct=realised_pct(device_rounds[0], device_rounds[1]) if device_rounds else None,
+            realised_wall_pct=realised_pct(ab_base, cur_samples),
         )
 
 
@@ -495,38 +558,47 @@ def _gpu_slowed(
 ) -> dict[float, Callable[[], Any]]:
     """Per size, the step with every Nth F.linear done twice (GPU-side: added kernels), or, with
     `same_launch`, with every Nth F.linear twice as wide in one launch (a slower kernel; `launches`:
-    the record's kernel launches per step, None on a CPU). N sized from the step with every F.linear slowed so
-    against the plain step (on a CPU from wall time, on a GPU device time). A wider step that
+    the record's kernel launches per step, None on a CPU). N sized from ONE window alternating the
+    plain step and the step with every F.linear slowed so (`sized_share`: on a CPU wall time, on a
+    GPU device time), chosen by the size it realises and, on an eager step, so that the stored
+    profiler window holds whole periods (perfgate.quality.inject.every_nth). A wider step that
     launches more kernels than the record is no same-launch slowdown: none is returned, and the
     set-up says why."""
     from perfgate.quality.inject import slow_linear_wider, slow_op, wider_step
 
     patch = slow_linear_wider if same_launch else (lambda n: slow_op("linear", n))
-    undo, _ = patch(1)
-    try:
-        slowed_case = build(spec)[1] if graphed else step
-        if plan.device.startswith("cuda"):
-            # One call first: the wider patch makes each weight's wider copy at its first call (a
-            # torch.cat, a kernel of its own), which the window must not count as the step's.
-            slowed_case()
-            slowed_ms, slowed_kernels, _, _ = profiled(slowed_case, plan.device, plan.profile_steps)
-            share = linear_share(setup.device_ms or 0.0, slowed_ms or 0.0)
-        else:
-            med = interleaved_ms([slowed_case], plan.device, max(5, plan.rounds // 3), rng)[0]
-            share = linear_share(setup.wall_ms, sorted(med)[len(med) // 2])
-            slowed_kernels = None
-    finally:
-        undo()
+    calls: int | None = None
+    if graphed:  # every call slowed, captured into a graph of its own (its replay calls no F.linear)
+        undo, seen = patch(1)
+        try:
+            slowed_case = _holding(build(spec)[1], seen)
+        finally:
+            undo()
+    else:  # slowed only while it runs: the plain step beside it in one window stays plain
+        slowed_case = wider_step(step, 1) if same_launch else _during(step, 1)
+        calls = linear_calls(step)
+    # One call first: the wider patch makes each weight's wider copy at its first call (a torch.cat,
+    # a kernel of its own), which no window must count as the step's.
+    slowed_case()
+    slowed_kernels = None  # on a GPU, for a same-launch slowdown: what the slowed step launches
+    if same_launch and plan.device.startswith("cuda"):
+        slowed_kernels = profiled(slowed_case, plan.device, plan.profile_steps)[1]
+    share = sized_share(plan, step, slowed_case, rng)
     del slowed_case  # a graph case's slowed copy: one model fewer on the device
+    setup.shares["kernel" if same_launch else "gpu"] = share
+    setup.linear_calls_per_step = calls
     if same_launch and slowed_kernels != launches:
         setup.kernel_note = (
             f"not a same-launch slowdown here: {slowed_kernels} kernel launches per step, not {launches}"
         )
         return {}
     every = setup.wider_every if same_launch else setup.linear_every
+    # an eager step's doubled calls counted in the stored window: whole periods (a replayed graph
+    # repeats the calls its capture doubled, the same in every step)
+    window_calls = calls * plan.profile_steps if calls else None
     out: dict[float, Callable[[], Any]] = {}
     for k in plan.sizes_pct:
-        n = every_nth_for(share, k / 100)
+        n = every_nth_for(share, k / 100, window_calls=window_calls)
         every[f"{k:g}"] = n
         if graphed:  # the slowdown must be captured: a graph of its own, built under the patch
             undo, seen = patch(n)
@@ -537,6 +609,41 @@ def _gpu_slowed(
         else:
             out[k] = wider_step(step, n) if same_launch else _during(step, n)
     return out
+
+
+def sized_share(plan: Plan, plain: Callable[[], Any], slowed: Callable[[], Any], rng: random.Random) -> float:
+    """F.linear's share of the step, from ONE window alternating the plain step and the step with
+    every F.linear slowed (on a GPU each step's device time in one profiler window, told apart by its
+    mark; on a CPU wall time), the median of the rounds' ratios: what drifts between windows (the
+    unchanged bf16 block moved 2.7% window to window on an H200) hits both sides alike. Sizing it
+    from the record's last pass against a later window of the slowed step carried that drift."""
+    if plan.device.startswith("cuda"):
+        from perfgate.measure.op_counts import interleaved_device_ms
+
+        got = interleaved_device_ms([plain, slowed], plan.device, plan.profile_steps, rng)
+    else:
+        got = interleaved_ms([plain, slowed], plan.device, max(5, plan.rounds // 3), rng)
+    ratios = [c / b for b, c in zip(*got, strict=True) if b > 0] if got else []
+    return linear_share(1.0, statistics.median(ratios)) if ratios else 1e-6
+
+
+def linear_calls(step: Callable[[], Any]) -> int:
+    """How many times one call of `step` calls F.linear (0 for a replayed CUDA graph)."""
+    from perfgate.quality.inject import slow_op
+
+    undo, seen = slow_op("linear", 2**62)  # counted, never doubled
+    try:
+        step()
+    finally:
+        undo()
+    return seen.calls
+
+
+def realised_pct(base: Sequence[float], current: Sequence[float]) -> float | None:
+    """The change one window measured, in %: the median of its paired rounds' log ratios
+    current/base (None without rounds: no device time on a CPU)."""
+    logs = [math.log(c / b) for b, c in zip(base, current, strict=False) if b > 0 and c > 0]
+    return (math.exp(statistics.median(logs)) - 1) * 100 if logs else None
 
 
 def _holding(step: Callable[[], Any], seen: OpCalls) -> Callable[[], Any]:
@@ -560,31 +667,59 @@ def _during(step: Callable[[], Any], every: int) -> Callable[[], Any]:
 @dataclass(frozen=True, kw_only=True)
 class TallyRow:
     gate: str
-    kind: str
+    kind: str  # one of KINDS, or FALSE_ALARMS: every comparison of a kind the gate is not meant to see move
     size_pct: float
-    caught: int  # regressions (of a slowdown) or false alarms (of unchanged code)
+    caught: int  # regressions (of a slowdown the gate should see) or false alarms (where it should not)
     total: int  # comparisons the gate judged
     not_judged: int  # comparisons where the gate had nothing to judge (no device time on a CPU)
     wall_s_per_comparison: float
+    # whether this kind is meant to move this gate (EXPECTED): where not, `caught` counts false alarms,
+    # which the gate's FALSE_ALARMS row adds up, and the detection table's cell reads '-'
+    expected: bool = True
+    # the size the comparisons realised (Comparison.realised_*): median and range over them, in %
+    realised_device_pct: float | None = None
+    realised_device_range: tuple[float, float] | None = None
+    realised_wall_pct: float | None = None
 
 
 def tally(rows: Sequence[Comparison]) -> list[TallyRow]:
-    """Per gate, kind and size: regressions / comparisons judged (a false alarm where unchanged)."""
+    """Per gate, kind and size: regressions / comparisons judged (a false alarm where the kind is not
+    meant to move the gate: unchanged code, a busy-wait's device time and kernel counts, a slower
+    kernel's kernel counts); and per gate, FALSE_ALARMS: those false alarms over all such comparisons."""
     out = []
     keys = sorted({(r.kind, r.size_pct) for r in rows}, key=lambda x: (x[0] != "unchanged", x[0], x[1]))
     for gate in GATES:
+        quiet = [r for r in rows if gate not in EXPECTED[r.kind]]
         for kind, k in keys:
             sel = [r for r in rows if r.kind == kind and r.size_pct == k]
-            judged = [r for r in sel if r.verdicts.get(gate) is not None]
-            out.append(
-                TallyRow(
-                    gate=gate,
-                    kind=kind,
-                    size_pct=k,
-                    caught=sum(r.verdicts[gate] == REGRESSION for r in judged),
-                    total=len(judged),
-                    not_judged=len(sel) - len(judged),
-                    wall_s_per_comparison=sum(r.wall_s for r in sel) / len(sel) if sel else 0.0,
-                )
-            )
+            out.append(_tally_row(gate, kind, k, sel, expected=gate in EXPECTED[kind]))
+            if kind == "unchanged" and quiet:  # beside the unchanged code's own
+                out.append(_tally_row(gate, FALSE_ALARMS, 0.0, quiet, expected=False))
+        if quiet and "unchanged" not in {k for k, _ in keys}:
+            out.append(_tally_row(gate, FALSE_ALARMS, 0.0, quiet, expected=False))
     return out
+
+
+def _tally_row(gate: str, kind: str, size_pct: float, sel: Sequence[Comparison], *, expected: bool) -> TallyRow:
+    judged = [r for r in sel if r.verdicts.get(gate) is not None]
+    return TallyRow(
+        gate=gate,
+        kind=kind,
+        size_pct=size_pct,
+        caught=sum(r.verdicts[gate] == REGRESSION for r in judged),
+        total=len(judged),
+        not_judged=len(sel) - len(judged),
+        wall_s_per_comparison=sum(r.wall_s for r in sel) / len(sel) if sel else 0.0,
+        expected=expected,
+        **({} if kind == FALSE_ALARMS else _realised(sel)),
+    )
+
+
+def _realised(sel: Sequence[Comparison]) -> dict[str, Any]:
+    dev = [r.realised_device_pct for r in sel if r.realised_device_pct is not None]
+    wall = [r.realised_wall_pct for r in sel if r.realised_wall_pct is not None]
+    return {
+        "realised_device_pct": statistics.median(dev) if dev else None,
+        "realised_device_range": (min(dev), max(dev)) if dev else None,
+        "realised_wall_pct": statistics.median(wall) if wall else None,
+    }

@@ -22,7 +22,7 @@ import math
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -252,14 +252,32 @@ def wider_step(step: Callable[[], Any], every: int) -> Callable[[], Any]:
     return injected
 
 
-def every_nth(share: float, target: float) -> int:
+def every_nth(share: float, target: float, *, window_calls: int | None = None) -> int:
     """Every how many calls to do an op twice so that the step grows by `target` (a fraction), the
-    op being `share` of the step's instructions (the step with every call doubled counts 1 + share
-    times the plain step): share / N = target, N a whole number >= 1. A share below the target
-    cannot reach it (N = 1, every call: the step grows by the share)."""
+    op being `share` of the step (the step with every call doubled is 1 + share times the plain
+    step): the step grows by share / N, N a whole number >= 1. N is the one whose share / N lies
+    closest to the target (a tie goes to the larger N, the smaller slowdown), not share / target
+    rounded: Python's round goes half to even (share 0.05 for 2% would give N = 2, +2.5%, where
+    N = 3 gives +1.67%, the closer). With `window_calls` (the op's calls in the counted window), N
+    divides it where such an N lands within a quarter of the target (or no farther than the closest
+    N): the window then holds whole periods, the same number of doubled calls whatever the counter's
+    phase. A share below the target cannot reach it (N = 1, every call: the step grows by the share)."""
     if share <= 0 or target <= 0:
         raise ValueError(f"share and target must be > 0, got {share} and {target}")
-    return max(1, round(share / target))
+
+    def miss(n: int) -> float:
+        return abs(share / n - target)
+
+    def closest(candidates: Iterable[int]) -> int:
+        return min(candidates, key=lambda n: (round(miss(n), 12), -n))
+
+    ideal = math.floor(share / target)
+    free = closest({max(1, ideal), ideal + 1})
+    if window_calls is not None and window_calls >= 1:
+        whole = closest(d for d in range(1, window_calls + 1) if window_calls % d == 0)
+        if miss(whole) <= max(miss(free), target / 4):
+            return whole
+    return free
 
 
 def local_plan(leaf_shares: dict[str, float], target: float, steps: int, max_times: int = 64) -> dict[str, Any]:

@@ -245,31 +245,25 @@ class Runner:
         """The record with the noise between the earlier passes and this one (perfgate.gate.detectable).
         Passes further apart than the case's latency tolerance (a slow phase) re-measure the case
         once; still disagreeing, it is recorded flagged unreliable, so no later run judges latency
-        against it. The noise kept is that of every pass measured, the replaced and the left-out
-        ones too: a slow phase seen while recording is this runner's noise, and a later run can
-        catch one as well."""
+        against it."""
         from perfgate.gate import detectable
 
         earlier = self._earlier_records().get(fullname, [])
         if not earlier:
             return result
         limit = self.config.policy.settings(case.model, case.variant, "latency", case.device).latency_tolerance
-        measured, dropped = [*earlier, result.record], None
-        if detectable.disagreement(detectable.noise_of(measured), limit) is not None:
+        again: list[CaseResult] = []
+
+        def remeasure() -> CaseRecord:
             if progress:
                 progress("the recording passes disagree (a slow phase?); re-measuring")
             _release(result)
-            again = self.measure(case, progress)
-            again.record = replace(again.record, remeasured=1)
-            measured.append(again.record)
-            # A slow phase caught by an earlier pass is left out of the agreement when the others then agree.
-            kept, dropped = detectable.without_slow_pass([*earlier, again.record], limit)
-            result = again
-            why = detectable.disagreement(detectable.noise_of(kept), limit)
-            if why is not None:
-                result.record = replace(result.record, unreliable=why)
-        noise = detectable.noise_block(detectable.noise_of(measured), dropped=dropped)
-        result.record = replace(result.record, pass_noise=noise)
+            again.append(self.measure(case, progress))
+            return again[-1].record
+
+        record = detectable.with_pass_noise(earlier, result.record, limit, remeasure)
+        result = again[-1] if again else result
+        result.record = record
         return result
 
     def _attach_evidence(
