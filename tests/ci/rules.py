@@ -1086,9 +1086,16 @@ def _sets_apart(s: Setup) -> list[str]:
     return found
 
 
-def _pod_problems(where: str, spec: dict[str, Any]) -> list[str]:
+def pod_containers(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every container of a pod spec: init containers run in the pod too, with the same reach."""
+    return [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+
+
+def _pod_problems(where: str, spec: dict[str, Any], *, api_token: bool = False) -> list[str]:
+    """What Pod Security's `restricted` level (and this fleet: no API token unless `api_token`)
+    refuses in a pod spec, for every container, init containers included."""
     found = []
-    if spec.get("automountServiceAccountToken") is not False:
+    if not api_token and spec.get("automountServiceAccountToken") is not False:
         found.append(f"{where}: mounts a Kubernetes API token")
     if any(spec.get(k) for k in ("hostNetwork", "hostPID", "hostIPC")):
         found.append(f"{where}: shares a host namespace")
@@ -1098,14 +1105,18 @@ def _pod_problems(where: str, spec: dict[str, Any]) -> list[str]:
     for vol in spec.get("volumes") or []:
         if "hostPath" in vol:
             found.append(f"{where}: host path {vol['hostPath']!r}")
-    for c in spec.get("containers") or []:
+    for c in pod_containers(spec):
         sc = c.get("securityContext") or {}
+        caps = sc.get("capabilities") or {}
         if (
             sc.get("allowPrivilegeEscalation") is not False
             or sc.get("privileged")
-            or "ALL" not in (sc.get("capabilities") or {}).get("drop", [])
+            or "ALL" not in (caps.get("drop") or [])
+            or set(caps.get("add") or []) - {"NET_BIND_SERVICE"}
         ):
             found.append(f"{where}/{c.get('name')}: may escalate privileges or keeps capabilities")
+        if sc.get("runAsNonRoot") is False or sc.get("runAsUser") == 0:
+            found.append(f"{where}/{c.get('name')}: runs as root")
     return found
 
 
@@ -1121,6 +1132,118 @@ def _runner_pods(s: Setup) -> list[str]:
         limits = (runner.get("resources") or {}).get("limits") or {}
         if str(limits.get("nvidia.com/gpu")) != "1":
             found.append(f"{name}: the runner's GPU limit is {limits.get('nvidia.com/gpu')!r}, not one whole GPU")
+    return found
+
+
+# ARC 0.14.2's listener pod (controllers/actions.github.com/resourcebuilder.go): one per scale set,
+# in the controller's namespace (arc-systems), built by newScaleSetListenerPod with no security
+# context at all, then merged with the scale set's `listenerTemplate` by
+# mergeListenerPodWithTemplate: the container named `listener` takes the template's securityContext
+# and resources (replaced, not merged), any other container is added as it is, and the pod takes the
+# template's securityContext, initContainers, tolerations, ... (replaced; absent means none).
+LISTENER = "listener"
+CONTROLLER_IMAGE = "ghcr.io/actions/gha-runner-scale-set-controller"
+_LISTENER_CONTAINER_APPENDS = ("env", "args", "ports", "envFrom", "volumeMounts", "volumeDevices")
+_LISTENER_CONTAINER_SETS = (
+    "imagePullPolicy", "workingDir", "resources", "livenessProbe", "readinessProbe", "startupProbe", "lifecycle",
+    "terminationMessagePath", "terminationMessagePolicy", "securityContext", "resizePolicy", "restartPolicy",
+    "stdin", "stdinOnce", "tty",
+)  # fmt: skip
+_LISTENER_POD_SETS = (
+    "initContainers", "ephemeralContainers", "terminationGracePeriodSeconds", "activeDeadlineSeconds", "dnsPolicy",
+    "nodeName", "hostNetwork", "hostPID", "hostIPC", "shareProcessNamespace", "securityContext", "hostname",
+    "subdomain", "affinity", "schedulerName", "tolerations", "hostAliases", "priorityClassName", "priority",
+    "dnsConfig", "readinessGates", "runtimeClassName", "enableServiceLinks", "preemptionPolicy", "overhead",
+    "topologySpreadConstraints", "setHostnameAsFQDN", "os", "hostUsers", "schedulingGates", "resourceClaims",
+)  # fmt: skip
+
+
+def controller_image(s: Setup) -> str:
+    """The controller's image as the controller chart writes it, for the manager and, through
+    CONTROLLER_MANAGER_CONTAINER_IMAGE, for every listener: repository:tag (tag: the chart's
+    appVersion, 0.14.2, unless set)."""
+    values = next((s.values.get(r.get("values")) or {} for r in _releases(s) if _is_controller(r)), {})
+    image = values.get("image") or {}
+    return f"{image.get('repository') or CONTROLLER_IMAGE}:{image.get('tag') or CHART_VERSION}"
+
+
+def _is_controller(release: dict[str, Any]) -> bool:
+    return str(release.get("chart", "")).endswith("-controller")
+
+
+def listener_pod(values: dict[str, Any], image: str) -> dict[str, Any]:
+    """A scale set's listener pod as ARC 0.14.2's controller creates it from its values."""
+    name = f"{values.get('runnerScaleSetName')}-listener"
+    spec: dict[str, Any] = {
+        "serviceAccountName": name,
+        "nodeSelector": {"kubernetes.io/os": "linux"},
+        "containers": [
+            {
+                "name": LISTENER,
+                "image": image,
+                "env": [{"name": "LISTENER_CONFIG_PATH", "value": "/etc/gha-listener/config.json"}],
+                "command": ["/ghalistener"],
+                "volumeMounts": [{"name": "listener-config", "mountPath": "/etc/gha-listener", "readOnly": True}],
+            }
+        ],
+        "volumes": [{"name": "listener-config", "secret": {"secretName": f"{name}-config"}}],
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": 60,
+    }
+    template = values.get("listenerTemplate")
+    if template:
+        tspec = template.get("spec") or {}
+        listener = spec["containers"][0]
+        for c in tspec.get("containers") or []:
+            if c.get("name") != LISTENER:
+                spec["containers"].append(c)
+                continue
+            for key in ("image", "command"):
+                if c.get(key):
+                    listener[key] = c[key]
+            for key in _LISTENER_CONTAINER_APPENDS:
+                if [*(listener.get(key) or []), *(c.get(key) or [])]:
+                    listener[key] = [*(listener.get(key) or []), *(c.get(key) or [])]
+            for key in _LISTENER_CONTAINER_SETS:
+                listener.pop(key, None)
+                if key in c:
+                    listener[key] = c[key]
+        for key in ("restartPolicy", "imagePullSecrets", "nodeSelector"):
+            if tspec.get(key):
+                spec[key] = tspec[key]
+        spec["volumes"] += tspec.get("volumes") or []
+        for key in _LISTENER_POD_SETS:
+            spec.pop(key, None)
+            if key in tspec:
+                spec[key] = tspec[key]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "arc-systems"},
+        "spec": spec,
+    }
+
+
+@rule(
+    "listener-pods-restricted",
+    "each scale set's listener pod, as ARC builds it, is one arc-systems' `restricted` level admits",
+)
+def _listener_pods(s: Setup) -> list[str]:
+    """Without listenerTemplate ARC's listener pod has no securityContext: arc-systems enforces
+    `restricted`, so the API server refuses it and the scale set never scales. The listener needs
+    its service account's token (it patches the scale set's EphemeralRunnerSet)."""
+    found = []
+    for name, v in _set_values(s).items():
+        pod = listener_pod(v, controller_image(s))
+        found += _pod_problems(f"{name}'s listener", pod["spec"], api_token=True)
+        listener = pod["spec"]["containers"][0]
+        if (listener.get("securityContext") or {}).get("readOnlyRootFilesystem") is not True:
+            found.append(f"{name}'s listener: its root filesystem is writable")
+        resources = listener.get("resources") or {}
+        if not {"cpu", "memory"} <= set(resources.get("requests") or {}) or "memory" not in (
+            resources.get("limits") or {}
+        ):
+            found.append(f"{name}'s listener: resources {resources!r} (requests cpu and memory, a memory limit)")
     return found
 
 
@@ -1150,12 +1273,12 @@ def _pr_pod_volumes(s: Setup) -> list[str]:
 def _images(s: Setup) -> list[str]:
     found = []
     for name, v in _set_values(s).items():
-        for c in ((v.get("template") or {}).get("spec") or {}).get("containers") or []:
+        for c in pod_containers((v.get("template") or {}).get("spec") or {}):
             if not DIGEST.search(str(c.get("image"))):
                 found.append(f"{name}/{c.get('name')}: image {c.get('image')!r}")
     for doc in s.k8s:
         spec = ((doc.get("spec") or {}).get("template") or {}).get("spec") or {}
-        for c in spec.get("containers") or []:
+        for c in pod_containers(spec):
             if not DIGEST.search(str(c.get("image"))):
                 found.append(f"{doc['kind']}/{doc['metadata']['name']}: image {c.get('image')!r}")
     for base in re.findall(r"^FROM\s+(\S+)", s.dockerfile, re.M):

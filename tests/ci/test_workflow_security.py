@@ -862,6 +862,61 @@ WORKFLOW_REVIEW_MISTAKES: dict[str, tuple[str, Callable[[Setup], None]]] = {
 MISTAKES.update(WORKFLOW_REVIEW_MISTAKES)
 
 
+# The review of the fleet against ARC's source (gha-runner-scale-set-0.14.2): what ARC builds from
+# the values, the device plugin, the network policies as Kubernetes adds them up, the concurrency
+# groups a pull request's own workflow could name.
+def _daemonset(s: Setup) -> dict:
+    return next(d for d in s.k8s if d["kind"] == "DaemonSet")["spec"]["template"]["spec"]
+
+
+def _init_container(image: str, **security: Any) -> Callable[[Setup], None]:
+    """An init container added to the pull-request runner pod (a cache warmer, a permissions fix)."""
+
+    def apply(s: Setup) -> None:
+        sc = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, **security}
+        _values("pr")(s)["template"]["spec"]["initContainers"] = [
+            {"name": "warm", "image": image, "command": ["true"], "securityContext": sc}
+        ]
+
+    return apply
+
+
+def _listener(s: Setup, name: str) -> dict:
+    return _values(name)(s)["listenerTemplate"]["spec"]["containers"][0]
+
+
+RUNNER_IMAGE = "ghcr.io/OWNER/perfgate-gpu-runner@sha256:" + "0" * 64
+FLEET_REVIEW_MISTAKES: dict[str, tuple[str, Callable[[Setup], None]]] = {
+    # Init containers are containers of the pod: the same rules.
+    "privileged-init-container": (
+        "runner-pods-restricted",
+        _init_container(RUNNER_IMAGE, privileged=True, allowPrivilegeEscalation=True),
+    ),
+    "root-init-container": ("runner-pods-restricted", _init_container(RUNNER_IMAGE, runAsUser=0)),
+    "init-container-by-tag": ("images-by-digest", _init_container("busybox:1.36")),
+    "device-plugin-init-container-by-tag": (
+        "images-by-digest",
+        lambda s: _daemonset(s).update(initContainers=[{"name": "init", "image": "busybox:1.36"}]),
+    ),
+    # The listener pod (in arc-systems, restricted): ARC sets no security context of its own.
+    "listener-without-template": ("listener-pods-restricted", lambda s: _values("pr")(s).pop("listenerTemplate")),
+    "listener-keeps-capabilities": (
+        "listener-pods-restricted",
+        lambda s: _listener(s, "main")["securityContext"].pop("capabilities"),
+    ),
+    "listener-template-misnamed": (
+        "listener-pods-restricted",
+        lambda s: _listener(s, "pr").update(name="ghalistener"),  # added beside the listener, not merged
+    ),
+    "listener-root-filesystem-writable": (
+        "listener-pods-restricted",
+        lambda s: _listener(s, "pr")["securityContext"].pop("readOnlyRootFilesystem"),
+    ),
+    "listener-without-resources": ("listener-pods-restricted", lambda s: _listener(s, "main").pop("resources")),
+}
+MISTAKES.update(FLEET_REVIEW_MISTAKES)
+
+
 @pytest.mark.parametrize("mistake", MISTAKES)
 def test_a_realistic_mistake_is_caught(mistake: str) -> None:
     expected, change = MISTAKES[mistake]
