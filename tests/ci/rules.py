@@ -1287,6 +1287,55 @@ def _images(s: Setup) -> list[str]:
     return found
 
 
+# NVIDIA's device plugin as docs/gpu-runner.md sets it up: whole GPUs, MIG off, failing loudly.
+DEVICE_PLUGIN_ARGS = ["--mig-strategy=none", "--fail-on-init-error=true"]
+
+
+@rule(
+    "device-plugin-as-documented",
+    "the device plugin runs under the runner pods' RuntimeClass, with exactly its flags: no config, no sharing, no MIG",
+)
+def _device_plugin(s: Setup) -> list[str]:
+    """The toolkit is installed as a runtime handler `nvidia` that is not containerd's default:
+    under runc the plugin finds no NVML and no GPU (NVIDIA/k8s-device-plugin#406, #1304). A config
+    file (--config-file, CONFIG_FILE, a mounted ConfigMap) can turn on time-slicing or MPS, which
+    hands one GPU to several pods; --mig-strategy=mixed splits it. Every flag can also be set by an
+    environment variable, so the container has none."""
+    found = []
+    classes = {d["metadata"]["name"]: d for d in s.k8s if d.get("kind") == "RuntimeClass"}
+    runners = {
+        name: ((v.get("template") or {}).get("spec") or {}).get("runtimeClassName")
+        for name, v in _set_values(s).items()
+    }
+    plugins = [d for d in s.k8s if d.get("kind") == "DaemonSet"]
+    if len(plugins) != 1:
+        found.append(f"{len(plugins)} DaemonSets, not the device plugin alone")
+    for doc in plugins:
+        where = f"DaemonSet/{doc['metadata']['name']}"
+        spec = ((doc.get("spec") or {}).get("template") or {}).get("spec") or {}
+        runtime = spec.get("runtimeClassName")
+        if runtime is None or runtime not in classes or any(r != runtime for r in runners.values()):
+            found.append(f"{where}: runtimeClassName {runtime!r}, the runner pods' {runners!r}")
+        containers = pod_containers(spec)
+        if len(containers) != 1:
+            found.append(f"{where}: containers {[c.get('name') for c in containers]}, not the plugin alone")
+        for c in containers:
+            if c.get("args") != DEVICE_PLUGIN_ARGS or c.get("command"):
+                found.append(f"{where}/{c.get('name')}: args {c.get('args')!r}, not {DEVICE_PLUGIN_ARGS}")
+            if c.get("env") or c.get("envFrom"):
+                found.append(f"{where}/{c.get('name')}: environment {c.get('env') or c.get('envFrom')!r}")
+            mounts = [(m.get("name"), m.get("mountPath")) for m in c.get("volumeMounts") or []]
+            if mounts != [("device-plugin", "/var/lib/kubelet/device-plugins")]:
+                found.append(f"{where}/{c.get('name')}: mounts {mounts}, not the kubelet's device-plugin folder alone")
+        volumes = [(v.get("name"), sorted(set(v) - {"name"})) for v in spec.get("volumes") or []]
+        if volumes != [("device-plugin", ["hostPath"])]:
+            found.append(f"{where}: volumes {volumes}, not the kubelet's device-plugin folder alone")
+    for name, c in classes.items():
+        if c.get("handler") != "nvidia":
+            found.append(f"RuntimeClass/{name}: handler {c.get('handler')!r}, not the toolkit's `nvidia`")
+    return found
+
+
 @rule("charts-pinned", f"the ARC charts at exactly {CHART_VERSION}; values use only keys those charts read")
 def _charts(s: Setup) -> list[str]:
     found = []

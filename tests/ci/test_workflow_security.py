@@ -881,6 +881,13 @@ def _init_container(image: str, **security: Any) -> Callable[[Setup], None]:
     return apply
 
 
+def _time_slicing(s: Setup) -> None:
+    """The device plugin's documented way to share a GPU: a ConfigMap mounted as its config file."""
+    spec = _daemonset(s)
+    spec["volumes"].append({"name": "config", "configMap": {"name": "time-slicing-config"}})
+    spec["containers"][0]["volumeMounts"].append({"name": "config", "mountPath": "/config"})
+
+
 def _listener(s: Setup, name: str) -> dict:
     return _values(name)(s)["listenerTemplate"]["spec"]["containers"][0]
 
@@ -913,6 +920,21 @@ FLEET_REVIEW_MISTAKES: dict[str, tuple[str, Callable[[Setup], None]]] = {
         lambda s: _listener(s, "pr")["securityContext"].pop("readOnlyRootFilesystem"),
     ),
     "listener-without-resources": ("listener-pods-restricted", lambda s: _listener(s, "main").pop("resources")),
+    # The device plugin: NVML under the toolkit's runtime; whole GPUs only.
+    "device-plugin-under-runc": ("device-plugin-as-documented", lambda s: _daemonset(s).pop("runtimeClassName")),
+    "device-plugin-config-file": (
+        "device-plugin-as-documented",
+        lambda s: _daemonset(s)["containers"][0]["args"].append("--config-file=/config/config.yaml"),
+    ),
+    "device-plugin-time-slicing-config-map": ("device-plugin-as-documented", _time_slicing),
+    "device-plugin-config-by-environment": (
+        "device-plugin-as-documented",
+        lambda s: _daemonset(s)["containers"][0].update(env=[{"name": "CONFIG_FILE", "value": "/config/config.yaml"}]),
+    ),
+    "device-plugin-mig-mixed": (
+        "device-plugin-as-documented",
+        lambda s: _daemonset(s)["containers"][0].update(args=["--mig-strategy=mixed", "--fail-on-init-error=true"]),
+    ),
 }
 MISTAKES.update(FLEET_REVIEW_MISTAKES)
 
