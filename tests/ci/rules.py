@@ -1269,9 +1269,20 @@ def _pr_pod_volumes(s: Setup) -> list[str]:
     return found
 
 
-@rule("images-by-digest", "the runner image, the device plugin and the runner image's base are pinned by digest")
+@rule(
+    "images-by-digest",
+    "the runner image, the controller and listener, the device plugin and the runner image's base: by digest",
+)
 def _images(s: Setup) -> list[str]:
     found = []
+    # The controller chart's image, for the manager and every listener, at the chart's version.
+    image = controller_image(s)
+    if not DIGEST.search(image) or not image.startswith(f"{CONTROLLER_IMAGE}:{CHART_VERSION}@"):
+        found.append(f"controller and listeners: image {image!r}, not {CONTROLLER_IMAGE}:{CHART_VERSION}@sha256:...")
+    for name, v in _set_values(s).items():
+        for c in (v.get("listenerTemplate") or {}).get("spec", {}).get("containers") or []:
+            if c.get("image") and not DIGEST.search(str(c["image"])):
+                found.append(f"{name}'s listener pod/{c.get('name')}: image {c.get('image')!r}")
     for name, v in _set_values(s).items():
         for c in pod_containers((v.get("template") or {}).get("spec") or {}):
             if not DIGEST.search(str(c.get("image"))):

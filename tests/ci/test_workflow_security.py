@@ -935,6 +935,24 @@ FLEET_REVIEW_MISTAKES: dict[str, tuple[str, Callable[[Setup], None]]] = {
         "device-plugin-as-documented",
         lambda s: _daemonset(s)["containers"][0].update(args=["--mig-strategy=mixed", "--fail-on-init-error=true"]),
     ),
+    # The controller's image, which every listener runs too.
+    "controller-image-by-tag": (
+        "images-by-digest",
+        lambda s: s.values["controller.yaml"]["image"].update(tag="0.14.2"),
+    ),
+    "controller-image-chart-default": ("images-by-digest", lambda s: s.values["controller.yaml"].pop("image")),
+    "controller-image-other-version": (
+        "images-by-digest",
+        lambda s: s.values["controller.yaml"]["image"].update(
+            tag=s.values["controller.yaml"]["image"]["tag"].replace("0.14.2", "0.13.1")
+        ),
+    ),
+    "listener-side-car-by-tag": (
+        "images-by-digest",
+        lambda s: _values("pr")(s)["listenerTemplate"]["spec"]["containers"].append(
+            {"name": "side-car", "image": "example/sidecar:1"}
+        ),
+    ),
 }
 MISTAKES.update(FLEET_REVIEW_MISTAKES)
 
