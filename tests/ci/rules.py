@@ -1375,32 +1375,52 @@ def _namespaces(s: Setup) -> list[str]:
         lbl = ((spaces.get(name) or {}).get("metadata") or {}).get("labels") or {}
         if lbl.get("pod-security.kubernetes.io/enforce") != "restricted":
             found.append(f"namespace {name}: enforces {lbl.get('pod-security.kubernetes.io/enforce')!r}")
-    policies = {d["metadata"].get("namespace"): d for d in s.k8s if d.get("kind") == "NetworkPolicy"}
+    # NetworkPolicies add up: a pod selected by several is allowed what any of them allows. So every
+    # policy in a runner namespace is read, whatever its name, file or podSelector.
     for name in SCALE_SETS:
-        spec = (policies.get(name) or {}).get("spec") or {}
-        if (
-            spec.get("podSelector") != {}
-            or set(spec.get("policyTypes") or []) != {"Ingress", "Egress"}
-            or spec.get("ingress")
+        policies = [d for d in s.k8s if d.get("kind") == "NetworkPolicy" and d["metadata"].get("namespace") == name]
+        if not any(
+            (p.get("spec") or {}).get("podSelector") == {}
+            and set((p.get("spec") or {}).get("policyTypes") or []) == {"Ingress", "Egress"}
+            for p in policies
         ):
             found.append(f"namespace {name}: no policy denying ingress and limiting egress for every pod")
-        meta = (policies.get(name) or {}).get("metadata") or {}
-        apiserver = [c.strip() for c in str((meta.get("annotations") or {}).get(APISERVER_ANNOTATION, "")).split(",")]
-        if not all(re.fullmatch(r"\d{1,3}(\.\d{1,3}){3}/\d{1,2}", c) for c in apiserver):
+        apiserver = sorted(
+            {
+                c.strip()
+                for p in policies
+                for c in str((p["metadata"].get("annotations") or {}).get(APISERVER_ANNOTATION, "")).split(",")
+                if c.strip()
+            }
+        )
+        if not apiserver or not all(re.fullmatch(r"\d{1,3}(\.\d{1,3}){3}/\d{1,2}", c) for c in apiserver):
             found.append(f"namespace {name}: annotation {APISERVER_ANNOTATION} names no API server address {apiserver}")
-        for rule_ in spec.get("egress") or []:
-            ports = {p.get("port") for p in rule_.get("ports") or []}
-            for peer in rule_.get("to") or [{}]:
-                block = peer.get("ipBlock")
-                if block and not (PRIVATE_RANGES | set(apiserver)) <= set(block.get("except") or []):
-                    missing = sorted((PRIVATE_RANGES | set(apiserver)) - set(block.get("except") or []))
-                    found.append(f"namespace {name}: egress to {block.get('cidr')} reaches {missing}")
-                if not block and peer != KUBE_DNS_PEER:
-                    found.append(f"namespace {name}: egress to {peer!r}, not the cluster's DNS alone")
-                if not block and ports - {53}:
-                    found.append(f"namespace {name}: in-cluster egress on ports {sorted(map(str, ports))}")
-            if not ports or ports - {53, 443}:
-                found.append(f"namespace {name}: egress on ports {sorted(map(str, ports)) or 'all'}")
+        for policy in policies:
+            found += _policy_problems(f"namespace {name}, policy {policy['metadata'].get('name')}", policy, apiserver)
+    return found
+
+
+def _policy_problems(where: str, policy: dict[str, Any], apiserver: list[str]) -> list[str]:
+    found = []
+    spec = policy.get("spec") or {}
+    if spec.get("ingress"):
+        found.append(f"{where}: admits ingress {spec['ingress']!r}")
+    for rule_ in spec.get("egress") or []:
+        ports = {p.get("port") for p in rule_.get("ports") or []}
+        for port in rule_.get("ports") or []:
+            if "endPort" in port:
+                found.append(f"{where}: egress ports {port.get('port')} to {port['endPort']} (endPort)")
+        for peer in rule_.get("to") or [{}]:
+            block = peer.get("ipBlock")
+            if block and not (PRIVATE_RANGES | set(apiserver)) <= set(block.get("except") or []):
+                missing = sorted((PRIVATE_RANGES | set(apiserver)) - set(block.get("except") or []))
+                found.append(f"{where}: egress to {block.get('cidr')} reaches {missing}")
+            if not block and peer != KUBE_DNS_PEER:
+                found.append(f"{where}: egress to {peer!r}, not the cluster's DNS alone")
+            if not block and ports - {53}:
+                found.append(f"{where}: in-cluster egress on ports {sorted(map(str, ports))}")
+        if not ports or ports - {53, 443}:
+            found.append(f"{where}: egress on ports {sorted(map(str, ports)) or 'all'}")
     return found
 
 

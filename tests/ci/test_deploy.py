@@ -102,9 +102,14 @@ def test_the_scale_sets_differ_only_where_they_must() -> None:
     main_mounts = {m["name"] for m in _spec(main)["containers"][0].pop("volumeMounts")}
     assert pr_mounts <= main_mounts and pr_mounts == {vol["name"] for vol in pr_volumes}
     assert main == pr
-    # Egress: every peer and port the pull request's pods reach, main's reach too.
-    policies = {d["metadata"]["namespace"]: d["spec"]["egress"] for d in SETUP.k8s if d["kind"] == "NetworkPolicy"}
-    assert all(r in policies["perfgate-gpu-main"] for r in policies["perfgate-gpu-pr"])
+    # Egress: every peer and port the pull request's pods reach, main's reach too. Policies add up:
+    # every policy of the namespace counts, not the last one read.
+    egress = {
+        ns: [r for d in SETUP.k8s if d["kind"] == "NetworkPolicy" and d["metadata"]["namespace"] == ns
+             for r in d["spec"].get("egress") or []]
+        for ns in ("perfgate-gpu-main", "perfgate-gpu-pr")
+    }  # fmt: skip
+    assert all(r in egress["perfgate-gpu-main"] for r in egress["perfgate-gpu-pr"])
 
 
 def test_the_scale_set_test_refuses_a_shared_cache_and_a_shared_key(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -124,6 +129,26 @@ def test_the_scale_set_test_refuses_a_shared_cache_and_a_shared_key(monkeypatch:
         with pytest.raises(AssertionError):
             test_the_scale_sets_differ_only_where_they_must()
         monkeypatch.undo()
+
+
+def test_the_scale_set_test_refuses_wider_pull_request_egress_in_a_second_policy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Policies add up: a second policy in perfgate-gpu-pr (a file read before
+    network-policies.yaml) that lets its pods reach SSH anywhere widens its egress beyond main's."""
+    wider = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "allow-ssh", "namespace": "perfgate-gpu-pr"},
+        "spec": {
+            "podSelector": {},
+            "policyTypes": ["Egress"],
+            "egress": [{"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}], "ports": [{"protocol": "TCP", "port": 22}]}],
+        },
+    }
+    monkeypatch.setattr(SETUP, "k8s", [wider, *SETUP.k8s])
+    with pytest.raises(AssertionError):
+        test_the_scale_sets_differ_only_where_they_must()
 
 
 def test_the_runner_image_ends_as_the_runner_user_and_installs_the_lock_only() -> None:

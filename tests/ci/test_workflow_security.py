@@ -888,6 +888,17 @@ def _time_slicing(s: Setup) -> None:
     spec["containers"][0]["volumeMounts"].append({"name": "config", "mountPath": "/config"})
 
 
+def _extra_policy(namespace: str, name: str, spec: dict) -> dict:
+    """A second NetworkPolicy in a runner namespace, as a new file under deploy/k8s/ would add it:
+    one named before network-policies.yaml (allow-egress.yaml) is read first."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"podSelector": {}, **spec},
+    }
+
+
 def _listener(s: Setup, name: str) -> dict:
     return _values(name)(s)["listenerTemplate"]["spec"]["containers"][0]
 
@@ -952,6 +963,26 @@ FLEET_REVIEW_MISTAKES: dict[str, tuple[str, Callable[[Setup], None]]] = {
         lambda s: _values("pr")(s)["listenerTemplate"]["spec"]["containers"].append(
             {"name": "side-car", "image": "example/sidecar:1"}
         ),
+    ),
+    # Network policies add up: each one in a runner namespace counts, whatever its file or name.
+    "pr-extra-policy-allows-all-egress": (
+        "namespaces-restricted",
+        lambda s: s.k8s.insert(0, _extra_policy(PR_SET, "allow-egress", {"policyTypes": ["Egress"], "egress": [{}]})),
+    ),
+    "main-extra-policy-ingress-from-all-namespaces": (
+        "namespaces-restricted",
+        lambda s: s.k8s.insert(
+            0,
+            _extra_policy(
+                MAIN_SET,
+                "allow-metrics",
+                {"policyTypes": ["Ingress"], "ingress": [{"from": [{"namespaceSelector": {}}]}]},
+            ),
+        ),
+    ),
+    "pr-egress-port-range": (
+        "namespaces-restricted",
+        lambda s: _policy(s, PR_SET)["spec"]["egress"][1]["ports"][0].update(endPort=65535),
     ),
 }
 MISTAKES.update(FLEET_REVIEW_MISTAKES)
