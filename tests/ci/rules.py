@@ -879,6 +879,98 @@ def _no_queue(s: Setup) -> list[str]:
     return found
 
 
+# Workflows whose main runs share one fixed concurrency group on purpose, and why: a pull request's
+# own workflow, once approved, can name that group too (groups are the repository's), and cancel or
+# replace a run there. docs/gpu-runner.md, "Concurrency groups", prints each with what to do.
+# (history.yml's shared queue perfgate-history is history-queue-kept-runs' to check: workflow_run.)
+SHARED_MAIN_GROUPS = {
+    "pages.yml": "deployments must not overlap, a newer build replacing an older: a cancelled build"
+    " leaves the site as it was until the next one; run pages by hand",
+    "record-baselines.yml": "one recording at a time, so that two never number the same baseline file:"
+    " a cancelled recording opens no pull request; run it again by hand",
+}
+PR_BRANCHES = ("feature", "main", "refs/heads/main")  # a fork names its branch as it likes
+
+
+def _concurrency_blocks(wf: dict[str, Any]) -> list[tuple[str, Any]]:
+    blocks = [("(workflow)", wf.get("concurrency"))]
+    blocks += [(j, job.get("concurrency")) for j, job in (wf.get("jobs") or {}).items()]
+    return [(where, b.get("group") if isinstance(b, dict) else b) for where, b in blocks if b]
+
+
+def _group_contexts(name: str, wf: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """("main" or "pr", the github context) for each way the workflow runs: main's runs (push,
+    schedule, by hand) under two run ids; pull requests' (pull_request_target, and pull_request
+    from a fork) from a branch of any name."""
+    base = {"github.workflow": wf.get("name") or f".github/workflows/{name}", "github.repository": "OWNER/REPO"}
+    for event in sorted(triggers(wf) & TRUSTED_EVENTS):
+        for run_id in (1001, 1002):
+            yield (
+                "main",
+                {
+                    **base,
+                    "github.event_name": event,
+                    "github.ref": "refs/heads/main",
+                    "github.ref_name": "main",
+                    "github.run_id": run_id,
+                },
+            )
+    for event in sorted(triggers(wf) & {"pull_request_target", "pull_request"}):
+        for branch in PR_BRANCHES:
+            yield (
+                "pr",
+                {
+                    **base,
+                    "github.event_name": event,
+                    "github.ref": "refs/heads/main" if event == "pull_request_target" else "refs/pull/7/merge",
+                    "github.ref_name": "main" if event == "pull_request_target" else "7/merge",
+                    "github.head_ref": branch,
+                    "github.base_ref": "main",
+                    "github.run_id": 2001,
+                    "github.event.pull_request.number": 7,
+                    "github.event.pull_request.head.ref": branch,
+                    "github.event.pull_request.head.repo.full_name": "mallory/REPO",
+                },
+            )
+
+
+@rule(
+    "concurrency-groups-apart",
+    "no pull request's run joins a group of main's runs, and main's groups are per run (no pull request can name them)",
+)
+def _groups_apart(s: Setup) -> list[str]:
+    """Concurrency groups are the repository's: a run that joins a group cancels the one waiting
+    there, and the one in progress too with cancel-in-progress. A pull request's run that lands in
+    main's group (`${{ github.ref }}` is refs/heads/main under pull_request_target; a head_ref is the
+    fork's to name) cancels main's gate; and a pull request's own new workflow, run once a
+    maintainer clicks "Approve and run", can write any group, so main's must not be known before
+    its run exists."""
+    found, main_groups, pr_groups = [], {}, {}
+    for n, wf in s.workflows.items():
+        for where, group in _concurrency_blocks(wf):
+            per_run: dict[int, set[str]] = {}
+            for kind, ctx in _group_contexts(n, wf):
+                try:
+                    written = interpolate(group, ctx)
+                except ExpressionError as exc:
+                    found.append(f"{w(n, where)}: {exc}")
+                    break
+                if kind == "main":
+                    main_groups.setdefault(written, f"{w(n, where)} for {ctx['github.event_name']}")
+                    per_run.setdefault(ctx["github.run_id"], set()).add(written)
+                else:
+                    pr_groups.setdefault(written, f"{w(n, where)} for {ctx['github.event_name']}")
+            shared = per_run.get(1001, set()) & per_run.get(1002, set())
+            if shared and not (where == "(workflow)" and n in SHARED_MAIN_GROUPS):
+                found.append(
+                    f"{w(n, where)}: main's runs share the group {sorted(shared)} (a pull request can name it)"
+                )
+    for group, pr in pr_groups.items():
+        if group in main_groups:
+            found.append(f"{pr}: the group {group!r} of {main_groups[group]}")
+    return found
+
+
 @rule(
     "artifacts-downloaded-by-name",
     "artifacts go into the runner's temp folder; the comment reads the pull-request job's, by name",

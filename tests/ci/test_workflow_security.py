@@ -984,6 +984,40 @@ FLEET_REVIEW_MISTAKES: dict[str, tuple[str, Callable[[Setup], None]]] = {
         "namespaces-restricted",
         lambda s: _policy(s, PR_SET)["spec"]["egress"][1]["ports"][0].update(endPort=65535),
     ),
+    # Concurrency groups: a pull request's run in main's group, and main's groups a pull request can name.
+    "gpu-group-by-ref": (
+        "concurrency-groups-apart",
+        set_("benchmark-gpu.yml::concurrency.group", "${{ github.workflow }}-${{ github.ref }}"),
+    ),
+    "gpu-group-by-head-ref": (
+        "concurrency-groups-apart",
+        set_("benchmark-gpu.yml::concurrency.group", "${{ github.workflow }}-${{ github.head_ref || github.ref }}"),
+    ),
+    "gpu-group-per-ref-on-main": (  # the file before: benchmark-gpu-refs/heads/main, nameable
+        "concurrency-groups-apart",
+        set_(
+            "benchmark-gpu.yml::concurrency.group",
+            "${{ github.workflow }}-${{ github.event.pull_request.number || github.ref }}",
+        ),
+    ),
+    "cpu-group-per-ref-on-main": (
+        "concurrency-groups-apart",
+        set_(
+            "benchmark-cpu.yml::concurrency.group",
+            "${{ github.workflow }}-${{ github.event.pull_request.number || github.ref }}",
+        ),
+    ),
+    "approval-job-group-by-ref": (
+        "concurrency-groups-apart",
+        set_(
+            "benchmark-gpu.yml:approve:concurrency",
+            {"group": "${{ github.workflow }}-${{ github.ref }}", "cancel-in-progress": True},
+        ),
+    ),
+    "record-group-shared-with-benchmark": (  # a serialising group may be fixed only where named
+        "concurrency-groups-apart",
+        set_("benchmark-gpu.yml::concurrency.group", "record-baselines"),
+    ),
 }
 MISTAKES.update(FLEET_REVIEW_MISTAKES)
 
@@ -1132,3 +1166,24 @@ def test_a_condition_the_rules_cannot_read_is_an_error_not_a_pass() -> None:
 def test_the_rules_write_a_value_as_github_does(value: str, written: str) -> None:
     context = {"github.event_name": "pull_request_target", "github.run_id": 1001}
     assert rules.interpolate(value, context) == written
+
+
+def test_a_pull_request_run_in_mains_group_is_caught_where_main_may_share_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The 4a mistakes are caught by the comparison of groups itself, not only because main's group
+    would be fixed: even were benchmark-gpu allowed a shared group, its pull requests' runs may not
+    join it."""
+    monkeypatch.setitem(rules.SHARED_MAIN_GROUPS, "benchmark-gpu.yml", "a test")
+    for mistake in ("gpu-group-by-ref", "gpu-group-by-head-ref"):
+        mutated = copy.deepcopy(REAL)
+        MISTAKES[mistake][1](mutated)
+        problems = rules._groups_apart(mutated)
+        assert problems and all("for pull_request_target: the group" in p for p in problems), (mistake, problems)
+
+
+def test_the_docs_name_every_shared_concurrency_group() -> None:
+    """Each workflow whose main runs may share a fixed group is in docs/gpu-runner.md's table, with
+    what an operator does when a pull request's workflow cancels one."""
+    docs = (ROOT / "docs" / "gpu-runner.md").read_text()
+    table = docs[docs.index("### Concurrency groups") : docs.index("### Threat model")]
+    for name in [*rules.SHARED_MAIN_GROUPS, "history.yml"]:
+        assert re.search(rf"^\| `{re.escape(name)}` \|.*\|.*\|$", table, re.M), name
