@@ -1372,7 +1372,7 @@ def _images(s: Setup) -> list[str]:
     if not DIGEST.search(image) or not image.startswith(f"{CONTROLLER_IMAGE}:{CHART_VERSION}@"):
         found.append(f"controller and listeners: image {image!r}, not {CONTROLLER_IMAGE}:{CHART_VERSION}@sha256:...")
     for name, v in _set_values(s).items():
-        for c in (v.get("listenerTemplate") or {}).get("spec", {}).get("containers") or []:
+        for c in ((v.get("listenerTemplate") or {}).get("spec") or {}).get("containers") or []:
             if c.get("image") and not DIGEST.search(str(c["image"])):
                 found.append(f"{name}'s listener pod/{c.get('name')}: image {c.get('image')!r}")
     for name, v in _set_values(s).items():
