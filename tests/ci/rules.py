@@ -879,6 +879,98 @@ def _no_queue(s: Setup) -> list[str]:
     return found
 
 
+# Workflows whose main runs share one fixed concurrency group on purpose, and why: a pull request's
+# own workflow, once approved, can name that group too (groups are the repository's), and cancel or
+# replace a run there. docs/gpu-runner.md, "Concurrency groups", prints each with what to do.
+# (history.yml's shared queue perfgate-history is history-queue-kept-runs' to check: workflow_run.)
+SHARED_MAIN_GROUPS = {
+    "pages.yml": "deployments must not overlap, a newer build replacing an older: a cancelled build"
+    " leaves the site as it was until the next one; run pages by hand",
+    "record-baselines.yml": "one recording at a time, so that two never number the same baseline file:"
+    " a cancelled recording opens no pull request; run it again by hand",
+}
+PR_BRANCHES = ("feature", "main", "refs/heads/main")  # a fork names its branch as it likes
+
+
+def _concurrency_blocks(wf: dict[str, Any]) -> list[tuple[str, Any]]:
+    blocks = [("(workflow)", wf.get("concurrency"))]
+    blocks += [(j, job.get("concurrency")) for j, job in (wf.get("jobs") or {}).items()]
+    return [(where, b.get("group") if isinstance(b, dict) else b) for where, b in blocks if b]
+
+
+def _group_contexts(name: str, wf: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """("main" or "pr", the github context) for each way the workflow runs: main's runs (push,
+    schedule, by hand) under two run ids; pull requests' (pull_request_target, and pull_request
+    from a fork) from a branch of any name."""
+    base = {"github.workflow": wf.get("name") or f".github/workflows/{name}", "github.repository": "OWNER/REPO"}
+    for event in sorted(triggers(wf) & TRUSTED_EVENTS):
+        for run_id in (1001, 1002):
+            yield (
+                "main",
+                {
+                    **base,
+                    "github.event_name": event,
+                    "github.ref": "refs/heads/main",
+                    "github.ref_name": "main",
+                    "github.run_id": run_id,
+                },
+            )
+    for event in sorted(triggers(wf) & {"pull_request_target", "pull_request"}):
+        for branch in PR_BRANCHES:
+            yield (
+                "pr",
+                {
+                    **base,
+                    "github.event_name": event,
+                    "github.ref": "refs/heads/main" if event == "pull_request_target" else "refs/pull/7/merge",
+                    "github.ref_name": "main" if event == "pull_request_target" else "7/merge",
+                    "github.head_ref": branch,
+                    "github.base_ref": "main",
+                    "github.run_id": 2001,
+                    "github.event.pull_request.number": 7,
+                    "github.event.pull_request.head.ref": branch,
+                    "github.event.pull_request.head.repo.full_name": "mallory/REPO",
+                },
+            )
+
+
+@rule(
+    "concurrency-groups-apart",
+    "no pull request's run joins a group of main's runs, and main's groups are per run (no pull request can name them)",
+)
+def _groups_apart(s: Setup) -> list[str]:
+    """Concurrency groups are the repository's: a run that joins a group cancels the one waiting
+    there, and the one in progress too with cancel-in-progress. A pull request's run that lands in
+    main's group (`${{ github.ref }}` is refs/heads/main under pull_request_target; a head_ref is the
+    fork's to name) cancels main's gate; and a pull request's own new workflow, run once a
+    maintainer clicks "Approve and run", can write any group, so main's must not be known before
+    its run exists."""
+    found, main_groups, pr_groups = [], {}, {}
+    for n, wf in s.workflows.items():
+        for where, group in _concurrency_blocks(wf):
+            per_run: dict[int, set[str]] = {}
+            for kind, ctx in _group_contexts(n, wf):
+                try:
+                    written = interpolate(group, ctx)
+                except ExpressionError as exc:
+                    found.append(f"{w(n, where)}: {exc}")
+                    break
+                if kind == "main":
+                    main_groups.setdefault(written, f"{w(n, where)} for {ctx['github.event_name']}")
+                    per_run.setdefault(ctx["github.run_id"], set()).add(written)
+                else:
+                    pr_groups.setdefault(written, f"{w(n, where)} for {ctx['github.event_name']}")
+            shared = per_run.get(1001, set()) & per_run.get(1002, set())
+            if shared and not (where == "(workflow)" and n in SHARED_MAIN_GROUPS):
+                found.append(
+                    f"{w(n, where)}: main's runs share the group {sorted(shared)} (a pull request can name it)"
+                )
+    for group, pr in pr_groups.items():
+        if group in main_groups:
+            found.append(f"{pr}: the group {group!r} of {main_groups[group]}")
+    return found
+
+
 @rule(
     "artifacts-downloaded-by-name",
     "artifacts go into the runner's temp folder; the comment reads the pull-request job's, by name",
@@ -1086,9 +1178,16 @@ def _sets_apart(s: Setup) -> list[str]:
     return found
 
 
-def _pod_problems(where: str, spec: dict[str, Any]) -> list[str]:
+def pod_containers(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every container of a pod spec: init containers run in the pod too, with the same reach."""
+    return [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+
+
+def _pod_problems(where: str, spec: dict[str, Any], *, api_token: bool = False) -> list[str]:
+    """What Pod Security's `restricted` level (and this fleet: no API token unless `api_token`)
+    refuses in a pod spec, for every container, init containers included."""
     found = []
-    if spec.get("automountServiceAccountToken") is not False:
+    if not api_token and spec.get("automountServiceAccountToken") is not False:
         found.append(f"{where}: mounts a Kubernetes API token")
     if any(spec.get(k) for k in ("hostNetwork", "hostPID", "hostIPC")):
         found.append(f"{where}: shares a host namespace")
@@ -1098,14 +1197,18 @@ def _pod_problems(where: str, spec: dict[str, Any]) -> list[str]:
     for vol in spec.get("volumes") or []:
         if "hostPath" in vol:
             found.append(f"{where}: host path {vol['hostPath']!r}")
-    for c in spec.get("containers") or []:
+    for c in pod_containers(spec):
         sc = c.get("securityContext") or {}
+        caps = sc.get("capabilities") or {}
         if (
             sc.get("allowPrivilegeEscalation") is not False
             or sc.get("privileged")
-            or "ALL" not in (sc.get("capabilities") or {}).get("drop", [])
+            or "ALL" not in (caps.get("drop") or [])
+            or set(caps.get("add") or []) - {"NET_BIND_SERVICE"}
         ):
             found.append(f"{where}/{c.get('name')}: may escalate privileges or keeps capabilities")
+        if sc.get("runAsNonRoot") is False or sc.get("runAsUser") == 0:
+            found.append(f"{where}/{c.get('name')}: runs as root")
     return found
 
 
@@ -1121,6 +1224,118 @@ def _runner_pods(s: Setup) -> list[str]:
         limits = (runner.get("resources") or {}).get("limits") or {}
         if str(limits.get("nvidia.com/gpu")) != "1":
             found.append(f"{name}: the runner's GPU limit is {limits.get('nvidia.com/gpu')!r}, not one whole GPU")
+    return found
+
+
+# ARC 0.14.2's listener pod (controllers/actions.github.com/resourcebuilder.go): one per scale set,
+# in the controller's namespace (arc-systems), built by newScaleSetListenerPod with no security
+# context at all, then merged with the scale set's `listenerTemplate` by
+# mergeListenerPodWithTemplate: the container named `listener` takes the template's securityContext
+# and resources (replaced, not merged), any other container is added as it is, and the pod takes the
+# template's securityContext, initContainers, tolerations, ... (replaced; absent means none).
+LISTENER = "listener"
+CONTROLLER_IMAGE = "ghcr.io/actions/gha-runner-scale-set-controller"
+_LISTENER_CONTAINER_APPENDS = ("env", "args", "ports", "envFrom", "volumeMounts", "volumeDevices")
+_LISTENER_CONTAINER_SETS = (
+    "imagePullPolicy", "workingDir", "resources", "livenessProbe", "readinessProbe", "startupProbe", "lifecycle",
+    "terminationMessagePath", "terminationMessagePolicy", "securityContext", "resizePolicy", "restartPolicy",
+    "stdin", "stdinOnce", "tty",
+)  # fmt: skip
+_LISTENER_POD_SETS = (
+    "initContainers", "ephemeralContainers", "terminationGracePeriodSeconds", "activeDeadlineSeconds", "dnsPolicy",
+    "nodeName", "hostNetwork", "hostPID", "hostIPC", "shareProcessNamespace", "securityContext", "hostname",
+    "subdomain", "affinity", "schedulerName", "tolerations", "hostAliases", "priorityClassName", "priority",
+    "dnsConfig", "readinessGates", "runtimeClassName", "enableServiceLinks", "preemptionPolicy", "overhead",
+    "topologySpreadConstraints", "setHostnameAsFQDN", "os", "hostUsers", "schedulingGates", "resourceClaims",
+)  # fmt: skip
+
+
+def controller_image(s: Setup) -> str:
+    """The controller's image as the controller chart writes it, for the manager and, through
+    CONTROLLER_MANAGER_CONTAINER_IMAGE, for every listener: repository:tag (tag: the chart's
+    appVersion, 0.14.2, unless set)."""
+    values = next((s.values.get(r.get("values")) or {} for r in _releases(s) if _is_controller(r)), {})
+    image = values.get("image") or {}
+    return f"{image.get('repository') or CONTROLLER_IMAGE}:{image.get('tag') or CHART_VERSION}"
+
+
+def _is_controller(release: dict[str, Any]) -> bool:
+    return str(release.get("chart", "")).endswith("-controller")
+
+
+def listener_pod(values: dict[str, Any], image: str) -> dict[str, Any]:
+    """A scale set's listener pod as ARC 0.14.2's controller creates it from its values."""
+    name = f"{values.get('runnerScaleSetName')}-listener"
+    spec: dict[str, Any] = {
+        "serviceAccountName": name,
+        "nodeSelector": {"kubernetes.io/os": "linux"},
+        "containers": [
+            {
+                "name": LISTENER,
+                "image": image,
+                "env": [{"name": "LISTENER_CONFIG_PATH", "value": "/etc/gha-listener/config.json"}],
+                "command": ["/ghalistener"],
+                "volumeMounts": [{"name": "listener-config", "mountPath": "/etc/gha-listener", "readOnly": True}],
+            }
+        ],
+        "volumes": [{"name": "listener-config", "secret": {"secretName": f"{name}-config"}}],
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": 60,
+    }
+    template = values.get("listenerTemplate")
+    if template:
+        tspec = template.get("spec") or {}
+        listener = spec["containers"][0]
+        for c in tspec.get("containers") or []:
+            if c.get("name") != LISTENER:
+                spec["containers"].append(c)
+                continue
+            for key in ("image", "command"):
+                if c.get(key):
+                    listener[key] = c[key]
+            for key in _LISTENER_CONTAINER_APPENDS:
+                if [*(listener.get(key) or []), *(c.get(key) or [])]:
+                    listener[key] = [*(listener.get(key) or []), *(c.get(key) or [])]
+            for key in _LISTENER_CONTAINER_SETS:
+                listener.pop(key, None)
+                if key in c:
+                    listener[key] = c[key]
+        for key in ("restartPolicy", "imagePullSecrets", "nodeSelector"):
+            if tspec.get(key):
+                spec[key] = tspec[key]
+        spec["volumes"] += tspec.get("volumes") or []
+        for key in _LISTENER_POD_SETS:
+            spec.pop(key, None)
+            if key in tspec:
+                spec[key] = tspec[key]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "arc-systems"},
+        "spec": spec,
+    }
+
+
+@rule(
+    "listener-pods-restricted",
+    "each scale set's listener pod, as ARC builds it, is one arc-systems' `restricted` level admits",
+)
+def _listener_pods(s: Setup) -> list[str]:
+    """Without listenerTemplate ARC's listener pod has no securityContext: arc-systems enforces
+    `restricted`, so the API server refuses it and the scale set never scales. The listener needs
+    its service account's token (it patches the scale set's EphemeralRunnerSet)."""
+    found = []
+    for name, v in _set_values(s).items():
+        pod = listener_pod(v, controller_image(s))
+        found += _pod_problems(f"{name}'s listener", pod["spec"], api_token=True)
+        listener = pod["spec"]["containers"][0]
+        if (listener.get("securityContext") or {}).get("readOnlyRootFilesystem") is not True:
+            found.append(f"{name}'s listener: its root filesystem is writable")
+        resources = listener.get("resources") or {}
+        if not {"cpu", "memory"} <= set(resources.get("requests") or {}) or "memory" not in (
+            resources.get("limits") or {}
+        ):
+            found.append(f"{name}'s listener: resources {resources!r} (requests cpu and memory, a memory limit)")
     return found
 
 
@@ -1146,21 +1361,81 @@ def _pr_pod_volumes(s: Setup) -> list[str]:
     return found
 
 
-@rule("images-by-digest", "the runner image, the device plugin and the runner image's base are pinned by digest")
+@rule(
+    "images-by-digest",
+    "the runner image, the controller and listener, the device plugin and the runner image's base: by digest",
+)
 def _images(s: Setup) -> list[str]:
     found = []
+    # The controller chart's image, for the manager and every listener, at the chart's version.
+    image = controller_image(s)
+    if not DIGEST.search(image) or not image.startswith(f"{CONTROLLER_IMAGE}:{CHART_VERSION}@"):
+        found.append(f"controller and listeners: image {image!r}, not {CONTROLLER_IMAGE}:{CHART_VERSION}@sha256:...")
     for name, v in _set_values(s).items():
-        for c in ((v.get("template") or {}).get("spec") or {}).get("containers") or []:
+        for c in ((v.get("listenerTemplate") or {}).get("spec") or {}).get("containers") or []:
+            if c.get("image") and not DIGEST.search(str(c["image"])):
+                found.append(f"{name}'s listener pod/{c.get('name')}: image {c.get('image')!r}")
+    for name, v in _set_values(s).items():
+        for c in pod_containers((v.get("template") or {}).get("spec") or {}):
             if not DIGEST.search(str(c.get("image"))):
                 found.append(f"{name}/{c.get('name')}: image {c.get('image')!r}")
     for doc in s.k8s:
         spec = ((doc.get("spec") or {}).get("template") or {}).get("spec") or {}
-        for c in spec.get("containers") or []:
+        for c in pod_containers(spec):
             if not DIGEST.search(str(c.get("image"))):
                 found.append(f"{doc['kind']}/{doc['metadata']['name']}: image {c.get('image')!r}")
     for base in re.findall(r"^FROM\s+(\S+)", s.dockerfile, re.M):
         if not DIGEST.search(base):
             found.append(f"runner image: FROM {base}")
+    return found
+
+
+# NVIDIA's device plugin as docs/gpu-runner.md sets it up: whole GPUs, MIG off, failing loudly.
+DEVICE_PLUGIN_ARGS = ["--mig-strategy=none", "--fail-on-init-error=true"]
+
+
+@rule(
+    "device-plugin-as-documented",
+    "the device plugin runs under the runner pods' RuntimeClass, with exactly its flags: no config, no sharing, no MIG",
+)
+def _device_plugin(s: Setup) -> list[str]:
+    """The toolkit is installed as a runtime handler `nvidia` that is not containerd's default:
+    under runc the plugin finds no NVML and no GPU (NVIDIA/k8s-device-plugin#406, #1304). A config
+    file (--config-file, CONFIG_FILE, a mounted ConfigMap) can turn on time-slicing or MPS, which
+    hands one GPU to several pods; --mig-strategy=mixed splits it. Every flag can also be set by an
+    environment variable, so the container has none."""
+    found = []
+    classes = {d["metadata"]["name"]: d for d in s.k8s if d.get("kind") == "RuntimeClass"}
+    runners = {
+        name: ((v.get("template") or {}).get("spec") or {}).get("runtimeClassName")
+        for name, v in _set_values(s).items()
+    }
+    plugins = [d for d in s.k8s if d.get("kind") == "DaemonSet"]
+    if len(plugins) != 1:
+        found.append(f"{len(plugins)} DaemonSets, not the device plugin alone")
+    for doc in plugins:
+        where = f"DaemonSet/{doc['metadata']['name']}"
+        spec = ((doc.get("spec") or {}).get("template") or {}).get("spec") or {}
+        runtime = spec.get("runtimeClassName")
+        if runtime is None or runtime not in classes or any(r != runtime for r in runners.values()):
+            found.append(f"{where}: runtimeClassName {runtime!r}, the runner pods' {runners!r}")
+        containers = pod_containers(spec)
+        if len(containers) != 1:
+            found.append(f"{where}: containers {[c.get('name') for c in containers]}, not the plugin alone")
+        for c in containers:
+            if c.get("args") != DEVICE_PLUGIN_ARGS or c.get("command"):
+                found.append(f"{where}/{c.get('name')}: args {c.get('args')!r}, not {DEVICE_PLUGIN_ARGS}")
+            if c.get("env") or c.get("envFrom"):
+                found.append(f"{where}/{c.get('name')}: environment {c.get('env') or c.get('envFrom')!r}")
+            mounts = [(m.get("name"), m.get("mountPath")) for m in c.get("volumeMounts") or []]
+            if mounts != [("device-plugin", "/var/lib/kubelet/device-plugins")]:
+                found.append(f"{where}/{c.get('name')}: mounts {mounts}, not the kubelet's device-plugin folder alone")
+        volumes = [(v.get("name"), sorted(set(v) - {"name"})) for v in spec.get("volumes") or []]
+        if volumes != [("device-plugin", ["hostPath"])]:
+            found.append(f"{where}: volumes {volumes}, not the kubelet's device-plugin folder alone")
+    for name, c in classes.items():
+        if c.get("handler") != "nvidia":
+            found.append(f"RuntimeClass/{name}: handler {c.get('handler')!r}, not the toolkit's `nvidia`")
     return found
 
 
@@ -1192,32 +1467,52 @@ def _namespaces(s: Setup) -> list[str]:
         lbl = ((spaces.get(name) or {}).get("metadata") or {}).get("labels") or {}
         if lbl.get("pod-security.kubernetes.io/enforce") != "restricted":
             found.append(f"namespace {name}: enforces {lbl.get('pod-security.kubernetes.io/enforce')!r}")
-    policies = {d["metadata"].get("namespace"): d for d in s.k8s if d.get("kind") == "NetworkPolicy"}
+    # NetworkPolicies add up: a pod selected by several is allowed what any of them allows. So every
+    # policy in a runner namespace is read, whatever its name, file or podSelector.
     for name in SCALE_SETS:
-        spec = (policies.get(name) or {}).get("spec") or {}
-        if (
-            spec.get("podSelector") != {}
-            or set(spec.get("policyTypes") or []) != {"Ingress", "Egress"}
-            or spec.get("ingress")
+        policies = [d for d in s.k8s if d.get("kind") == "NetworkPolicy" and d["metadata"].get("namespace") == name]
+        if not any(
+            (p.get("spec") or {}).get("podSelector") == {}
+            and set((p.get("spec") or {}).get("policyTypes") or []) == {"Ingress", "Egress"}
+            for p in policies
         ):
             found.append(f"namespace {name}: no policy denying ingress and limiting egress for every pod")
-        meta = (policies.get(name) or {}).get("metadata") or {}
-        apiserver = [c.strip() for c in str((meta.get("annotations") or {}).get(APISERVER_ANNOTATION, "")).split(",")]
-        if not all(re.fullmatch(r"\d{1,3}(\.\d{1,3}){3}/\d{1,2}", c) for c in apiserver):
+        apiserver = sorted(
+            {
+                c.strip()
+                for p in policies
+                for c in str((p["metadata"].get("annotations") or {}).get(APISERVER_ANNOTATION, "")).split(",")
+                if c.strip()
+            }
+        )
+        if not apiserver or not all(re.fullmatch(r"\d{1,3}(\.\d{1,3}){3}/\d{1,2}", c) for c in apiserver):
             found.append(f"namespace {name}: annotation {APISERVER_ANNOTATION} names no API server address {apiserver}")
-        for rule_ in spec.get("egress") or []:
-            ports = {p.get("port") for p in rule_.get("ports") or []}
-            for peer in rule_.get("to") or [{}]:
-                block = peer.get("ipBlock")
-                if block and not (PRIVATE_RANGES | set(apiserver)) <= set(block.get("except") or []):
-                    missing = sorted((PRIVATE_RANGES | set(apiserver)) - set(block.get("except") or []))
-                    found.append(f"namespace {name}: egress to {block.get('cidr')} reaches {missing}")
-                if not block and peer != KUBE_DNS_PEER:
-                    found.append(f"namespace {name}: egress to {peer!r}, not the cluster's DNS alone")
-                if not block and ports - {53}:
-                    found.append(f"namespace {name}: in-cluster egress on ports {sorted(map(str, ports))}")
-            if not ports or ports - {53, 443}:
-                found.append(f"namespace {name}: egress on ports {sorted(map(str, ports)) or 'all'}")
+        for policy in policies:
+            found += _policy_problems(f"namespace {name}, policy {policy['metadata'].get('name')}", policy, apiserver)
+    return found
+
+
+def _policy_problems(where: str, policy: dict[str, Any], apiserver: list[str]) -> list[str]:
+    found = []
+    spec = policy.get("spec") or {}
+    if spec.get("ingress"):
+        found.append(f"{where}: admits ingress {spec['ingress']!r}")
+    for rule_ in spec.get("egress") or []:
+        ports = {p.get("port") for p in rule_.get("ports") or []}
+        for port in rule_.get("ports") or []:
+            if "endPort" in port:
+                found.append(f"{where}: egress ports {port.get('port')} to {port['endPort']} (endPort)")
+        for peer in rule_.get("to") or [{}]:
+            block = peer.get("ipBlock")
+            if block and not (PRIVATE_RANGES | set(apiserver)) <= set(block.get("except") or []):
+                missing = sorted((PRIVATE_RANGES | set(apiserver)) - set(block.get("except") or []))
+                found.append(f"{where}: egress to {block.get('cidr')} reaches {missing}")
+            if not block and peer != KUBE_DNS_PEER:
+                found.append(f"{where}: egress to {peer!r}, not the cluster's DNS alone")
+            if not block and ports - {53}:
+                found.append(f"{where}: in-cluster egress on ports {sorted(map(str, ports))}")
+        if not ports or ports - {53, 443}:
+            found.append(f"{where}: egress on ports {sorted(map(str, ports)) or 'all'}")
     return found
 
 

@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.ci import rules
 from tests.ci.helpers import DEPLOY
-from tests.ci.rules import SCALE_SETS, load_setup
+from tests.ci.rules import SCALE_SETS, controller_image, listener_pod, load_setup
 
 kv = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate is not installed: pip install -e '.[dev]'")
 
@@ -45,12 +46,14 @@ def documents() -> dict[str, dict[str, Any]]:
     for v in SETUP.values.values():
         if "template" in v:
             docs[f"runner pod of {v['runnerScaleSetName']}"] = runner_pod(v)
+            docs[f"listener pod of {v['runnerScaleSetName']}"] = listener_pod(v, controller_image(SETUP))
     return docs
 
 
 def test_every_manifest_and_runner_pod_is_what_kubernetes_accepts() -> None:
     docs = documents()
     assert {name for name in docs if name.startswith("runner pod")} == {f"runner pod of {s}" for s in SCALE_SETS}
+    assert {name for name in docs if name.startswith("listener pod")} == {f"listener pod of {s}" for s in SCALE_SETS}
     assert {d["kind"] for d in docs.values()} == {"Namespace", "NetworkPolicy", "RuntimeClass", "DaemonSet", "Pod"}
     for name, doc in docs.items():
         assert schema_errors(doc) is None, f"{name}: {schema_errors(doc)}"
@@ -99,9 +102,14 @@ def test_the_scale_sets_differ_only_where_they_must() -> None:
     main_mounts = {m["name"] for m in _spec(main)["containers"][0].pop("volumeMounts")}
     assert pr_mounts <= main_mounts and pr_mounts == {vol["name"] for vol in pr_volumes}
     assert main == pr
-    # Egress: every peer and port the pull request's pods reach, main's reach too.
-    policies = {d["metadata"]["namespace"]: d["spec"]["egress"] for d in SETUP.k8s if d["kind"] == "NetworkPolicy"}
-    assert all(r in policies["perfgate-gpu-main"] for r in policies["perfgate-gpu-pr"])
+    # Egress: every peer and port the pull request's pods reach, main's reach too. Policies add up:
+    # every policy of the namespace counts, not the last one read.
+    egress = {
+        ns: [r for d in SETUP.k8s if d["kind"] == "NetworkPolicy" and d["metadata"]["namespace"] == ns
+             for r in d["spec"].get("egress") or []]
+        for ns in ("perfgate-gpu-main", "perfgate-gpu-pr")
+    }  # fmt: skip
+    assert all(r in egress["perfgate-gpu-main"] for r in egress["perfgate-gpu-pr"])
 
 
 def test_the_scale_set_test_refuses_a_shared_cache_and_a_shared_key(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -121,6 +129,26 @@ def test_the_scale_set_test_refuses_a_shared_cache_and_a_shared_key(monkeypatch:
         with pytest.raises(AssertionError):
             test_the_scale_sets_differ_only_where_they_must()
         monkeypatch.undo()
+
+
+def test_the_scale_set_test_refuses_wider_pull_request_egress_in_a_second_policy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Policies add up: a second policy in perfgate-gpu-pr (a file read before
+    network-policies.yaml) that lets its pods reach SSH anywhere widens its egress beyond main's."""
+    wider = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "allow-ssh", "namespace": "perfgate-gpu-pr"},
+        "spec": {
+            "podSelector": {},
+            "policyTypes": ["Egress"],
+            "egress": [{"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}], "ports": [{"protocol": "TCP", "port": 22}]}],
+        },
+    }
+    monkeypatch.setattr(SETUP, "k8s", [wider, *SETUP.k8s])
+    with pytest.raises(AssertionError):
+        test_the_scale_sets_differ_only_where_they_must()
 
 
 def test_the_runner_image_ends_as_the_runner_user_and_installs_the_lock_only() -> None:
@@ -147,3 +175,46 @@ def test_the_chart_releases_read_as_helm_commands() -> None:
     for r in charts["releases"]:
         assert r["chart"].startswith("oci://ghcr.io/actions/actions-runner-controller-charts/gha-runner-scale-set")
         assert (DEPLOY / "arc" / r["values"]).is_file()
+
+
+def test_each_listener_pod_as_arc_builds_it_is_one_restricted_admits() -> None:
+    """ARC's listener pod, its defaults merged with listenerTemplate as the controller merges them,
+    passes the checks the runner pods pass (but for the API token the listener needs); without the
+    template (the files before it) or with a template that keeps the capabilities, it does not."""
+    assert rules._listener_pods(SETUP) == []
+    for mistake in ("no template", "no drop ALL"):
+        setup = copy.deepcopy(SETUP)
+        for name in ("main", "pr"):
+            values = setup.values[f"scale-set-{name}.yaml"]
+            if mistake == "no template":
+                values.pop("listenerTemplate")
+            else:
+                values["listenerTemplate"]["spec"]["containers"][0]["securityContext"].pop("capabilities")
+        assert any("may escalate privileges or keeps capabilities" in p for p in rules._listener_pods(setup)), mistake
+
+
+def test_the_listener_pod_is_merged_as_arc_merges_it() -> None:
+    """resourcebuilder.go's mergeListenerPodWithTemplate: the container named `listener` takes the
+    template's securityContext and resources; any other is added beside it; the pod's security
+    context and tolerations are the template's, or none."""
+    values = {
+        "runnerScaleSetName": "x",
+        "listenerTemplate": {
+            "spec": {
+                "containers": [
+                    {"name": "listener", "env": [{"name": "A", "value": "1"}], "securityContext": {"runAsUser": 1}},
+                    {"name": "side-car", "image": "example"},
+                ]
+            }
+        },
+    }
+    pod = listener_pod(values, "img:1")["spec"]
+    listener, side = pod["containers"]
+    assert listener["image"] == "img:1" and listener["command"] == ["/ghalistener"]
+    assert [e["name"] for e in listener["env"]] == ["LISTENER_CONFIG_PATH", "A"]
+    assert listener["securityContext"] == {"runAsUser": 1} and "resources" not in listener
+    assert side == {"name": "side-car", "image": "example"}
+    assert "securityContext" not in pod and "terminationGracePeriodSeconds" not in pod
+    assert pod["volumes"][0]["secret"]["secretName"] == "x-listener-config"
+    bare = listener_pod({"runnerScaleSetName": "x"}, "img:1")["spec"]
+    assert "securityContext" not in bare and "securityContext" not in bare["containers"][0]

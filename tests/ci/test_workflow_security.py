@@ -862,6 +862,166 @@ WORKFLOW_REVIEW_MISTAKES: dict[str, tuple[str, Callable[[Setup], None]]] = {
 MISTAKES.update(WORKFLOW_REVIEW_MISTAKES)
 
 
+# The review of the fleet against ARC's source (gha-runner-scale-set-0.14.2): what ARC builds from
+# the values, the device plugin, the network policies as Kubernetes adds them up, the concurrency
+# groups a pull request's own workflow could name.
+def _daemonset(s: Setup) -> dict:
+    return next(d for d in s.k8s if d["kind"] == "DaemonSet")["spec"]["template"]["spec"]
+
+
+def _init_container(image: str, **security: Any) -> Callable[[Setup], None]:
+    """An init container added to the pull-request runner pod (a cache warmer, a permissions fix)."""
+
+    def apply(s: Setup) -> None:
+        sc = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, **security}
+        _values("pr")(s)["template"]["spec"]["initContainers"] = [
+            {"name": "warm", "image": image, "command": ["true"], "securityContext": sc}
+        ]
+
+    return apply
+
+
+def _time_slicing(s: Setup) -> None:
+    """The device plugin's documented way to share a GPU: a ConfigMap mounted as its config file."""
+    spec = _daemonset(s)
+    spec["volumes"].append({"name": "config", "configMap": {"name": "time-slicing-config"}})
+    spec["containers"][0]["volumeMounts"].append({"name": "config", "mountPath": "/config"})
+
+
+def _extra_policy(namespace: str, name: str, spec: dict) -> dict:
+    """A second NetworkPolicy in a runner namespace, as a new file under deploy/k8s/ would add it:
+    one named before network-policies.yaml (allow-egress.yaml) is read first."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"podSelector": {}, **spec},
+    }
+
+
+def _listener(s: Setup, name: str) -> dict:
+    return _values(name)(s)["listenerTemplate"]["spec"]["containers"][0]
+
+
+RUNNER_IMAGE = "ghcr.io/OWNER/perfgate-gpu-runner@sha256:" + "0" * 64
+FLEET_REVIEW_MISTAKES: dict[str, tuple[str, Callable[[Setup], None]]] = {
+    # Init containers are containers of the pod: the same rules.
+    "privileged-init-container": (
+        "runner-pods-restricted",
+        _init_container(RUNNER_IMAGE, privileged=True, allowPrivilegeEscalation=True),
+    ),
+    "root-init-container": ("runner-pods-restricted", _init_container(RUNNER_IMAGE, runAsUser=0)),
+    "init-container-by-tag": ("images-by-digest", _init_container("busybox:1.36")),
+    "device-plugin-init-container-by-tag": (
+        "images-by-digest",
+        lambda s: _daemonset(s).update(initContainers=[{"name": "init", "image": "busybox:1.36"}]),
+    ),
+    # The listener pod (in arc-systems, restricted): ARC sets no security context of its own.
+    "listener-without-template": ("listener-pods-restricted", lambda s: _values("pr")(s).pop("listenerTemplate")),
+    "listener-keeps-capabilities": (
+        "listener-pods-restricted",
+        lambda s: _listener(s, "main")["securityContext"].pop("capabilities"),
+    ),
+    "listener-template-misnamed": (
+        "listener-pods-restricted",
+        lambda s: _listener(s, "pr").update(name="ghalistener"),  # added beside the listener, not merged
+    ),
+    "listener-root-filesystem-writable": (
+        "listener-pods-restricted",
+        lambda s: _listener(s, "pr")["securityContext"].pop("readOnlyRootFilesystem"),
+    ),
+    "listener-without-resources": ("listener-pods-restricted", lambda s: _listener(s, "main").pop("resources")),
+    # The device plugin: NVML under the toolkit's runtime; whole GPUs only.
+    "device-plugin-under-runc": ("device-plugin-as-documented", lambda s: _daemonset(s).pop("runtimeClassName")),
+    "device-plugin-config-file": (
+        "device-plugin-as-documented",
+        lambda s: _daemonset(s)["containers"][0]["args"].append("--config-file=/config/config.yaml"),
+    ),
+    "device-plugin-time-slicing-config-map": ("device-plugin-as-documented", _time_slicing),
+    "device-plugin-config-by-environment": (
+        "device-plugin-as-documented",
+        lambda s: _daemonset(s)["containers"][0].update(env=[{"name": "CONFIG_FILE", "value": "/config/config.yaml"}]),
+    ),
+    "device-plugin-mig-mixed": (
+        "device-plugin-as-documented",
+        lambda s: _daemonset(s)["containers"][0].update(args=["--mig-strategy=mixed", "--fail-on-init-error=true"]),
+    ),
+    # The controller's image, which every listener runs too.
+    "controller-image-by-tag": (
+        "images-by-digest",
+        lambda s: s.values["controller.yaml"]["image"].update(tag="0.14.2"),
+    ),
+    "controller-image-chart-default": ("images-by-digest", lambda s: s.values["controller.yaml"].pop("image")),
+    "controller-image-other-version": (
+        "images-by-digest",
+        lambda s: s.values["controller.yaml"]["image"].update(
+            tag=s.values["controller.yaml"]["image"]["tag"].replace("0.14.2", "0.13.1")
+        ),
+    ),
+    "listener-side-car-by-tag": (
+        "images-by-digest",
+        lambda s: _values("pr")(s)["listenerTemplate"]["spec"]["containers"].append(
+            {"name": "side-car", "image": "example/sidecar:1"}
+        ),
+    ),
+    # Network policies add up: each one in a runner namespace counts, whatever its file or name.
+    "pr-extra-policy-allows-all-egress": (
+        "namespaces-restricted",
+        lambda s: s.k8s.insert(0, _extra_policy(PR_SET, "allow-egress", {"policyTypes": ["Egress"], "egress": [{}]})),
+    ),
+    "main-extra-policy-ingress-from-all-namespaces": (
+        "namespaces-restricted",
+        lambda s: s.k8s.insert(
+            0,
+            _extra_policy(
+                MAIN_SET,
+                "allow-metrics",
+                {"policyTypes": ["Ingress"], "ingress": [{"from": [{"namespaceSelector": {}}]}]},
+            ),
+        ),
+    ),
+    "pr-egress-port-range": (
+        "namespaces-restricted",
+        lambda s: _policy(s, PR_SET)["spec"]["egress"][1]["ports"][0].update(endPort=65535),
+    ),
+    # Concurrency groups: a pull request's run in main's group, and main's groups a pull request can name.
+    "gpu-group-by-ref": (
+        "concurrency-groups-apart",
+        set_("benchmark-gpu.yml::concurrency.group", "${{ github.workflow }}-${{ github.ref }}"),
+    ),
+    "gpu-group-by-head-ref": (
+        "concurrency-groups-apart",
+        set_("benchmark-gpu.yml::concurrency.group", "${{ github.workflow }}-${{ github.head_ref || github.ref }}"),
+    ),
+    "gpu-group-per-ref-on-main": (  # the file before: benchmark-gpu-refs/heads/main, nameable
+        "concurrency-groups-apart",
+        set_(
+            "benchmark-gpu.yml::concurrency.group",
+            "${{ github.workflow }}-${{ github.event.pull_request.number || github.ref }}",
+        ),
+    ),
+    "cpu-group-per-ref-on-main": (
+        "concurrency-groups-apart",
+        set_(
+            "benchmark-cpu.yml::concurrency.group",
+            "${{ github.workflow }}-${{ github.event.pull_request.number || github.ref }}",
+        ),
+    ),
+    "approval-job-group-by-ref": (
+        "concurrency-groups-apart",
+        set_(
+            "benchmark-gpu.yml:approve:concurrency",
+            {"group": "${{ github.workflow }}-${{ github.ref }}", "cancel-in-progress": True},
+        ),
+    ),
+    "record-group-shared-with-benchmark": (  # a serialising group may be fixed only where named
+        "concurrency-groups-apart",
+        set_("benchmark-gpu.yml::concurrency.group", "record-baselines"),
+    ),
+}
+MISTAKES.update(FLEET_REVIEW_MISTAKES)
+
+
 @pytest.mark.parametrize("mistake", MISTAKES)
 def test_a_realistic_mistake_is_caught(mistake: str) -> None:
     expected, change = MISTAKES[mistake]
@@ -1006,3 +1166,24 @@ def test_a_condition_the_rules_cannot_read_is_an_error_not_a_pass() -> None:
 def test_the_rules_write_a_value_as_github_does(value: str, written: str) -> None:
     context = {"github.event_name": "pull_request_target", "github.run_id": 1001}
     assert rules.interpolate(value, context) == written
+
+
+def test_a_pull_request_run_in_mains_group_is_caught_where_main_may_share_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The 4a mistakes are caught by the comparison of groups itself, not only because main's group
+    would be fixed: even were benchmark-gpu allowed a shared group, its pull requests' runs may not
+    join it."""
+    monkeypatch.setitem(rules.SHARED_MAIN_GROUPS, "benchmark-gpu.yml", "a test")
+    for mistake in ("gpu-group-by-ref", "gpu-group-by-head-ref"):
+        mutated = copy.deepcopy(REAL)
+        MISTAKES[mistake][1](mutated)
+        problems = rules._groups_apart(mutated)
+        assert problems and all("for pull_request_target: the group" in p for p in problems), (mistake, problems)
+
+
+def test_the_docs_name_every_shared_concurrency_group() -> None:
+    """Each workflow whose main runs may share a fixed group is in docs/gpu-runner.md's table, with
+    what an operator does when a pull request's workflow cancels one."""
+    docs = (ROOT / "docs" / "gpu-runner.md").read_text()
+    table = docs[docs.index("### Concurrency groups") : docs.index("### Threat model")]
+    for name in [*rules.SHARED_MAIN_GROUPS, "history.yml"]:
+        assert re.search(rf"^\| `{re.escape(name)}` \|.*\|.*\|$", table, re.M), name
