@@ -1,6 +1,7 @@
 """The pytest integration, driven with pytester: JSON, recording, compare, gate, notices, bad input."""
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -100,6 +101,25 @@ def _baseline_file(pytester) -> Path:
     return files[0]
 
 
+@pytest.fixture(scope="module")
+def _recorded_baselines(tmp_path_factory) -> Path:
+    """Where the module's one `ARGS --perfgate-record` run leaves its baselines folder (empty until then)."""
+    return tmp_path_factory.mktemp("recorded") / "baselines"
+
+
+@pytest.fixture
+def recorded(suite, _recorded_baselines):
+    """suite with the baseline one `ARGS --perfgate-record` sub-run wrote in its baselines/: the first
+    test of a module to ask runs it in its own folder (the sub-run as each test ran it before, ~7 s of
+    CPU, most of it start-up), the others get a copy of what it wrote, taken before any test edits it."""
+    if not _recorded_baselines.is_dir():
+        suite.runpytest_subprocess(*ARGS, "--perfgate-record").assert_outcomes(passed=1)
+        shutil.copytree(suite.path / "baselines", _recorded_baselines)
+    else:
+        shutil.copytree(_recorded_baselines, suite.path / "baselines")
+    return suite
+
+
 # Seen from inside the run, as a user's conftest would see it: what the collector still walks when a
 # case starts, against what perfgate froze after collection.
 GC_PROBE = """
@@ -160,8 +180,8 @@ def test_run_writes_json_with_extra_info_and_fingerprint(suite):
     r.stdout.fnmatch_lines(["*no baseline recorded for this machine's fingerprint*--perfgate-record*"])
 
 
+@pytest.mark.usefixtures("recorded")  # baselines/ holds one `ARGS --perfgate-record` run's baseline
 def test_record_then_compare_passes_unchanged_and_fails_on_edited_baselines(suite):
-    suite.runpytest_subprocess(*ARGS, "--perfgate-record").assert_outcomes(passed=1)
     path = _baseline_file(suite)
     assert path.name == "0001_baseline.json"
 
@@ -212,8 +232,8 @@ def test_recording_appends_history(suite):
 
 
 @pytest.mark.parametrize("content, problem", [("{", "truncated JSON"), ('{"benchmarks": []}', "no 'perfgate' block")])
+@pytest.mark.usefixtures("recorded")  # baselines/ holds one `ARGS --perfgate-record` run's baseline
 def test_bad_baseline_is_one_line_and_a_usage_error(suite, content, problem):
-    suite.runpytest_subprocess(*ARGS, "--perfgate-record", "--perfgate-no-gate").assert_outcomes(passed=1)
     path = _baseline_file(suite)
     path.write_text(content)
     r = suite.runpytest_subprocess(*ARGS)

@@ -6,7 +6,15 @@ from __future__ import annotations
 
 import json
 
-from tests.plugin.test_plugin import ARGS, _baseline_file, suite  # noqa: F401  (suite: the fixture)
+import pytest
+
+from tests.plugin.test_plugin import (  # noqa: F401  (the fixtures)
+    ARGS,
+    _baseline_file,
+    _recorded_baselines,
+    recorded,
+    suite,
+)
 
 pytest_plugins = ("pytester",)
 
@@ -23,8 +31,8 @@ def _speed_up_baseline_samples(path) -> None:
     path.write_text(json.dumps(data))
 
 
+@pytest.mark.usefixtures("recorded")  # baselines/ holds one `ARGS --perfgate-record` run's baseline
 def test_a_regression_leads_with_its_reason_and_the_unchanged_are_counted(suite):  # noqa: F811
-    suite.runpytest_subprocess(*ARGS, "--perfgate-record").assert_outcomes(passed=1)
     _speed_up_baseline_samples(_baseline_file(suite))
     r = suite.runpytest_subprocess(*ARGS)
     r.assert_outcomes(failed=1)
@@ -52,8 +60,8 @@ def test_a_regression_leads_with_its_reason_and_the_unchanged_are_counted(suite)
     assert not any(line.startswith("Legend:") for line in lines)  # pytest-benchmark's table came before
 
 
+@pytest.mark.usefixtures("recorded")  # baselines/ holds one `ARGS --perfgate-record` run's baseline
 def test_the_unchanged_are_listed_with_their_reasons_on_request(suite):  # noqa: F811
-    suite.runpytest_subprocess(*ARGS, "--perfgate-record").assert_outcomes(passed=1)
     for option in ("--perfgate-show-unchanged", "-vv"):
         lines = _perfgate_block(suite.runpytest_subprocess(*ARGS, option).outlines)
         assert "unchanged and not compared:" in lines, option
@@ -74,8 +82,8 @@ def _edit_machine_info(path, **fingerprint) -> None:
     path.write_text(json.dumps(data))
 
 
+@pytest.mark.usefixtures("recorded")  # baselines/ holds one `ARGS --perfgate-record` run's baseline
 def test_a_compare_file_from_another_machine_is_one_perfgate_line(suite):  # noqa: F811
-    suite.runpytest_subprocess(*ARGS, "--perfgate-record").assert_outcomes(passed=1)
     path = _baseline_file(suite)
     # Another host with the same fingerprint: pytest-benchmark would dump both machine_infos; nothing here.
     _edit_machine_info(path)
