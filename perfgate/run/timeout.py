@@ -6,6 +6,13 @@ it) or, in its thread method, kills the whole process and the verdict file with 
 interrupts Python code and any C call that returns to the interpreter (a kernel that never
 returns cannot be interrupted in-process by anyone). Only the main thread receives signals:
 elsewhere, and where SIGALRM does not exist, the limit is off and `limit` says so.
+
+An alarm that lands inside an import waits until the import is done: raised there, it leaves the
+interpreter with a half-imported package. Python drops the package from `sys.modules` but keeps the
+submodules it had loaded, so importing it again does not bind them on the new package. On a busy
+2-core VM (2026-11-29) a case timed out inside `import scipy.ndimage`, and every later case of the
+run failed with `NameError: name '_ndimage_api' is not defined` (scipy's `__init__` deletes the
+name of a submodule it imported).
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import contextlib
 import signal
 import threading
 from collections.abc import Iterator
+from types import FrameType
 
 
 class CaseTimeout(Exception):
@@ -32,7 +40,10 @@ def limit(seconds: float | None) -> Iterator[bool]:
         yield False
         return
 
-    def alarm(signum: int, frame: object) -> None:
+    def alarm(signum: int, frame: FrameType | None) -> None:
+        if _importing(frame):
+            signal.setitimer(signal.ITIMER_REAL, IMPORT_GRACE_S)  # again once the import is done
+            return
         raise CaseTimeout(f"timed out after {seconds:g} s")
 
     previous = signal.signal(signal.SIGALRM, alarm)
@@ -42,6 +53,18 @@ def limit(seconds: float | None) -> Iterator[bool]:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+IMPORT_GRACE_S = 0.05  # how often an alarm that fell inside an import looks again
+
+
+def _importing(frame: FrameType | None) -> bool:
+    """Whether the interrupted code is inside an import (importlib's bootstrap on its stack)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib._bootstrap"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 DEFAULT_LIMIT_S = {"cpu": 300.0, "cuda": 900.0}  # generous: a cold compile of the largest model takes minutes

@@ -20,6 +20,31 @@ def test_a_limit_interrupts_python_code_and_puts_the_handler_back():
     assert signal.getsignal(signal.SIGALRM) is before
 
 
+def test_a_limit_that_passes_inside_an_import_waits_for_the_import(tmp_path, monkeypatch):
+    """The alarm falls while a package's `__init__` runs (here it sleeps past the limit, as a slow
+    `import scipy.ndimage` did on a busy VM): the import completes, the package whole in
+    sys.modules, and the case times out right after. Raised inside, it left the package half
+    imported and every later case failed with a NameError."""
+    import sys
+
+    pkg = tmp_path / "slowpkg"
+    pkg.mkdir()
+    (pkg / "_api.py").write_text("VALUE = 1\n")
+    (pkg / "__init__.py").write_text("import time\nfrom ._api import *\ntime.sleep(0.5)\nDONE = True\ndel _api\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        with pytest.raises(timeout.CaseTimeout):
+            with timeout.limit(0.1):
+                import slowpkg  # noqa: F401
+
+                time.sleep(5)
+        assert sys.modules["slowpkg"].DONE and sys.modules["slowpkg"].VALUE == 1
+    finally:
+        for name in ("slowpkg", "slowpkg._api"):
+            sys.modules.pop(name, None)
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
 def test_a_case_that_ends_in_time_leaves_no_alarm_armed():
     # The realistic mistake: a case finishes before its limit and the timer stays armed, so
     # SIGALRM fires later in whatever runs next (another case, the gate, the verdict write).
