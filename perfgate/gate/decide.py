@@ -74,7 +74,7 @@ def unreliable_reason(record: CaseRecord, settings: GateSettings) -> str | None:
     """Why this measurement's timings cannot be trusted, or None: on a CPU, other processes' CPU
     use above `contention_max` (on a 2-core machine one busy neighbour slows a 2-thread run tenfold);
     on a GPU, throttled clocks or other processes on it."""
-    problems = []
+    problems: list[str | None] = []
     if record.device.startswith("cpu") and (record.contention_cores or 0.0) > settings.contention_max:
         problems.append(
             f"other processes used {record.contention_cores:.2f} cores during the measurement "
@@ -88,7 +88,7 @@ def gpu_state_reason(record: CaseRecord) -> str | None:
     """Why the GPU a record was measured on was in no state to time it (throttled clocks, too few
     clean rounds, other processes on it), from the record's own telemetry; None where it was, or
     where no telemetry was kept (a CPU run)."""
-    problems = []
+    problems: list[str | None] = []
     if record.telemetry:
         problems.append(telemetry_reason(record.telemetry, clocks=record.throttle is None))
     throttle = record.throttle
@@ -154,9 +154,9 @@ def compare(case: str, current: CaseRecord, baseline: CaseRecord | None, policy:
         # The GPU's busy time of a baseline measured on throttled clocks or beside another process on
         # its GPU is that state's (latency's judge reads the record's flag, which passes that disagree
         # set too: device time asks the baseline's own telemetry, as the run's own was asked).
-        why = gpu_state_reason(baseline) if v is not None and metric.name == "device_time" else None
-        if v is not None and why is not None:
-            v = replace(v, verdict=INCONCLUSIVE, message=f"the baseline was measured unreliably ({why}); re-record it")
+        gpu = gpu_state_reason(baseline) if v is not None and metric.name == "device_time" else None
+        if v is not None and gpu is not None:
+            v = replace(v, verdict=INCONCLUSIVE, message=f"the baseline was measured unreliably ({gpu}); re-record it")
         if v is not None:
             out.append(v)
     return out
