@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from perfgate.ab.job import NO_BASE_FILE, CaseResult, Job, Measured, NotMeasured, write_results
+from perfgate.cases.conversions import VariantError
 from perfgate.measure.core import make_timer, private_copy
 from perfgate.measure.memory import MemoryTracker
 from perfgate.measure.rounds import timed_rounds
@@ -288,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         try:
             results.append(measure_case(case_id, known, args.head, args.base, stop))
+        except VariantError as exc:  # found while building (no FP8 kernel here, no layer converted): a skip
+            results.append(NotMeasured(case=case_id, skipped=str(exc)))
         except Exception as exc:  # noqa: BLE001 - one case's failure is its result, the others still run
             first = str(exc).splitlines()[0] if str(exc) else ""
             results.append(NotMeasured(case=case_id, error=f"{type(exc).__name__}: {first}", raised=True))

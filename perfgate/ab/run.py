@@ -32,7 +32,7 @@ from perfgate.gate.policy import Policy
 from perfgate.gate.verdict_file import load_verdicts
 from perfgate.gate.verdicts import ERROR, INCONCLUSIVE, Verdict
 from perfgate.record import CaseRecord
-from perfgate.results import load_records
+from perfgate.results import ResultFileError, load_records
 
 TEST_FILE = "benchmarks/test_models.py"
 
@@ -166,17 +166,21 @@ def measure(
         ]
         env = side_env(side, env)
         r = subprocess.run(cmd, cwd=side.root, env=env, capture_output=True, text=True, timeout=timeout_s)
-        records = load_records(out, samples=True) if out.is_file() else {}
-        said = load_verdicts(verdicts) if verdicts.is_file() else None
+        try:
+            records = load_records(out, samples=True) if out.is_file() else {}
+            said = load_verdicts(verdicts) if verdicts.is_file() else None
+        except ResultFileError as exc:  # a file cut short: the side's failure, said as such (its folder is gone)
+            why = f"{side.name} process wrote an unreadable {Path(exc.path).name}: {exc.problem}"
+            return SideRun(failed={c: why for c in case_ids})
     skipped = dict(said.skipped) if said else {}
     errors = {
         v.case.split("[", 1)[-1].rstrip("]"): v.message for v in (said.verdicts if said else ()) if v.verdict == ERROR
     }
     tail = (r.stderr.strip() or r.stdout.strip()).splitlines()[-1:] or ["no output"]
     failed = {
-        c: errors.get(c) or f"{side.name} process exited {r.returncode} without a result: {tail[0]}"
+        c: errors.get(c) or f"{side.name} process (exit {r.returncode}) left no result for it: {tail[0]}"
         for c in case_ids
-        if c not in records and c not in skipped and (c in errors or said is None)
+        if c not in records and c not in skipped
     }
     return SideRun(records=records, skipped=skipped, failed=failed)
 
@@ -365,6 +369,10 @@ def run_interleaved(
                 continue
             if isinstance(row, NotMeasured) and row.new:
                 result.new.append(case)
+                undecided.remove(case)
+                continue
+            if isinstance(row, NotMeasured) and row.raised:  # as processes mode: an error at once, not retried
+                result.verdicts += ab.interleaved_verdicts(_fullname(case), [row], policy, final=True) or []
                 undecided.remove(case)
                 continue
             decided = ab.interleaved_verdicts(_fullname(case), result.interleaved[case], policy, final=False)

@@ -151,12 +151,13 @@ def compare(case: str, current: CaseRecord, baseline: CaseRecord | None, policy:
         if metric.timing and cur.unreliable:
             continue  # only timings depend on a busy machine: memory and accuracy are gated whatever the noise
         v = metric.judge(case, cur, baseline, policy.settings(cur.model, cur.variant, metric.name, cur.device))
-        # The GPU's busy time of a baseline measured on throttled clocks or beside another process on
-        # its GPU is that state's (latency's judge reads the record's flag, which passes that disagree
-        # set too: device time asks the baseline's own telemetry, as the run's own was asked).
-        gpu = gpu_state_reason(baseline) if v is not None and metric.name == "device_time" else None
+        # The GPU's busy time and energy of a baseline measured on throttled clocks or beside another
+        # process on its GPU are that state's (latency's judge reads the record's flag, which passes
+        # that disagree set too: these ask the baseline's own telemetry, as the run's own was asked).
+        gpu = gpu_state_reason(baseline) if v is not None and metric.name in ("device_time", "energy") else None
         if v is not None and gpu is not None:
-            v = replace(v, verdict=INCONCLUSIVE, message=f"the baseline was measured unreliably ({gpu}); re-record it")
+            why = f"the baseline was measured unreliably ({gpu}); re-record it"
+            v = replace(v, verdict=INCONCLUSIVE, message=f"{v.message}; {why}" if v.message else why)
         if v is not None:
             out.append(v)
     return out

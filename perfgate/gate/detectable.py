@@ -9,8 +9,10 @@ the gate uses is their relative standard deviation s: unchanged code moved that 
 passes. A later run is judged against the stored record, which is one of those passes, so the
 difference of two unchanged runs has a standard deviation of s * sqrt(2), and the smallest change
 the gate tells is the one-sided prediction bound `t(1 - FALSE_ALARM, n - 1) * s * sqrt(2)`: under
-normal noise an unchanged run exceeds it with probability FALSE_ALARM (1 in 50) whatever the number
-of passes, and more passes make it smaller (about 6.1 sigma at 3 passes, 3.4 at 8), never larger.
+normal noise an unchanged run exceeds it with probability at most FALSE_ALARM (1 in 50; 1.2-1.4%
+simulated at 3 to 8 passes, the stored pass being one of those s is taken from), and more passes make
+it smaller (on average 6.1 standard deviations of the noise at 3 passes, 3.4 at 8: t x sqrt(2) is
+6.86 and 3.56 times s, which underestimates the noise at few passes), never larger.
 (Twice the range, the rule before 2026-11-29, alarmed in about 1 of 22 at 3 passes, and grew with
 the number of passes.) The gate never reports a regression smaller than its case's detectable
 change, and says so in the verdict.
@@ -76,8 +78,7 @@ def detectable_change(values: Sequence[float]) -> float | None:
     to their median (at least 2 values; None where the median is not positive)."""
     from scipy import stats as sps
 
-    med = statistics.median(values)
-    if len(values) < 2 or med <= 0:
+    if len(values) < 2 or (med := statistics.median(values)) <= 0:
         return None
     rel_sd = statistics.stdev(values) / med
     return float(sps.t.ppf(1 - FALSE_ALARM, len(values) - 1)) * rel_sd * math.sqrt(2)

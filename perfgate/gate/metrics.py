@@ -134,7 +134,7 @@ def within_noise(v: Verdict, base: CaseRecord, metric: str, tolerance: float) ->
         return v
     if d <= tolerance:
         return replace(v, message=f"{v.message}; detects >= {d:.1%} here")
-    note = f"this case detects >= {d:.1%} here (its baseline's passes), above the {tolerance:.0%} tolerance"
+    note = f"this case detects >= {d:.1%} here (its baseline's passes), above the {tolerance * 100:g}% tolerance"
     if v.verdict == UNCHANGED or (v.verdict in (REGRESSION, IMPROVEMENT) and abs(v.change_pct) < d * 100):
         return replace(v, verdict=INCONCLUSIVE, message=f"{v.message}; {note}: not told apart from noise")
     return replace(v, message=f"{v.message}; {note}")

@@ -60,7 +60,7 @@ def judge_logs(
     metric: str = "latency",
 ) -> Verdict | None:
     """A latency verdict on per-process log ratios head/base, or None while more are needed (never
-    when `final`: then an undecided case is inconclusive or unchanged by its estimate).
+    when `final`: then an undecided case is inconclusive, saying why).
 
     `test`: "wilcoxon" for process pairs (a rank test: one outlying process cannot decide) or "t" for
     the per-process medians of interleaved rounds (nearly normal: 3 processes decide, where the rank
@@ -81,7 +81,7 @@ def judge_logs(
             lo_log, hi_log = -math.inf, math.inf
     lo, hi = math.exp(lo_log), math.exp(hi_log)
     up, down = 1 + s.ab_min_effect, 1 / (1 + s.ab_min_effect)
-    ci = f"95% CI {(lo - 1) * 100:+.1f}%..{(hi - 1) * 100:+.1f}%" if math.isfinite(hi_log) else "no 95% CI yet"
+    ci = f"95% CI {(lo - 1) * 100:+.1f}%..{(hi - 1) * 100:+.1f}%" if math.isfinite(hi_log) else "no 95% CI from so few"
     units = unit + ("es" if unit.endswith("s") else "s")  # "processes", "rounds", "process pairs"
     what = f"head/base {(est - 1) * 100:+.1f}% ({ci}) over {len(logs)} {units}"
     judged = partial(
@@ -110,8 +110,9 @@ def judge_logs(
         if moved
         else f"within +-{s.ab_min_effect * 100:g}% by its estimate, but its interval reaches beyond: not told apart"
     )
-    if test != "t" and 0.5 ** len(logs) >= s.alpha:  # the rank test's smallest one-sided p: 2 ** -n
-        why += f"; {len(logs)} {units} cannot reach p < {s.alpha:g} by the rank test (at best {0.5 ** len(logs):.2g})"
+    nonzero = sum(1 for x in logs if x != 0)  # the rank test drops zero differences
+    if test != "t" and 0.5**nonzero >= s.alpha:  # its smallest one-sided p: 2 ** -n
+        why += f"; {len(logs)} {units} cannot reach p < {s.alpha:g} by the rank test (at best {0.5**nonzero:.2g})"
     return judged(verdict=INCONCLUSIVE, p_value=p, message=f"{what}: {why} (p={p:.2g})")
 
 

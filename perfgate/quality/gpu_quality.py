@@ -63,7 +63,7 @@ from perfgate.gate.instructions import judge_kernels
 from perfgate.gate.metrics import judge_device_time, judge_latency, judge_latency_samples
 from perfgate.gate.paired import judge_device_time_rounds, judge_rounds
 from perfgate.gate.settings import GateSettings
-from perfgate.gate.verdicts import REGRESSION, UNRELIABLE
+from perfgate.gate.verdicts import INCONCLUSIVE, REGRESSION, UNRELIABLE
 from perfgate.record import CaseRecord, PassNoise, as_json
 
 if TYPE_CHECKING:
@@ -143,7 +143,7 @@ class Comparison:
     device_ms: list[float] = field(default_factory=list)  # the current step's GPU busy time per round of one window
     ab_base_device_ms: list[float] = field(default_factory=list)  # the unchanged step's, beside them
     gpu_state: GpuState | None = None  # the GPU's clocks and power meanwhile
-    # the size it realised, in %: the median log ratio of the device-time A/B window's blocks (None on
+    # the size it realised, in %: the mean log ratio of the device-time A/B window's blocks (None on
     # a CPU), and of the wall-time A/B's paired rounds (what a host-side slowdown moves)
     realised_device_pct: float | None = None
     realised_wall_pct: float | None = None
@@ -306,10 +306,12 @@ def judge_all(
     device_rounds: tuple[list[float], list[float]] | None = None,
     *,
     block_steps: int = 1,
+    record_gpu_unreliable: str | None = None,
 ) -> tuple[dict[str, str | None], dict[str, str]]:
     """Every gate's verdict on one comparison (`device_rounds`: the unchanged and the current step's
     GPU busy times per step, block by block of `block_steps` steps of one profiler window; None on
-    a CPU)."""
+    a CPU; `record_gpu_unreliable`: why the GPU's telemetry distrusted the record while it was
+    recorded, so stored device time is not judged against it, as perfgate.gate.decide.compare does)."""
     out: dict[str, str | None] = {}
     msgs: dict[str, str] = {}
     v = judge_latency(case, cur, base, s)
@@ -320,6 +322,9 @@ def judge_all(
     v = judge_rounds(case, cur.samples_ms, ab_base, s)
     out["wall-ab-paired"], msgs["wall-ab-paired"] = v.verdict, v.message
     dv = judge_device_time(case, cur, base, s)
+    if dv is not None and record_gpu_unreliable:
+        why = f"the baseline was measured unreliably ({record_gpu_unreliable}); re-record it"
+        dv = replace(dv, verdict=INCONCLUSIVE, message=f"{dv.message}; {why}")
     out["device-time"] = dv.verdict if dv else None
     msgs["device-time"] = dv.message if dv else "no device time here (a CPU run)"
     da = (
@@ -416,7 +421,7 @@ def run(
         conditions += [("gpu", k, slowed) for k, slowed in gpu_steps.items()]
         conditions += [("host", k, slowed) for k, slowed in host_steps.items()]
         conditions += [("kernel", k, slowed) for k, slowed in kernel_steps.items()]
-        for row in _compare(plan, case, step, base, conditions, rng, settings, progress):
+        for row in _compare(plan, case, step, base, conditions, rng, settings, progress, record_state.unreliable):
             rows.append(row)
             if checkpoint is not None:  # after each comparison: a run cut short keeps all it judged
                 checkpoint(
@@ -460,6 +465,7 @@ def _compare(
     rng: random.Random,
     settings: GateSettings,
     progress: Callable[[str], None],
+    record_gpu_unreliable: str | None = None,
 ) -> Iterator[Comparison]:
     """Each condition `plan.repeats` times (unchanged code `plan.unchanged_repeats` times) against the
     recorded `base`: stored and A/B, judged, one comparison at a time."""
@@ -500,6 +506,7 @@ def _compare(
             settings,
             (device_rounds[0], device_rounds[1]) if device_rounds else None,
             block_steps=plan.device_block_steps,
+            record_gpu_unreliable=record_gpu_unreliable,
         )
         if device_error is not None:
             msgs["device-time-ab"] = f"not measured: {device_error}"
@@ -640,10 +647,11 @@ def linear_calls(step: Callable[[], Any]) -> int:
 
 
 def realised_pct(base: Sequence[float], current: Sequence[float]) -> float | None:
-    """The change one window measured, in %: the median of its paired rounds' log ratios
-    current/base (None without rounds: no device time on a CPU)."""
+    """The change one window measured, in %: the mean of its paired rounds' log ratios current/base,
+    as the device-time A/B judges them (a slowdown in one step of five moves the mean, not the
+    median; None without rounds: no device time on a CPU)."""
     logs = [math.log(c / b) for b, c in zip(base, current, strict=False) if b > 0 and c > 0]
-    return (math.exp(statistics.median(logs)) - 1) * 100 if logs else None
+    return (math.exp(statistics.fmean(logs)) - 1) * 100 if logs else None
 
 
 def _holding(step: Callable[[], Any], seen: OpCalls) -> Callable[[], Any]:

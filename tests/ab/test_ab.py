@@ -334,3 +334,44 @@ def test_an_interleaved_case_that_raised_is_an_error_and_one_not_found_is_not() 
     gone = NotMeasured(case="m-tiny-bf16", error="no such case in the head revision")
     (v,) = ab.interleaved_verdicts("x[m-tiny-bf16]", [gone], Policy(), final=True)
     assert v.verdict == gate.INCONCLUSIVE
+
+
+def test_the_interleaved_worker_skips_a_variant_found_unrunnable_while_building(tmp_path: Path, monkeypatch) -> None:
+    """A variant can learn only while building that it cannot run here (no FP8 kernel in this
+    cuBLAS, torchao converting no layer): VariantError is a skip, as the stored run and processes
+    mode make it, not an error that fails the comparison; any other exception is the case's error."""
+    from perfgate.ab import interleave
+    from perfgate.cases import workload
+    from perfgate.cases.conversions import VariantError
+
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "sleepy_ab.py").write_text(SLEEPY.format(sleep=0.0))
+    (project / "pyproject.toml").write_text('[tool.perfgate]\nmodel_files = ["sleepy_ab.py"]\n')
+    monkeypatch.chdir(project)
+    before, modules = dict(workload.MODELS), set(sys.modules)
+
+    def fails(case_id, *args):
+        if case_id.endswith("bf16"):
+            raise VariantError("no layer was converted: nothing for int8 to do")
+        raise RuntimeError("CUDA error: an illegal memory access")
+
+    monkeypatch.setattr(interleave, "measure_case", fails)
+    out = tmp_path / "out.json"
+    cases = ["sleepy-tiny-bf16", "sleepy-tiny-baseline"]
+    Job(base=project, head=project, out=out, cases=cases, device="cpu", budget_s=0.2).write(tmp_path / "job.json")
+    try:
+        assert interleave.main([str(tmp_path / "job.json")]) == 0
+    finally:
+        workload.MODELS.clear()
+        workload.MODELS.update(before)
+        for name in set(sys.modules) - modules:
+            if "sleepy_ab" in name:
+                del sys.modules[name]
+    skipped, raised = read_results(out)
+    assert skipped == NotMeasured(case="sleepy-tiny-bf16", skipped="no layer was converted: nothing for int8 to do")
+    assert raised == NotMeasured(
+        case="sleepy-tiny-baseline", error="RuntimeError: CUDA error: an illegal memory access", raised=True
+    )
+    (v,) = ab.interleaved_verdicts("x[sleepy-tiny-baseline]", [raised], Policy(), final=True)
+    assert v.verdict == gate.ERROR

@@ -141,7 +141,7 @@ def test_a_verdict_out_of_pairs_is_never_unchanged_on_its_estimate_alone() -> No
     a +2.5% change read so in about 1 run of 4), saying the rank test could not decide at 3."""
     assert _judge([0.1, -0.1, 0.05], "wilcoxon") is None
     v = _judge([0.1, -0.1, 0.05], "wilcoxon", final=True)
-    assert v.verdict == gate.INCONCLUSIVE and "no 95% CI yet" in v.message
+    assert v.verdict == gate.INCONCLUSIVE and "no 95% CI from so few" in v.message
     assert "3 processes cannot reach p < 0.01 by the rank test (at best 0.12)" in v.message
     assert _judge([0.1, -0.1, 0.05, 0.2, -0.2, 0.1], "wilcoxon").verdict == gate.UNCHANGED  # 6: a 95% interval
     t = _judge([3.0, -1.0, -1.5], "t", final=True)  # +0.1% by its mean, 95% CI -6%..+6%

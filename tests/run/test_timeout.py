@@ -84,3 +84,20 @@ def test_configured_limits(value, device, expected):
 def test_bad_limits_are_one_line_errors(value):
     with pytest.raises(ValueError, match=r"case_timeout_s"):
         timeout.configured_limit(value, "cpu")
+
+
+def test_an_import_that_outlasts_the_grace_is_interrupted_all_the_same(tmp_path, monkeypatch):
+    """An import that hangs must not hang the run: past the grace the case times out inside it,
+    and says so."""
+    import sys
+
+    (tmp_path / "hangpkg.py").write_text("import time\ntime.sleep(3)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(timeout, "IMPORT_GRACE_MAX_S", 0.2)
+    try:
+        with pytest.raises(timeout.CaseTimeout, match="inside an import that did not end"):
+            with timeout.limit(0.05):
+                import hangpkg  # noqa: F401
+        assert "hangpkg" not in sys.modules
+    finally:
+        sys.modules.pop("hangpkg", None)
