@@ -527,3 +527,25 @@ def test_the_stored_record_takes_the_runners_pass_rule_and_the_gpus_telemetry(mo
     assert "hw_thermal_slowdown" in (result.setups[0].record_unreliable or "")
     (row,) = result.rows
     assert row.verdicts["wall-stored"] == "unreliable" and "hw_thermal_slowdown" in row.messages["wall-stored"]
+
+
+def test_stored_device_time_is_not_judged_against_a_record_its_gpu_telemetry_distrusted() -> None:
+    """As perfgate.gate.decide.compare: a kept H200 record, its current run 15% more GPU work. Against
+    the record as recorded it is a regression; against the same record flagged by the GPU's
+    telemetry while it was recorded (another process on the GPU), inconclusive, saying why, the
+    figures kept. Kernel counts, which a neighbour does not move, are judged as before."""
+    from dataclasses import replace
+
+    from perfgate.gate.settings import GateSettings
+    from tests.helpers import kept_gpu_records
+
+    case = "vjepa2-encoder-large-baseline"
+    base = kept_gpu_records("gpu-2026-11-28-h200", "tier-cold")[case]
+    cur = replace(base, device_ms_per_step=base.device_ms_per_step * 1.15)
+    ab_base = list(base.samples_ms)
+    out, _ = gq.judge_all(case, base, cur, ab_base, GateSettings())
+    assert out["device-time"] == "regression"
+    why = "1 other process(es) computed on the GPU: timings are not trustworthy"
+    out, msgs = gq.judge_all(case, base, cur, ab_base, GateSettings(), record_gpu_unreliable=why)
+    assert out["device-time"] == "inconclusive" and why in msgs["device-time"] and "GPU busy" in msgs["device-time"]
+    assert out["kernels"] == "unchanged"
