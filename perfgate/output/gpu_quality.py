@@ -47,9 +47,9 @@ def _realised_line(conditions: list[tuple[str, float]], cells: Mapping[tuple, Ta
         else:
             out.append("-" if t.realised_wall_pct is None else f"{t.realised_wall_pct:+.2f}")
     label = (
-        "realised % by device time, same-job A/B (median of the blocks' log ratios; comparisons' median (range))"
+        "realised % by device time, same-job A/B (mean of the blocks' log ratios; comparisons' median (range))"
         if what == "device"
-        else "realised % by wall time, same-job A/B (median of the paired rounds' log ratios; comparisons' median)"
+        else "realised % by wall time, same-job A/B (mean of the paired rounds' log ratios; comparisons' median)"
     )
     return f"| {label} | " + " | ".join(out) + " |"
 

@@ -447,7 +447,7 @@ def test_each_comparison_and_cell_reports_the_size_it_realised(monkeypatch: pyte
     result = gq.run(cpu, build)
     (row,) = result.rows
     assert row.realised_device_pct is None and row.realised_wall_pct is not None
-    label = "realised % by device time, same-job A/B (median of the blocks' log ratios; comparisons' median (range))"
+    label = "realised % by device time, same-job A/B (mean of the blocks' log ratios; comparisons' median (range))"
     assert f"| {label} | - |" in detection_markdown(result)
 
 
