@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -256,11 +257,10 @@ def test_the_interleaved_driver_gives_its_workers_the_heads_inductor_cache(tmp_p
     assert jobs and {j.inductor_cache for j in jobs} == {head.cache}
 
 
-def test_the_workers_results_file_reads_back_key_for_key(tmp_path: Path, monkeypatch) -> None:
-    """The interleaved worker itself (interleave.main: its job read, a case measured on both sides,
-    its results file written) and the driver's reader: the file's keys and values, in their order,
-    are what the records write back, and the verdicts are judged from the records."""
-    from perfgate.ab import interleave
+@pytest.fixture
+def in_process_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A project with the sleepy family, the working directory for an in-process interleaved worker;
+    the registry and the modules the worker loaded are put back after the test."""
     from perfgate.cases import workload
 
     project = tmp_path / "proj"
@@ -269,21 +269,29 @@ def test_the_workers_results_file_reads_back_key_for_key(tmp_path: Path, monkeyp
     (project / "pyproject.toml").write_text('[tool.perfgate]\nmodel_files = ["sleepy_ab.py"]\n')
     monkeypatch.chdir(project)
     before, modules = dict(workload.MODELS), set(sys.modules)
+    yield project
+    workload.MODELS.clear()
+    workload.MODELS.update(before)
+    for name in set(sys.modules) - modules:
+        if "sleepy_ab" in name:
+            del sys.modules[name]
+
+
+def test_the_workers_results_file_reads_back_key_for_key(tmp_path: Path, monkeypatch, in_process_project) -> None:
+    """The interleaved worker itself (interleave.main: its job read, a case measured on both sides,
+    its results file written) and the driver's reader: the file's keys and values, in their order,
+    are what the records write back, and the verdicts are judged from the records."""
+    from perfgate.ab import interleave
+
+    project = in_process_project
     out = tmp_path / "out.json"
     case, gone = "sleepy-tiny-baseline", "no-such-case"
     cache = tmp_path / "head-inductor-cache"
     job = Job(base=project, head=project, out=out, cases=[case, gone], device="cpu", budget_s=0.2, inductor_cache=cache)
     assert Job.read(job.write(tmp_path / "job.json")) == job
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "restored-after-the-test")
-    try:
-        assert interleave.main([str(tmp_path / "job.json")]) == 0
-        assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(cache) and cache.is_dir()  # compiles go to the head's
-    finally:
-        workload.MODELS.clear()
-        workload.MODELS.update(before)
-        for name in set(sys.modules) - modules:
-            if "sleepy_ab" in name:
-                del sys.modules[name]
+    assert interleave.main([str(tmp_path / "job.json")]) == 0
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(cache) and cache.is_dir()  # compiles go to the head's
     written = json.loads(out.read_text())["results"]
     measured, missing = read_results(out)
     assert [measured.to_json(), missing.to_json()] == written  # same keys, same values, same order
@@ -336,20 +344,16 @@ def test_an_interleaved_case_that_raised_is_an_error_and_one_not_found_is_not() 
     assert v.verdict == gate.INCONCLUSIVE
 
 
-def test_the_interleaved_worker_skips_a_variant_found_unrunnable_while_building(tmp_path: Path, monkeypatch) -> None:
+def test_the_interleaved_worker_skips_a_variant_found_unrunnable_while_building(
+    tmp_path: Path, monkeypatch, in_process_project
+) -> None:
     """A variant can learn only while building that it cannot run here (no FP8 kernel in this
     cuBLAS, torchao converting no layer): VariantError is a skip, as the stored run and processes
     mode make it, not an error that fails the comparison; any other exception is the case's error."""
     from perfgate.ab import interleave
-    from perfgate.cases import workload
     from perfgate.cases.conversions import VariantError
 
-    project = tmp_path / "proj"
-    project.mkdir()
-    (project / "sleepy_ab.py").write_text(SLEEPY.format(sleep=0.0))
-    (project / "pyproject.toml").write_text('[tool.perfgate]\nmodel_files = ["sleepy_ab.py"]\n')
-    monkeypatch.chdir(project)
-    before, modules = dict(workload.MODELS), set(sys.modules)
+    project = in_process_project
 
     def fails(case_id, *args):
         if case_id.endswith("bf16"):
@@ -360,14 +364,7 @@ def test_the_interleaved_worker_skips_a_variant_found_unrunnable_while_building(
     out = tmp_path / "out.json"
     cases = ["sleepy-tiny-bf16", "sleepy-tiny-baseline"]
     Job(base=project, head=project, out=out, cases=cases, device="cpu", budget_s=0.2).write(tmp_path / "job.json")
-    try:
-        assert interleave.main([str(tmp_path / "job.json")]) == 0
-    finally:
-        workload.MODELS.clear()
-        workload.MODELS.update(before)
-        for name in set(sys.modules) - modules:
-            if "sleepy_ab" in name:
-                del sys.modules[name]
+    assert interleave.main([str(tmp_path / "job.json")]) == 0
     skipped, raised = read_results(out)
     assert skipped == NotMeasured(case="sleepy-tiny-bf16", skipped="no layer was converted: nothing for int8 to do")
     assert raised == NotMeasured(
