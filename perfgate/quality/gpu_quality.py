@@ -277,13 +277,6 @@ def busy_wait_step(step: Callable[[], Any], wait_ms: float) -> Callable[[], Any]
     return slowed
 
 
-def every_nth_for(share: float, target: float, *, window_calls: int | None = None) -> int:
-    """Every how many F.linear calls to do one twice so the step grows by `target` (perfgate.quality.inject)."""
-    from perfgate.quality.inject import every_nth
-
-    return every_nth(share, target, window_calls=window_calls)
-
-
 def linear_share(plain: float, doubled: float) -> float:
     """The share of the step that F.linear is, from the step's time with every F.linear done twice."""
     return max(doubled / plain - 1.0, 1e-6) if plain > 0 else 1e-6
@@ -571,7 +564,7 @@ def _gpu_slowed(
     profiler window holds whole periods (perfgate.quality.inject.every_nth). A wider step that
     launches more kernels than the record is no same-launch slowdown: none is returned, and the
     set-up says why."""
-    from perfgate.quality.inject import slow_linear_wider, slow_op, wider_step
+    from perfgate.quality.inject import every_nth, slow_linear_wider, slow_op, wider_step
 
     patch = slow_linear_wider if same_launch else (lambda n: slow_op("linear", n))
     calls: int | None = None
@@ -605,7 +598,7 @@ def _gpu_slowed(
     window_calls = calls * plan.profile_steps if calls else None
     out: dict[float, Callable[[], Any]] = {}
     for k in plan.sizes_pct:
-        n = every_nth_for(share, k / 100, window_calls=window_calls)
+        n = every_nth(share, k / 100, window_calls=window_calls)
         every[f"{k:g}"] = n
         if graphed:  # the slowdown must be captured: a graph of its own, built under the patch
             undo, seen = patch(n)

@@ -16,6 +16,7 @@ import pytest
 
 from perfgate.measure import op_counts
 from perfgate.quality import gpu_quality as gq
+from perfgate.quality.inject import every_nth
 from tests.commands.test_gpu_check import ROOT, _env
 from tests.helpers import HANG_GUARD_S
 
@@ -23,7 +24,7 @@ from tests.helpers import HANG_GUARD_S
 def test_the_plan_refuses_a_record_without_noise() -> None:
     with pytest.raises(ValueError, match="passes must be at least 2"):
         gq.Plan(device="cpu", cases=gq.CPU_CASES, passes=1)
-    assert gq.every_nth_for(0.20, 0.02) == 10  # F.linear a fifth of the step: every 10th call twice adds 2%
+    assert every_nth(0.20, 0.02) == 10  # F.linear a fifth of the step: every 10th call twice adds 2%
 
 
 @pytest.mark.slow
@@ -365,9 +366,9 @@ def test_n_is_chosen_by_the_size_it_realises_and_holds_whole_periods_in_the_stor
     where that lands within a quarter of the target, so every window counts as many doubled calls."""
     from perfgate.quality import inject
 
-    assert gq.every_nth_for(0.05, 0.02) == 3
-    assert gq.every_nth_for(0.025, 0.01) == 3  # 2.5 rounds to 2 in Python: +1.25%; N = 3 is +0.83%, closer
-    assert gq.every_nth_for(0.03, 0.02) == 2  # +1.5% beats +3%
+    assert every_nth(0.05, 0.02) == 3
+    assert every_nth(0.025, 0.01) == 3  # 2.5 rounds to 2 in Python: +1.25%; N = 3 is +0.83%, closer
+    assert every_nth(0.03, 0.02) == 2  # +1.5% beats +3%
     assert inject.every_nth(0.45, 0.02) == 23  # +1.96%
     assert inject.every_nth(0.45, 0.02, window_calls=40) == 20  # +2.25%: 4 F.linear a step, 10 steps: 2 doubled each
     assert inject.every_nth(0.45, 0.02, window_calls=7) == 23  # 7's divisors miss by far more than a quarter
