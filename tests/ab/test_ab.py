@@ -313,7 +313,8 @@ def test_the_workers_results_file_reads_back_key_for_key(tmp_path: Path, monkeyp
 def test_a_case_a_sides_process_fails_is_an_error_not_a_skip(tmp_path: Path) -> None:
     """Processes mode, from each side's real pytest process: a case whose head raises is an error
     verdict naming why (it used to read "skipped in both", exit 0); a variant this machine cannot
-    run, skipped by both sides, stays a skip."""
+    run, skipped by both sides, stays a skip; a side whose process died reached no case, and each
+    is an error."""
     repo = _project(tmp_path)
     base = ab_run.checkout(repo, "HEAD", "base")
     (repo / "sleepy.py").write_text(
@@ -333,6 +334,16 @@ def test_a_case_a_sides_process_fails_is_an_error_not_a_skip(tmp_path: Path) -> 
     (v,) = result.verdicts
     assert v.verdict == gate.ERROR and v.case.endswith("[sleepy-tiny-baseline]") and "head: " in v.message
     assert gate.failing(result.verdicts) == [v]
+
+    # A process that dies before writing anything (a segfault, the OOM killer: os._exit here) reached
+    # none of its cases, the one it would have skipped included: each is an error naming its exit.
+    (repo / "sleepy.py").write_text(SLEEPY.format(sleep=0.001).replace("return x * self.w", "import os; os._exit(3)"))
+    runs["head"] = ab_run.measure(head, cases, ["--perfgate-device", "cpu"], timeout_s=HANG_GUARD_S)
+    assert not runs["head"].records and not runs["head"].skipped
+    assert all("head process (exit 3) left no result" in runs["head"].failed[c] for c in cases)
+    result = ab_run.run_ab(base, head, cases, Policy(), measure_fn=lambda s, ids: runs[s.name], max_pairs=1)
+    assert not result.skipped and sorted(result.failed) == cases
+    assert [v.verdict for v in result.verdicts] == [gate.ERROR, gate.ERROR]
 
 
 def test_an_interleaved_case_that_raised_is_an_error_and_one_not_found_is_not() -> None:
