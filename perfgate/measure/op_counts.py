@@ -6,8 +6,9 @@ not see inside a compiled graph's extern calls the same way, while the profiler 
 dispatched op at every level (aten::linear and the aten::addmm inside it) in eager and compiled
 code alike, and its CUDA activity in the same trace gives the kernel launches: one mechanism for
 both counts on every device (and, from the kernels' durations, the device time per step:
-perfgate.measure.device_time). Both counts are read from the chrome trace the profiler exports (the
-file `perfgate profile` and `--perfgate-trace` keep), so a stored trace is counted the same way.
+perfgate.measure.device_time). Both counts are read from events in the chrome trace's form (the
+file `perfgate profile` and `--perfgate-trace` keep), so a stored trace is counted the same way; a
+live window's events are taken from the profiler's memory in that form (`window_events`).
 """
 
 from __future__ import annotations
@@ -16,14 +17,22 @@ import gzip
 import json
 import os
 import random
+import sys
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from perfgate.measure.device_time import STEP_MARK, block_means, device_ms_per_marked_step, device_time_from_events
+from perfgate.measure.device_time import (
+    DEVICE_CATS,
+    LAUNCH_CATS,
+    STEP_MARK,
+    block_means,
+    device_ms_per_marked_step,
+    device_time_from_events,
+)
 
 if TYPE_CHECKING:
     from torch.profiler import profile
@@ -146,16 +155,99 @@ def count_step(
         keep.parent.mkdir(parents=True, exist_ok=True)
         prof.export_chrome_trace(str(keep))  # torch gzips a path ending in .gz
         return counts_from_events(read_trace(keep), steps, device_traced=cuda)
-    return counts_from_events(exported_events(prof), steps, device_traced=cuda)
+    return counts_from_events(window_events(prof), steps, device_traced=cuda)
 
 
 def exported_events(prof: profile) -> list[dict[str, Any]]:
     """A finished profiler's chrome-trace events, through a scratch file read back at once (the
-    same export `keep` writes, so a live window and a kept trace are read alike)."""
+    same export `keep` writes)."""
     with tempfile.TemporaryDirectory(prefix="perfgate-ops-") as scratch:
         path = os.path.join(scratch, "trace.json")
         prof.export_chrome_trace(path)
         return read_trace(path)
+
+
+def memory_events(raw: Iterable[Any], cats: Collection[str] | None = None) -> list[dict[str, Any]]:
+    """The profiler's own events (`prof.profiler.kineto_results.events()`, torch's `_KinetoEvent`) in
+    the chrome trace's form, the fields the readers here use. Kineto writes the trace from the same
+    activities (libkineto `ChromeTraceLogger::handleActivity`): `cat` is the activity type's name,
+    which `activity_type()` returns; `pid` the device (`device_index()`: the GPU for a device
+    activity, the process for a host one); `tid` the stream or thread; `ts` and `dur` microseconds
+    (here from the window's first start, as the export counts from a base of its own: only
+    differences are read); `args.correlation` CUPTI's id, shared by a device activity and the
+    runtime call that launched it, which `correlation_id()` returns for both. `cats`: those
+    categories only (a device-time window reads no operator: 6,000 of an eager world-model step's
+    7,600 events)."""
+    linked = (*DEVICE_CATS, *LAUNCH_CATS)
+    out: list[dict[str, Any]] = []
+    for e in raw:
+        cat = e.activity_type()
+        if cats is not None and cat not in cats:
+            continue
+        out.append({"ph": "X", "cat": cat, "name": e.name(), "pid": e.device_index(), "tid": e.device_resource_id(),
+                    "ts": e.start_ns(), "dur": e.duration_ns() / 1000,
+                    "args": {"correlation": e.correlation_id()} if cat in linked else {}})  # fmt: skip
+    base = min((r["ts"] for r in out), default=0)
+    for r in out:
+        r["ts"] = (r["ts"] - base) / 1000
+    return out
+
+
+# None until this process compared its first live window read both ways; then whether they agreed.
+_MEMORY_AGREES: bool | None = None
+
+
+def window_events(prof: profile, cats: Collection[str] | None = None) -> list[dict[str, Any]]:
+    """A finished profiler window's events, from the profiler's memory (`memory_events`) rather than
+    an exported file: an eager world-model step is 3.5 MB of exported JSON, so a device-time A/B
+    window of 50 steps was ~350 MB written and parsed (~12 s of `json.load` alone). The first window
+    of each process is also read through the export and the two readings compared (the kernel and
+    op counts, the busy time, each marked step's): where they differ (a torch whose events say
+    otherwise than the sources read), the process reads the export from then on and says so once.
+    A torch without `activity_type()` on its events (before 2.12) always reads the export. `cats`:
+    the categories to read (all by default), from either source."""
+    global _MEMORY_AGREES
+
+    def exported() -> list[dict[str, Any]]:
+        return [e for e in exported_events(prof) if cats is None or e.get("cat") in cats]
+
+    if _MEMORY_AGREES is False or not _events_have_types():
+        return exported()
+    mine = memory_events(prof.profiler.kineto_results.events(), cats)  # type: ignore[union-attr]
+    if _MEMORY_AGREES is None:
+        theirs = exported()
+        why = disagreement(mine, theirs)
+        _MEMORY_AGREES = why is None
+        if why is not None:
+            print(f"perfgate: the profiler's events in memory disagree with its exported trace ({why}); "
+                  "reading the export from here on", file=sys.stderr)  # fmt: skip
+            return theirs
+    return mine
+
+
+def _events_have_types() -> bool:
+    from torch._C import _autograd
+
+    return hasattr(getattr(_autograd, "_KinetoEvent", None), "activity_type")
+
+
+def disagreement(mine: Sequence[Mapping[str, Any]], theirs: Sequence[Mapping[str, Any]]) -> str | None:
+    """What two readings of one window disagree on (None: nothing): the kernel, copy and op counts
+    exactly, the busy time and each marked step's to 10 ppm (a wrong reading is whole kernels off)."""
+    a, b = counts_from_events(mine, 1, device_traced=True), counts_from_events(theirs, 1, device_traced=True)
+    for field_ in ("aten_ops_per_step", "kernel_names_per_step", "copies_per_step"):
+        if getattr(a, field_) != getattr(b, field_):
+            return f"{field_} differ"
+
+    def close(x: float, y: float) -> bool:  # the export's microseconds near 5e12 carry ~ns of float rounding
+        return abs(x - y) <= 1e-6 + 1e-5 * abs(y)
+
+    if not close(a.device_ms_per_step or 0.0, b.device_ms_per_step or 0.0):
+        return f"busy ms {a.device_ms_per_step} against {b.device_ms_per_step}"
+    ma, mb = device_ms_per_marked_step(mine), device_ms_per_marked_step(theirs)
+    if ma.keys() != mb.keys() or any(len(ma[k]) != len(mb[k]) or not all(map(close, ma[k], mb[k])) for k in mb):
+        return "marked steps' busy ms differ"
+    return None
 
 
 def interleaved_device_ms(
@@ -183,5 +275,5 @@ def interleaved_device_ms(
                 with record_function(f"{STEP_MARK}{i}"):
                     steps[i]()
         torch.cuda.synchronize(torch.device(device))
-    per_step = device_ms_per_marked_step(exported_events(prof))
+    per_step = device_ms_per_marked_step(window_events(prof, ("user_annotation", *LAUNCH_CATS, *DEVICE_CATS)))
     return [block_means(per_step.get(str(i), []), block_steps) for i in range(len(steps))]
