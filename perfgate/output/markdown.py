@@ -173,9 +173,13 @@ def job_summary(
     return "\n".join(out).rstrip() + "\n"
 
 
+AB_METRICS = ("latency", "device_time")  # what same-job A/B is for: in the `pr` mode no other gate judges them
+
+
 def ab_summary(result: Any, verdicts: Sequence[gate.Verdict], *, max_rows: int = 30) -> str:
-    """`perfgate ab`'s Markdown: the failing verdicts first, then every latency verdict, then what
-    only one side has."""
+    """`perfgate ab`'s Markdown: the failing verdicts first, then every wall- and device-time verdict
+    (an inconclusive or unmeasured one is a gate that did not judge, and says why), then the other
+    metrics' verdicts that are not "unchanged", folded, then what only one side has."""
     failing = gate.failing(verdicts)
     head = f"### perfgate ab: {len(failing)} regression(s)" if failing else "### perfgate ab: no regression"
     out = [
@@ -184,14 +188,23 @@ def ab_summary(result: Any, verdicts: Sequence[gate.Verdict], *, max_rows: int =
         f"base {_md(result.base)} · head {_md(result.head)} · {result.processes} processes in {result.wall_s:.0f} s",
         "",
     ]
-    shown = [*failing, *(v for v in verdicts if v not in failing and v.metric == "latency")]
-    if shown:
-        out += ["| case | figure | change | verdict | why |", "|---|---|--:|---|---|"]
-        out += [
+    failing_ids = {id(v) for v in failing}
+    rest = [v for v in verdicts if id(v) not in failing_ids]
+    shown = [*failing, *(v for v in rest if v.metric in AB_METRICS)]
+    others = [v for v in rest if v.metric not in AB_METRICS and v.verdict != gate.UNCHANGED]
+
+    def rows(vs: Sequence[gate.Verdict]) -> list[str]:
+        return [
             f"| {_md(case_name(v.case, {}))} | {_md(_figure(v))} | {_change(v)} | {_md(v.verdict)} | {_md(v.message)} |"
-            for v in shown[:max_rows]
+            for v in vs[:max_rows]
         ]
-        out += [*_more(len(shown), max_rows), ""]
+
+    table = ["| case | figure | change | verdict | why |", "|---|---|--:|---|---|"]
+    if shown:
+        out += [*table, *rows(shown), *_more(len(shown), max_rows), ""]
+    if others:
+        out += [f"<details><summary>Other verdicts ({len(others)})</summary>", "", *table, *rows(others)]
+        out += [*_more(len(others), max_rows), "", "</details>", ""]
     for label, ids in (
         ("New (head only)", result.new),
         ("Removed (base only)", result.removed),

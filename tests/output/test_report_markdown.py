@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from pathlib import Path
 
 import pytest
 
@@ -208,3 +209,45 @@ def test_a_cpu_ratio_row_names_its_milliseconds_and_its_ratio_change():
     (row,) = [line for line in text.splitlines() if line.startswith("| test_step[m-tiny-baseline]")]
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[1:4] == ["median ms (change: step / reference)", fmt_num(slow.baseline), fmt_num(slow.current)]
+
+
+def test_the_ab_summary_shows_every_wall_and_device_time_verdict_and_folds_the_rest() -> None:
+    """`perfgate ab`'s summary (the pull request's comment in the `pr` mode, where no other gate
+    judges wall or device time): from `run_ab` over a kept H200 record as three process pairs, the
+    head's device time +3, -1 and +2% and its peak memory 30% lower. Device time's verdict shows
+    though it is not failing (inconclusive, saying why: it used to be dropped for not being
+    latency); the memory improvement is folded under the other verdicts; unchanged accuracy and
+    speedup verdicts stay out."""
+    from dataclasses import replace
+
+    from perfgate.ab import run as ab_run
+    from perfgate.gate.policy import Policy
+    from tests.helpers import kept_gpu_records
+
+    case = "vjepa2-encoder-large-baseline"
+    rec = kept_gpu_records("gpu-2026-11-28-h200", "tier-cold")[case]
+    device = iter((1.03, 0.99, 1.02))
+
+    def measure(side: ab_run.Side, ids) -> ab_run.SideRun:
+        if side.name == "base":
+            return ab_run.SideRun(records={case: rec})
+        dev = rec.device_ms_per_step * next(device)
+        return ab_run.SideRun(records={case: replace(rec, device_ms_per_step=dev, peak_mem_mib=rec.peak_mem_mib * 0.7)})
+
+    side = ab_run.Side(name="base", label="main (abc)", sha="a" * 40, root=Path("."), cache=Path("."))
+    result = ab_run.run_ab(side, replace(side, name="head"), [case], Policy(), measure_fn=measure, max_pairs=3)
+    got = {v.metric: v.verdict for v in result.verdicts}
+    assert got == {"latency": gate.INCONCLUSIVE, "device_time": gate.INCONCLUSIVE, "memory": gate.IMPROVEMENT,
+                   "accuracy": gate.UNCHANGED, "speedup": gate.UNCHANGED}  # fmt: skip
+    md = markdown.ab_summary(result, result.verdicts)
+    assert md.startswith("### perfgate ab: no regression")
+    shown, folded = md.split("<details><summary>Other verdicts (1)</summary>")
+    assert [row.split(" | ")[1] for row in shown.splitlines() if row.startswith("| test_step")] == [
+        "median ms",
+        "GPU busy ms per step",
+    ]
+    assert "3 process pairs" in shown.splitlines()[-2]  # device time says why it could not tell
+    assert [row.split(" | ")[1:4] for row in folded.splitlines() if row.startswith("| test_step")] == [
+        ["peak memory MiB", "-30.0%", gate.IMPROVEMENT]
+    ]
+    assert gate.UNCHANGED not in md
