@@ -246,10 +246,20 @@ def run_ab(
         result.processes += 2
         for case in list(undecided):
             failed = [f"{name}: {run.failed[case]}" for name, run in got.items() if case in run.failed]
-            if failed:  # an error in either side's process: said, never read as a skip
+            if failed:  # an error in a side's process: said, never read as a skip
                 result.failed[case] = "; ".join(failed)
+                # The base's alone, the head measured: the change fixed it (or the base's run hit its
+                # own trouble); nothing to compare, and not the change's failure.
+                base_only = case not in got["head"].failed and case in got["head"].records
                 result.verdicts.append(
-                    Verdict(case=_fullname(case), metric="run", verdict=ERROR, message=result.failed[case])
+                    Verdict(
+                        case=_fullname(case),
+                        metric="run",
+                        verdict=INCONCLUSIVE if base_only else ERROR,
+                        message=f"{result.failed[case]}; the head ran it: nothing to compare"
+                        if base_only
+                        else result.failed[case],
+                    )
                 )
                 undecided.remove(case)
                 continue

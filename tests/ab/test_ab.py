@@ -313,8 +313,9 @@ def test_the_workers_results_file_reads_back_key_for_key(tmp_path: Path, monkeyp
 def test_a_case_a_sides_process_fails_is_an_error_not_a_skip(tmp_path: Path) -> None:
     """Processes mode, from each side's real pytest process: a case whose head raises is an error
     verdict naming why (it used to read "skipped in both", exit 0); a variant this machine cannot
-    run, skipped by both sides, stays a skip; a side whose process died reached no case, and each
-    is an error."""
+    run, skipped by both sides, stays a skip; a case only the base's process failed is nothing to
+    compare, not the change's error; a side whose process died reached no case, and each is an
+    error."""
     repo = _project(tmp_path)
     base = ab_run.checkout(repo, "HEAD", "base")
     (repo / "sleepy.py").write_text(
@@ -334,6 +335,14 @@ def test_a_case_a_sides_process_fails_is_an_error_not_a_skip(tmp_path: Path) -> 
     (v,) = result.verdicts
     assert v.verdict == gate.ERROR and v.case.endswith("[sleepy-tiny-baseline]") and "head: " in v.message
     assert gate.failing(result.verdicts) == [v]
+    # The other way round, the base's process failing it and the head's measuring it (a pull request
+    # that fixes a crash on main): nothing to compare, and not the change's failure.
+    fixed = {"base": runs["head"], "head": runs["base"]}
+    result = ab_run.run_ab(base, head, cases, Policy(), measure_fn=lambda s, ids: fixed[s.name], max_pairs=1)
+    (v,) = result.verdicts
+    assert (v.verdict, v.metric) == (gate.INCONCLUSIVE, "run") and v.message.startswith("base: ")
+    assert "an illegal access" in v.message and v.message.endswith("the head ran it: nothing to compare")
+    assert gate.failing(result.verdicts) == []
 
     # A process that dies before writing anything (a segfault, the OOM killer: os._exit here) reached
     # none of its cases, the one it would have skipped included: each is an error naming its exit.
