@@ -63,6 +63,7 @@ class Side:
     sha: str  # the commit (the working tree: the commit it is on)
     root: Path  # the checkout its processes run in
     cache: Path  # its own inductor cache
+    python: str = sys.executable  # the interpreter of its processes: its environment (torch, torchao, the pins)
 
 
 def checkout(repo: Path, ref: str, name: str) -> Side:
@@ -110,7 +111,7 @@ def side_env(side: Side, extra: dict[str, str] | None = None, harness: Path | No
 def collect(side: Side, selection: Sequence[str]) -> list[str]:
     """The case ids the side's suite would run for `selection` (skipped ones included)."""
     r = subprocess.run(
-        [sys.executable, "-m", "pytest", "benchmarks", "--collect-only", "-q", "-p", "no:cacheprovider", *selection],
+        [side.python, "-m", "pytest", "benchmarks", "--collect-only", "-q", "-p", "no:cacheprovider", *selection],
         cwd=side.root,
         env=side_env(side),
         capture_output=True,
@@ -148,7 +149,7 @@ def measure(
         out, verdicts = Path(tmp) / "results.json", Path(tmp) / "verdicts.json"
         nodes = [f"{TEST_FILE}::test_step[{c}]" for c in case_ids]
         cmd = [
-            sys.executable,
+            side.python,
             "-m",
             "pytest",
             *nodes,
@@ -208,6 +209,7 @@ class ABResult:
     removed: list[str] = field(default_factory=list)  # cases only the base has
     skipped: list[str] = field(default_factory=list)  # measured by neither side (an unavailable variant)
     failed: dict[str, str] = field(default_factory=dict)  # processes mode: case -> why a side's process failed it
+    notes: list[str] = field(default_factory=list)  # what the comparison could not measure, said above its verdicts
     interleaved: dict[str, list[CaseResult]] = field(default_factory=dict)  # interleaved mode: per-process results
     mode: str = "processes"
     processes: int = 0
@@ -316,6 +318,7 @@ def result_json(result: ABResult, verdicts: Sequence[Verdict]) -> dict:
         "new": result.new,
         "removed": result.removed,
         "skipped": result.skipped,
+        "notes": result.notes,
         "verdicts": [v.as_dict() for v in verdicts],
         "pairs": {
             case: [{"base": fig(p.base), "head": fig(p.head)} for p in pairs]
@@ -402,6 +405,23 @@ def run_interleaved(
         )
     result.wall_s = time.perf_counter() - t0
     return result
+
+
+LOCKS = "requirements/"  # the hashed locks the environment is installed from (scripts/_venv.sh)
+
+
+def environment_note(repo: Path, base_sha: str, head_ref: str | None, base: Side, head: Side) -> str | None:
+    """What to say when the locks changed between the revisions but both sides run one interpreter:
+    the head's environment serves both, so the dependency change itself is not measured (and the
+    stored gate, keyed by the torch and torchao versions, finds no baseline for it)."""
+    changed = git(repo, "diff", "--name-only", base_sha, *([head_ref] if head_ref else []), "--", LOCKS).splitlines()
+    if not changed or base.python != head.python:
+        return None
+    return (
+        f"the locks changed ({', '.join(changed[:3])}{' ...' if len(changed) > 3 else ''}) but both sides ran "
+        f"one environment ({head.python}): the dependency change itself is not measured; give the base its own "
+        "with --base-python (a Python installed from the base's locks; PERFGATE_AB_BASE_PYTHON in scripts/ci-benchmark)"
+    )
 
 
 # Files whose change does not change what a benchmark measures.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from perfgate.commands import CommandError
@@ -33,6 +34,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--max-pairs", type=int, default=12, help="processes mode: process pairs per case at most (default 12)"
     )
     p.add_argument("--max-processes", type=int, default=6, help="interleaved mode: processes at most (default 6)")
+    p.add_argument(
+        "--base-python",
+        default=None,
+        metavar="PYTHON",
+        help="processes mode: the base side's interpreter, an environment installed from the base's locks (for a "
+        "change to requirements/; default: this Python for both sides)",
+    )
     p.add_argument(
         "--budget-s", type=float, default=1800.0, help="wall-time budget of the whole comparison, s (default 1800)"
     )
@@ -96,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
         repo = Path(ab_run.git(Path.cwd(), "rev-parse", "--show-toplevel"))
         policy = policy_mod.load(repo / "pyproject.toml")
         base = ab_run.checkout(repo, args.base or ab_run.default_base(repo), "base")
+        if args.base_python:
+            base = replace(base, python=base_python(args.base_python))
         head = ab_run.checkout(repo, args.head, "head") if args.head else ab_run.working_tree(repo)
         head_cases, base_cases = ab_run.collect(head, selection), ab_run.collect(base, selection)
     except (ab_run.ABError, policy_mod.PolicyError) as exc:
@@ -106,6 +116,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"perfgate ab: {msg}", file=sys.stderr, flush=True)
 
     mode, why = args.mode, "chosen with --mode"
+    if args.base_python and mode == "interleaved":
+        raise CommandError("--base-python needs --mode processes: an interleaved process holds both revisions")
+    if args.base_python:
+        mode, why = "processes", "the base has its own Python (--base-python)"
     if mode == "auto":
         try:
             mode, why = ab_run.choose_mode(
@@ -114,6 +128,12 @@ def run(args: argparse.Namespace) -> int:
         except ab_run.ABError as exc:
             raise CommandError(str(exc)) from None
     progress(f"base {base.label}, head {head.label}: {len(common)} case(s) in both; mode {mode} ({why})")
+    try:
+        env_note = ab_run.environment_note(repo, base.sha, args.head, base, head)
+    except ab_run.ABError as exc:
+        raise CommandError(str(exc)) from None
+    if env_note:
+        progress(env_note)
     try:
         if mode == "interleaved":
             result = ab_run.run_interleaved(
@@ -140,6 +160,7 @@ def run(args: argparse.Namespace) -> int:
             )
     except ab_run.ABError as exc:
         raise CommandError(str(exc)) from None
+    result.notes += [env_note] if env_note else []
     result.new += [c for c in head_cases if c not in set(base_cases)]
     result.removed = [c for c in base_cases if c not in set(head_cases)]
     verdicts = gate.sort_verdicts(result.verdicts)
@@ -157,6 +178,19 @@ def run(args: argparse.Namespace) -> int:
     if args.markdown:
         files.write_text(args.markdown, markdown.ab_summary(result, verdicts))
     return EXIT_REGRESSION if gate.failing(verdicts, fail_on_improvement=args.ratchet) else 0
+
+
+def base_python(path: str) -> str:
+    """--base-python checked before anything runs: an interpreter that starts and has pytest."""
+    import subprocess
+
+    try:
+        r = subprocess.run([path, "-c", "import pytest"], capture_output=True, text=True, timeout=120)
+    except OSError as exc:
+        raise CommandError(f"--base-python {path}: cannot run it ({exc.strerror}); name a Python executable") from None
+    if r.returncode:
+        raise CommandError(f"--base-python {path}: `import pytest` failed there; install the base's locks into it")
+    return path
 
 
 def family_files(repo: Path) -> set[str]:

@@ -188,6 +188,7 @@ def ab_summary(result: Any, verdicts: Sequence[gate.Verdict], *, max_rows: int =
         f"base {_md(result.base)} · head {_md(result.head)} · {result.processes} processes in {result.wall_s:.0f} s",
         "",
     ]
+    out += [f"- **Not measured:** {md_text(note)}" for note in result.notes] + ([""] if result.notes else [])
     failing_ids = {id(v) for v in failing}
     rest = [v for v in verdicts if id(v) not in failing_ids]
     shown = [*failing, *(v for v in rest if v.metric in AB_METRICS)]

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -392,3 +393,40 @@ def test_the_interleaved_worker_skips_a_variant_found_unrunnable_while_building(
     )
     (v,) = ab.interleaved_verdicts("x[sleepy-tiny-baseline]", [raised], Policy(), final=True)
     assert v.verdict == gate.ERROR
+
+
+def test_a_change_to_the_locks_is_said_unmeasured_unless_the_base_has_its_own_python(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both sides' processes run one interpreter unless --base-python names the base's: a pull request
+    that bumps a pin (requirements/) is measured on the new pins both sides, and says so."""
+    from perfgate.cli import EXIT_BAD_INPUT, main
+    from perfgate.commands import ab as ab_cmd
+
+    repo = _project(tmp_path)
+    (repo / "requirements").mkdir()
+    (repo / "requirements" / "gpu.txt").write_text("torch==2.11.0\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "locks")
+    sha = _git(repo, "rev-parse", "HEAD").strip()
+    base, head = ab_run.checkout(repo, "HEAD", "base"), ab_run.working_tree(repo)
+    assert ab_run.environment_note(repo, sha, None, base, head) is None  # nothing changed
+    (repo / "requirements" / "gpu.txt").write_text("torch==2.12.0\n")
+    note = ab_run.environment_note(repo, sha, None, base, head)
+    assert note and "requirements/gpu.txt" in note and "--base-python" in note
+    own = tmp_path / "base-python"
+    own.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "base-python.log"}\nexec {sys.executable} "$@"\n')
+    own.chmod(0o755)
+    assert ab_run.environment_note(repo, sha, None, replace(base, python=str(own)), head) is None
+    # the base's processes run through it: collecting its cases is one
+    assert ab_run.collect(replace(base, python=str(own)), ["--perfgate-device", "cpu"]) == ab_run.collect(
+        base, ["--perfgate-device", "cpu"]
+    )
+    assert "--collect-only" in (tmp_path / "base-python.log").read_text()
+    # a --base-python that cannot run, or has no pytest, is one line naming the option, before anything runs
+    with pytest.raises(ab_cmd.CommandError, match=r"--base-python \S*none: cannot run it"):
+        ab_cmd.base_python(str(tmp_path / "none"))
+    with pytest.raises(ab_cmd.CommandError, match="--base-python /bin/false: `import pytest` failed"):
+        ab_cmd.base_python("/bin/false")
+    monkeypatch.chdir(repo)
+    assert main(["ab", "--base-python", "/bin/false", "--", "--perfgate-device", "cpu"]) == EXIT_BAD_INPUT

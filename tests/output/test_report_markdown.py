@@ -251,3 +251,6 @@ def test_the_ab_summary_shows_every_wall_and_device_time_verdict_and_folds_the_r
         ["peak memory MiB", "-30.0%", gate.IMPROVEMENT]
     ]
     assert gate.UNCHANGED not in md
+    result.notes.append("the locks changed (requirements/gpu.txt) but both sides ran one environment")
+    said = markdown.ab_summary(result, result.verdicts).splitlines()
+    assert said[4] == "- **Not measured:** the locks changed (requirements/gpu.txt) but both sides ran one environment"
