@@ -308,7 +308,9 @@ def test_ci_benchmark_ab_mode_judges_head_against_base_in_one_job(tmp_path: Path
     git_env |= dict(GIT_AUTHOR_NAME="P", GIT_AUTHOR_EMAIL="p@x", GIT_COMMITTER_NAME="P", GIT_COMMITTER_EMAIL="p@x")
     out, step_summary = tmp_path / "out", tmp_path / "step-summary.md"
     env = script_env(tmp_path, PERFGATE_MODE="ab", GITHUB_STEP_SUMMARY=str(step_summary), **git_env)
-    copy = project_copy_with_origin(tmp_path, env)  # head == origin/main: nothing to find
+    copy = project_copy_with_origin(tmp_path, env)
+    # A commit that changes nothing measured: nothing to find (a base that is HEAD itself is refused).
+    subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", "head"], cwd=copy, env=env, check=True)
     r = run(["scripts/ci-benchmark", "--out", str(out), *SMALLEST], env, cwd=copy, timeout=HANG_GUARD_S)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
 
@@ -472,6 +474,92 @@ def test_ci_benchmark_rejects_an_ab_budget_that_is_not_whole_seconds_in_one_line
     said = f"PERFGATE_AB_BUDGET_S={budget} is not a budget; give the A/B's wall-time budget in whole seconds, e.g. 4800"
     assert r.stderr == f"ci-benchmark: {said}\n"
     assert fake_python_calls(tmp_path) == []
+
+
+# Which base ab compares with: main run by hand is its own merge base with origin/main.
+
+
+def head_sha(repo: Path, env: dict[str, str]) -> str:
+    return subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=repo, env=env, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+@pytest.mark.parametrize("base", [None, "HEAD", "main", "origin/main"])
+def test_ci_benchmark_refuses_ab_against_head_itself_before_touching_the_gpu(tmp_path: Path, base: str | None) -> None:
+    """benchmark-gpu's `mode: ab` by hand runs on main, where perfgate ab's default base, the merge
+    base with origin/main, is HEAD: main against itself, always "no regression". Refused in one line
+    naming PERFGATE_AB_BASE and the workflow's `base` input, before the health check or any A/B."""
+    extra = {"PERFGATE_AB_BASE": base} if base else {}
+    env = fake_python_env(tmp_path, PERFGATE_MODE="ab", **extra)
+    repo = scripts_repo_with_origin(tmp_path, env)  # HEAD == origin/main, nothing changed
+    out = tmp_path / "out"
+    r = run(["scripts/ci-benchmark", "--out", str(out), *SMALLEST], env, cwd=repo)
+    assert r.returncode == 4, r.stdout[-3000:] + r.stderr[-3000:]
+    named = base or "(the merge base with main)"
+    assert r.stderr == (
+        f"ci-benchmark: PERFGATE_MODE=ab: the base {named} is HEAD itself ({head_sha(repo, env)[:10]}), so the A/B "
+        "would compare this commit with itself; set PERFGATE_AB_BASE (benchmark-gpu's 'base' input) to the revision "
+        "to compare with\n"
+    )
+    assert fake_python_calls(tmp_path) == []  # no health check, no perfgate ab
+
+
+@pytest.mark.parametrize("setup", ["a commit on top of main", "PERFGATE_AB_BASE=HEAD~1", "uncommitted changes"])
+def test_ci_benchmark_runs_ab_against_a_base_that_is_not_head(tmp_path: Path, setup: str) -> None:
+    env = fake_python_env(tmp_path, PERFGATE_MODE="ab", **({"PERFGATE_AB_BASE": "HEAD~1"} if "HEAD~1" in setup else {}))
+    repo = scripts_repo_with_origin(tmp_path, env)
+    if setup == "uncommitted changes":  # HEAD itself, against the working tree's changes (perfgate ab's head)
+        (repo / "scripts" / "bench").write_text((repo / "scripts" / "bench").read_text() + "\n")
+    else:
+        subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", "head"], cwd=repo, env=env, check=True)
+        if "HEAD~1" in setup:  # main by hand: HEAD is origin/main, the base named
+            subprocess.run(["git", "push", "-q", "origin", "main"], cwd=repo, env=env, check=True, capture_output=True)
+    out = tmp_path / "out"
+    r = run(["scripts/ci-benchmark", "--out", str(out), *SMALLEST], env, cwd=repo)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    calls = fake_python_calls(tmp_path)
+    assert [c[:3] for c in calls] == [["-m", "perfgate", "health"], ["-m", "perfgate", "ab"]]
+    assert ("--base" in calls[1]) is ("HEAD~1" in setup)
+
+
+@pytest.mark.parametrize(
+    ("base", "said"),
+    [
+        (
+            "no-such-ref",
+            "PERFGATE_AB_BASE=no-such-ref is not a commit here (git rev-parse --verify no-such-ref^{commit}: ",
+        ),
+        ("--all", "PERFGATE_AB_BASE=--all is not a revision; name a ref or commit sha"),
+    ],
+)
+def test_ci_benchmark_refuses_an_ab_base_git_does_not_know_in_one_line(tmp_path: Path, base: str, said: str) -> None:
+    env = fake_python_env(tmp_path, PERFGATE_MODE="ab", PERFGATE_AB_BASE=base)
+    repo = scripts_repo_with_origin(tmp_path, env)
+    subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", "head"], cwd=repo, env=env, check=True)
+    r = run(["scripts/ci-benchmark", "--out", str(tmp_path / "out"), *SMALLEST], env, cwd=repo)
+    assert r.returncode == 4, r.stdout[-3000:] + r.stderr[-3000:]
+    assert r.stderr.startswith(f"ci-benchmark: {said}") and r.stderr.count("\n") == 1, r.stderr
+    assert fake_python_calls(tmp_path) == []
+
+
+def test_benchmark_gpu_by_hand_takes_the_ab_base_as_an_input_through_the_environment() -> None:
+    """The dispatch's `base` becomes PERFGATE_AB_BASE for ci-benchmark: in env:, never in run: (an
+    input inside a script is a script injection)."""
+    wf = workflow("benchmark-gpu.yml")
+    inputs = wf["on"]["workflow_dispatch"]["inputs"]
+    assert inputs["mode"]["options"] == ["stored", "ab"]
+    assert inputs["base"]["type"] == "string" and inputs["base"]["default"] == ""
+    step = next(st for st in wf["jobs"]["benchmark"]["steps"] if st.get("run") == "./scripts/ci-benchmark")
+    context = {"inputs.base": "v1.2'; rm -rf ~ #", "inputs.mode": "ab"}
+    assert rules.interpolate(step["env"]["PERFGATE_AB_BASE"], context) == "v1.2'; rm -rf ~ #"
+    assert rules.interpolate(step["env"]["PERFGATE_MODE"], context) == "ab"
+    assert (
+        "PERFGATE_AB_BASE"
+        not in next(st for st in wf["jobs"]["benchmark-pr"]["steps"] if st.get("run") == "./scripts/ci-benchmark")[
+            "env"
+        ]
+    )  # a pull request's base is its merge base with main
 
 
 def test_ci_benchmark_rejects_an_unknown_mode_in_one_line(tmp_path: Path) -> None:
