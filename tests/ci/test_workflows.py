@@ -459,8 +459,8 @@ def test_ci_benchmark_says_when_the_ab_budget_left_cases_undecided(
     summary = (out / "summary.md").read_text()
     note = (
         f"**Budget spent**: the A/B stopped after {processes} processes in {wall_s:.0f} s, past its budget of 600 s "
-        "(PERFGATE_AB_BUDGET_S), with 1 case(s) short of the pairs a latency verdict needs (7 to call a regression, "
-        "6 to call it unchanged): left undecided, they fail nothing."
+        "(PERFGATE_AB_BUDGET_S): a case still short of the pairs a latency verdict needs (7 to call a regression, 6 "
+        "to call it unchanged) is left inconclusive and fails nothing."
     )
     assert (note in summary) is said, summary
     assert summary.index("### perfgate ab") < summary.index("**Reproduce**")
