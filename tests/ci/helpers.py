@@ -171,3 +171,69 @@ def project_copy_with_origin(tmp_path: Path, env: dict[str, str]) -> Path:
     ):
         subprocess.run(cmd, cwd=copy, env=env, check=True, capture_output=True)
     return copy
+
+
+FAKE_PYTHON = r'''#!{python}
+"""This Python as PERFGATE_PYTHON, except for the calls that would measure: `-m perfgate ab`,
+`-m perfgate health` and `-m pytest` only record their arguments (a JSON line each in
+FAKE_PYTHON_CALLS); perfgate ab writes FAKE_AB_RESULT as its --json and a heading as its --markdown."""
+import json, os, sys
+
+args = sys.argv[1:]
+if args[:3] in (["-m", "perfgate", "ab"], ["-m", "perfgate", "health"]) or args[:2] == ["-m", "pytest"]:
+    with open(os.environ["FAKE_PYTHON_CALLS"], "a") as fh:
+        fh.write(json.dumps(args) + "\n")
+    if args[:3] == ["-m", "perfgate", "ab"]:
+        result = os.environ.get("FAKE_AB_RESULT", '{"processes": 2, "wall_s": 1.0, "pairs": {}, "verdicts": []}')
+        with open(args[args.index("--json") + 1], "w") as fh:
+            fh.write(result)
+        with open(args[args.index("--markdown") + 1], "w") as fh:
+            fh.write("### perfgate ab: no regression\n")
+    sys.exit(0)
+os.execv(sys.executable, [sys.executable, *args])
+'''
+
+
+def fake_python_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """script_env() with FAKE_PYTHON as PERFGATE_PYTHON, git's identity and configuration its own."""
+    (tmp_path / "bin").mkdir(exist_ok=True)
+    python = tmp_path / "bin" / "fake-python"
+    python.write_text(FAKE_PYTHON.replace("{python}", sys.executable))
+    python.chmod(0o755)
+    (tmp_path / "gitconfig").write_text("")
+    return script_env(
+        tmp_path,
+        PERFGATE_PYTHON=str(python),
+        FAKE_PYTHON_CALLS=str(tmp_path / "calls.jsonl"),
+        GIT_CONFIG_GLOBAL=str(tmp_path / "gitconfig"),
+        GIT_CONFIG_NOSYSTEM="1",
+        GIT_AUTHOR_NAME="P",
+        GIT_AUTHOR_EMAIL="p@x",
+        GIT_COMMITTER_NAME="P",
+        GIT_COMMITTER_EMAIL="p@x",
+        **extra,
+    )
+
+
+def fake_python_calls(tmp_path: Path) -> list[list[str]]:
+    """The measuring calls FAKE_PYTHON recorded, in order."""
+    calls = tmp_path / "calls.jsonl"
+    return [json.loads(line) for line in calls.read_text().splitlines()] if calls.exists() else []
+
+
+def scripts_repo_with_origin(tmp_path: Path, env: dict[str, str]) -> Path:
+    """A repository holding only scripts/ (perfgate itself is this Python's) on `main`, pushed to a
+    bare `origin`: enough for scripts/ci-benchmark with FAKE_PYTHON."""
+    repo = tmp_path / "repo"
+    shutil.copytree(SCRIPTS, repo / "scripts")
+    origin = tmp_path / "origin.git"
+    for cmd in (
+        ["git", "init", "-q", "--bare", str(origin)],
+        ["git", "init", "-q", "-b", "main"],
+        ["git", "add", "-A"],
+        ["git", "commit", "-q", "-m", "main"],
+        ["git", "remote", "add", "origin", str(origin)],
+        ["git", "push", "-q", "origin", "main"],
+    ):
+        subprocess.run(cmd, cwd=repo, env=env, check=True, capture_output=True)
+    return repo

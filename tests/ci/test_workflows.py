@@ -21,11 +21,14 @@ from tests.ci.helpers import (
     SCRIPTS,
     SMALLEST,
     WORKFLOWS,
+    fake_python_calls,
+    fake_python_env,
     install_fake_gh,
     project_copy,
     project_copy_with_origin,
     run,
     script_env,
+    scripts_repo_with_origin,
     tool,
 )
 from tests.helpers import HANG_GUARD_S
@@ -305,7 +308,9 @@ def test_ci_benchmark_ab_mode_judges_head_against_base_in_one_job(tmp_path: Path
     git_env |= dict(GIT_AUTHOR_NAME="P", GIT_AUTHOR_EMAIL="p@x", GIT_COMMITTER_NAME="P", GIT_COMMITTER_EMAIL="p@x")
     out, step_summary = tmp_path / "out", tmp_path / "step-summary.md"
     env = script_env(tmp_path, PERFGATE_MODE="ab", GITHUB_STEP_SUMMARY=str(step_summary), **git_env)
-    copy = project_copy_with_origin(tmp_path, env)  # head == origin/main: nothing to find
+    copy = project_copy_with_origin(tmp_path, env)
+    # A commit that changes nothing measured: nothing to find (a base that is HEAD itself is refused).
+    subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", "head"], cwd=copy, env=env, check=True)
     r = run(["scripts/ci-benchmark", "--out", str(out), *SMALLEST], env, cwd=copy, timeout=HANG_GUARD_S)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
 
@@ -316,7 +321,8 @@ def test_ci_benchmark_ab_mode_judges_head_against_base_in_one_job(tmp_path: Path
     summary = (out / "summary.md").read_text()
     assert summary.startswith("### perfgate ab: no regression") and "physicsnemo-block" in summary
     assert "python -m perfgate ab --json" not in summary  # the repro names the selection, not our files
-    assert "python -m perfgate ab -- --perfgate-device cpu --perfgate-models physicsnemo-block" in summary
+    repro = "python -m perfgate ab --max-pairs 8 --budget-s 4800 -- --perfgate-device cpu --perfgate-models physicsnemo"
+    assert repro in summary
     assert step_summary.read_text() == summary
     assert "perfgate ab:" in (out / "ab.log").read_text()
 
@@ -352,6 +358,208 @@ def test_ci_benchmark_pr_mode_judges_wall_time_by_ab_then_the_rest_stored_on_the
     assert judged["memory"] == "unchanged" and judged["accuracy"] == "unchanged"  # judged against the record
     # wall time was A/B's: no latency verdict but the reason a timing metric went unjudged (a busy machine)
     assert judged.get("latency") in (None, "unreliable")
+
+
+# The A/B's limits, with a fake `perfgate ab` (tests/ci/helpers.py, FAKE_PYTHON): what ci-benchmark
+# passes it and writes around its summary, in seconds.
+AB_BUDGET_DEFAULT_S = 4800
+
+
+def pairs_to_call_a_regression() -> int:
+    """Process pairs the Wilcoxon signed-rank test needs before p < alpha is possible (all one way)."""
+    from perfgate.gate.settings import GateSettings
+
+    return next(n for n in range(1, 64) if 0.5**n < GateSettings().alpha)
+
+
+@pytest.mark.parametrize("mode", ["ab", "pr"])
+@pytest.mark.parametrize("budget", [None, "600"])
+def test_ci_benchmark_gives_perfgate_ab_the_pairs_and_the_budget_a_verdict_needs(
+    tmp_path: Path, mode: str, budget: str | None
+) -> None:
+    """perfgate ab's own limits (1800 s) fit about 3 pairs of the GPU runner's pr tier in processes
+    mode, where a regression needs 7: every wall-time verdict was inconclusive and a real slowdown
+    exited 0. ci-benchmark passes 8 pairs and PERFGATE_AB_BUDGET_S (default 4800), and the reproduce
+    line repeats both."""
+    extra = {"PERFGATE_AB_BUDGET_S": budget} if budget else {}
+    env = fake_python_env(tmp_path, PERFGATE_MODE=mode, PERFGATE_HEALTH="off", **extra)
+    repo = scripts_repo_with_origin(tmp_path, env)
+    subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", "head"], cwd=repo, env=env, check=True)
+    out = tmp_path / "out"
+    r = run(["scripts/ci-benchmark", "--out", str(out), *SMALLEST], env, cwd=repo)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+
+    budget_s = budget or str(AB_BUDGET_DEFAULT_S)
+    ab = [c for c in fake_python_calls(tmp_path) if c[:3] == ["-m", "perfgate", "ab"]]
+    assert len(ab) == 1
+    limits = ab[0][ab[0].index("--max-pairs") :][:4]
+    assert limits == ["--max-pairs", "8", "--budget-s", budget_s]
+    assert int(limits[1]) >= pairs_to_call_a_regression() == 7
+    assert ab[0][ab[0].index("--") :] == ["--", *SMALLEST]
+    summary = (out / "summary.md").read_text()
+    assert f"python -m perfgate ab --max-pairs 8 --budget-s {budget_s} -- --perfgate-device cpu" in summary
+    assert "Budget spent" not in summary
+
+
+def test_the_default_ab_budget_fits_the_gpu_workflows_step() -> None:
+    """Sized on docs/gpu-runs.md's rates for the pr tier on an H200 (about 10 minutes a process with
+    a cold inductor cache, 4 warm): a regression's 7 pairs fit the budget, and the budget plus one
+    more cold pair (the budget is checked between pairs) plus the stored run after the A/B (cold at
+    worst) fit each GPU step that runs the A/B."""
+    script = (SCRIPTS / "ci-benchmark").read_text()
+    default = re.search(r'ab_budget_s="\$\{PERFGATE_AB_BUDGET_S:-(\d+)\}"', script)
+    assert default is not None and int(default.group(1)) == AB_BUDGET_DEFAULT_S
+    cold_process_min, warm_process_min = 10, 4
+    budget_min = AB_BUDGET_DEFAULT_S / 60
+    pairs = pairs_to_call_a_regression()
+    assert 2 * cold_process_min + (pairs - 1) * 2 * warm_process_min <= budget_min
+    for job in ("benchmark", "benchmark-pr"):
+        step = next(
+            st
+            for st in workflow("benchmark-gpu.yml")["jobs"][job]["steps"]
+            if st.get("run") == "./scripts/ci-benchmark"
+        )
+        assert budget_min + 2 * cold_process_min + cold_process_min <= step["timeout-minutes"], job
+
+
+@pytest.mark.parametrize(
+    ("processes", "wall_s", "pairs", "said"),
+    [
+        (6, 700.0, True, True),  # stopped by the budget after 3 pairs
+        (16, 700.0, True, False),  # all 8 pairs ran: what is left undecided is the noise's
+        (6, 500.0, True, False),  # within the budget
+        (3, 700.0, False, False),  # interleaved mode (no per-pair figures): its own rule, 3 processes
+    ],
+)
+def test_ci_benchmark_says_when_the_ab_budget_left_cases_undecided(
+    tmp_path: Path, processes: int, wall_s: float, pairs: bool, said: bool
+) -> None:
+    case = "physicsnemo-block-tiny-baseline"
+    result = {
+        "processes": processes,
+        "wall_s": wall_s,
+        "pairs": {case: [{}] * (processes // 2)} if pairs else {},
+        "verdicts": [
+            {"case": f"benchmarks/test_models.py::test_step[{case}]", "metric": "latency", "verdict": "inconclusive"},
+            {"case": "benchmarks/test_models.py::test_step[x]", "metric": "latency", "verdict": "unchanged"},
+        ],
+    }
+    env = fake_python_env(
+        tmp_path,
+        PERFGATE_MODE="ab",
+        PERFGATE_HEALTH="off",
+        PERFGATE_AB_BUDGET_S="600",
+        FAKE_AB_RESULT=json.dumps(result),
+    )
+    repo = scripts_repo_with_origin(tmp_path, env)
+    subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", "head"], cwd=repo, env=env, check=True)
+    out = tmp_path / "out"
+    r = run(["scripts/ci-benchmark", "--out", str(out), *SMALLEST], env, cwd=repo)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    summary = (out / "summary.md").read_text()
+    note = (
+        f"**Budget spent**: the A/B stopped after {processes} processes in {wall_s:.0f} s, past its budget of 600 s "
+        "(PERFGATE_AB_BUDGET_S): a case still short of the pairs a latency verdict needs (7 to call a regression, 6 "
+        "to call it unchanged) is left inconclusive and fails nothing."
+    )
+    assert (note in summary) is said, summary
+    assert summary.index("### perfgate ab") < summary.index("**Reproduce**")
+
+
+@pytest.mark.parametrize("budget", ["0", "80m", "-1", "1e3", "4800 "])
+def test_ci_benchmark_rejects_an_ab_budget_that_is_not_whole_seconds_in_one_line(tmp_path: Path, budget: str) -> None:
+    env = fake_python_env(tmp_path, PERFGATE_MODE="pr", PERFGATE_AB_BUDGET_S=budget)
+    r = run([str(SCRIPTS / "ci-benchmark"), *SMALLEST], env)
+    assert r.returncode == 4
+    said = f"PERFGATE_AB_BUDGET_S={budget} is not a budget; give the A/B's wall-time budget in whole seconds, e.g. 4800"
+    assert r.stderr == f"ci-benchmark: {said}\n"
+    assert fake_python_calls(tmp_path) == []
+
+
+# Which base ab compares with: main run by hand is its own merge base with origin/main.
+
+
+def head_sha(repo: Path, env: dict[str, str]) -> str:
+    return subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=repo, env=env, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+@pytest.mark.parametrize("base", [None, "HEAD", "main", "origin/main"])
+def test_ci_benchmark_refuses_ab_against_head_itself_before_touching_the_gpu(tmp_path: Path, base: str | None) -> None:
+    """benchmark-gpu's `mode: ab` by hand runs on main, where perfgate ab's default base, the merge
+    base with origin/main, is HEAD: main against itself, always "no regression". Refused in one line
+    naming PERFGATE_AB_BASE and the workflow's `base` input, before the health check or any A/B."""
+    extra = {"PERFGATE_AB_BASE": base} if base else {}
+    env = fake_python_env(tmp_path, PERFGATE_MODE="ab", **extra)
+    repo = scripts_repo_with_origin(tmp_path, env)  # HEAD == origin/main, nothing changed
+    out = tmp_path / "out"
+    r = run(["scripts/ci-benchmark", "--out", str(out), *SMALLEST], env, cwd=repo)
+    assert r.returncode == 4, r.stdout[-3000:] + r.stderr[-3000:]
+    named = base or "(the merge base with main)"
+    assert r.stderr == (
+        f"ci-benchmark: PERFGATE_MODE=ab: the base {named} is HEAD itself ({head_sha(repo, env)[:10]}), so the A/B "
+        "would compare this commit with itself; set PERFGATE_AB_BASE (benchmark-gpu's 'base' input) to the revision "
+        "to compare with\n"
+    )
+    assert fake_python_calls(tmp_path) == []  # no health check, no perfgate ab
+
+
+@pytest.mark.parametrize("setup", ["a commit on top of main", "PERFGATE_AB_BASE=HEAD~1", "uncommitted changes"])
+def test_ci_benchmark_runs_ab_against_a_base_that_is_not_head(tmp_path: Path, setup: str) -> None:
+    env = fake_python_env(tmp_path, PERFGATE_MODE="ab", **({"PERFGATE_AB_BASE": "HEAD~1"} if "HEAD~1" in setup else {}))
+    repo = scripts_repo_with_origin(tmp_path, env)
+    if setup == "uncommitted changes":  # HEAD itself, against the working tree's changes (perfgate ab's head)
+        (repo / "scripts" / "bench").write_text((repo / "scripts" / "bench").read_text() + "\n")
+    else:
+        subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", "head"], cwd=repo, env=env, check=True)
+        if "HEAD~1" in setup:  # main by hand: HEAD is origin/main, the base named
+            subprocess.run(["git", "push", "-q", "origin", "main"], cwd=repo, env=env, check=True, capture_output=True)
+    out = tmp_path / "out"
+    r = run(["scripts/ci-benchmark", "--out", str(out), *SMALLEST], env, cwd=repo)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    calls = fake_python_calls(tmp_path)
+    assert [c[:3] for c in calls] == [["-m", "perfgate", "health"], ["-m", "perfgate", "ab"]]
+    assert ("--base" in calls[1]) is ("HEAD~1" in setup)
+
+
+@pytest.mark.parametrize(
+    ("base", "said"),
+    [
+        (
+            "no-such-ref",
+            "PERFGATE_AB_BASE=no-such-ref is not a commit here (git rev-parse --verify no-such-ref^{commit}: ",
+        ),
+        ("--all", "PERFGATE_AB_BASE=--all is not a revision; name a ref or commit sha"),
+    ],
+)
+def test_ci_benchmark_refuses_an_ab_base_git_does_not_know_in_one_line(tmp_path: Path, base: str, said: str) -> None:
+    env = fake_python_env(tmp_path, PERFGATE_MODE="ab", PERFGATE_AB_BASE=base)
+    repo = scripts_repo_with_origin(tmp_path, env)
+    subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", "head"], cwd=repo, env=env, check=True)
+    r = run(["scripts/ci-benchmark", "--out", str(tmp_path / "out"), *SMALLEST], env, cwd=repo)
+    assert r.returncode == 4, r.stdout[-3000:] + r.stderr[-3000:]
+    assert r.stderr.startswith(f"ci-benchmark: {said}") and r.stderr.count("\n") == 1, r.stderr
+    assert fake_python_calls(tmp_path) == []
+
+
+def test_benchmark_gpu_by_hand_takes_the_ab_base_as_an_input_through_the_environment() -> None:
+    """The dispatch's `base` becomes PERFGATE_AB_BASE for ci-benchmark: in env:, never in run: (an
+    input inside a script is a script injection)."""
+    wf = workflow("benchmark-gpu.yml")
+    inputs = wf["on"]["workflow_dispatch"]["inputs"]
+    assert inputs["mode"]["options"] == ["stored", "ab"]
+    assert inputs["base"]["type"] == "string" and inputs["base"]["default"] == ""
+    step = next(st for st in wf["jobs"]["benchmark"]["steps"] if st.get("run") == "./scripts/ci-benchmark")
+    context = {"inputs.base": "v1.2'; rm -rf ~ #", "inputs.mode": "ab"}
+    assert rules.interpolate(step["env"]["PERFGATE_AB_BASE"], context) == "v1.2'; rm -rf ~ #"
+    assert rules.interpolate(step["env"]["PERFGATE_MODE"], context) == "ab"
+    assert (
+        "PERFGATE_AB_BASE"
+        not in next(st for st in wf["jobs"]["benchmark-pr"]["steps"] if st.get("run") == "./scripts/ci-benchmark")[
+            "env"
+        ]
+    )  # a pull request's base is its merge base with main
 
 
 def test_ci_benchmark_rejects_an_unknown_mode_in_one_line(tmp_path: Path) -> None:
