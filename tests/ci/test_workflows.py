@@ -401,6 +401,20 @@ def test_ci_benchmark_gives_perfgate_ab_the_pairs_and_the_budget_a_verdict_needs
     assert "Budget spent" not in summary
 
 
+def test_ci_benchmark_gives_the_base_its_own_python_when_asked(tmp_path: Path) -> None:
+    """A pull request that bumps the locks is measured on one environment both sides unless the base
+    gets one of its own: PERFGATE_AB_BASE_PYTHON reaches perfgate ab as --base-python."""
+    env = fake_python_env(
+        tmp_path, PERFGATE_MODE="pr", PERFGATE_HEALTH="off", PERFGATE_AB_BASE_PYTHON="/opt/base/bin/python"
+    )
+    repo = scripts_repo_with_origin(tmp_path, env)
+    subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", "head"], cwd=repo, env=env, check=True)
+    r = run(["scripts/ci-benchmark", "--out", str(tmp_path / "out"), *SMALLEST], env, cwd=repo)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    (ab,) = [c for c in fake_python_calls(tmp_path) if c[:3] == ["-m", "perfgate", "ab"]]
+    assert ab[ab.index("--base-python") + 1] == "/opt/base/bin/python"
+
+
 def test_the_default_ab_budget_fits_the_gpu_workflows_step() -> None:
     """Sized on docs/gpu-runs.md's rates for the pr tier on an H200 (about 10 minutes a process with
     a cold inductor cache, 4 warm): a regression's 7 pairs fit the budget, and the budget plus one
