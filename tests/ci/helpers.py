@@ -159,18 +159,21 @@ def project_copy(tmp_path: Path) -> Path:
 
 def project_copy_with_origin(tmp_path: Path, env: dict[str, str]) -> Path:
     """project_copy() as a git repository on `main`, pushed to a bare `origin`."""
-    copy = project_copy(tmp_path)
-    origin = tmp_path / "origin.git"
+    return on_main_with_origin(project_copy(tmp_path), tmp_path / "origin.git", env)
+
+
+def on_main_with_origin(repo: Path, origin: Path, env: dict[str, str]) -> Path:
+    """`repo`'s files committed on `main` and pushed to a bare `origin` there."""
     for cmd in (
         ["git", "init", "-q", "--bare", str(origin)],
         ["git", "init", "-q", "-b", "main"],
         ["git", "add", "-A"],
-        ["git", "commit", "-q", "-m", "project"],
+        ["git", "commit", "-q", "-m", "main"],
         ["git", "remote", "add", "origin", str(origin)],
         ["git", "push", "-q", "origin", "main"],
     ):
-        subprocess.run(cmd, cwd=copy, env=env, check=True, capture_output=True)
-    return copy
+        subprocess.run(cmd, cwd=repo, env=env, check=True, capture_output=True)
+    return repo
 
 
 FAKE_PYTHON = r'''#!{python}
@@ -226,14 +229,4 @@ def scripts_repo_with_origin(tmp_path: Path, env: dict[str, str]) -> Path:
     bare `origin`: enough for scripts/ci-benchmark with FAKE_PYTHON."""
     repo = tmp_path / "repo"
     shutil.copytree(SCRIPTS, repo / "scripts")
-    origin = tmp_path / "origin.git"
-    for cmd in (
-        ["git", "init", "-q", "--bare", str(origin)],
-        ["git", "init", "-q", "-b", "main"],
-        ["git", "add", "-A"],
-        ["git", "commit", "-q", "-m", "main"],
-        ["git", "remote", "add", "origin", str(origin)],
-        ["git", "push", "-q", "origin", "main"],
-    ):
-        subprocess.run(cmd, cwd=repo, env=env, check=True, capture_output=True)
-    return repo
+    return on_main_with_origin(repo, tmp_path / "origin.git", env)
