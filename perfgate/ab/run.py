@@ -235,6 +235,7 @@ def run_ab(
     rng = random.Random(seed)
     result = ABResult(base=base.label, head=head.label, pairs={c: [] for c in cases})
     undecided = list(cases)
+    base_failed: dict[str, list[str]] = {}  # case -> why the base's process failed it, pair by pair
     t0 = time.perf_counter()
     for i in range(max_pairs):
         if not undecided:
@@ -248,20 +249,20 @@ def run_ab(
         result.processes += 2
         for case in list(undecided):
             failed = [f"{name}: {run.failed[case]}" for name, run in got.items() if case in run.failed]
-            if failed:  # an error in a side's process: said, never read as a skip
+            if failed and case not in got["head"].failed and case in got["head"].records:
+                # The base's alone, the head measured it: the change fixed it, or the base's process met
+                # trouble of its own (killed, out of memory). Measured again in the next pair; failed in
+                # BASE_FAILURES pairs, nothing to compare, and not the change's failure.
+                base_failed.setdefault(case, []).append(got["base"].failed[case])
+                if len(base_failed[case]) >= BASE_FAILURES:
+                    result.failed[case] = f"base: {base_failed[case][-1]}"
+                    result.verdicts.append(_base_failed(case, base_failed[case]))
+                    undecided.remove(case)
+                continue
+            if failed:  # an error in the head's process: said, never read as a skip
                 result.failed[case] = "; ".join(failed)
-                # The base's alone, the head measured: the change fixed it (or the base's run hit its
-                # own trouble); nothing to compare, and not the change's failure.
-                base_only = case not in got["head"].failed and case in got["head"].records
                 result.verdicts.append(
-                    Verdict(
-                        case=_fullname(case),
-                        metric="run",
-                        verdict=INCONCLUSIVE if base_only else ERROR,
-                        message=f"{result.failed[case]}; the head ran it: nothing to compare"
-                        if base_only
-                        else result.failed[case],
-                    )
+                    Verdict(case=_fullname(case), metric="run", verdict=ERROR, message=result.failed[case])
                 )
                 undecided.remove(case)
                 continue
@@ -287,12 +288,27 @@ def run_ab(
                 f"{time.perf_counter() - t0:.0f} s"
             )
     for case in undecided:
+        if not result.pairs[case] and case in base_failed:
+            result.verdicts.append(_base_failed(case, base_failed[case]))
+            continue
         final = ab.verdicts(_fullname(case), result.pairs[case], policy, final=True)
         result.verdicts += final or [
             Verdict(case=_fullname(case), metric="latency", verdict=INCONCLUSIVE, message="not measured")
         ]
     result.wall_s = time.perf_counter() - t0
     return result
+
+
+BASE_FAILURES = 2  # pairs in which only the base failed a case before it is left uncompared
+
+
+def _base_failed(case: str, why: Sequence[str]) -> Verdict:
+    return Verdict(
+        case=_fullname(case),
+        metric="run",
+        verdict=INCONCLUSIVE,
+        message=f"base failed it in {len(why)} pair(s) ({why[-1]}); the head ran it: nothing to compare",
+    )
 
 
 def _fullname(case_id: str) -> str:

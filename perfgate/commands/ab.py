@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -190,7 +191,9 @@ def base_python(path: str) -> str:
         raise CommandError(f"--base-python {path}: cannot run it ({exc.strerror}); name a Python executable") from None
     if r.returncode:
         raise CommandError(f"--base-python {path}: `import pytest` failed there; install the base's locks into it")
-    return path
+    # A path, made absolute: the base's processes start in its worktree. Not resolved: a venv's python
+    # is a link out of the venv, and only through the link does it find the venv's packages.
+    return os.path.abspath(path) if os.sep in path else path
 
 
 def family_files(repo: Path) -> set[str]:

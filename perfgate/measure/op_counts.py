@@ -193,31 +193,35 @@ def memory_events(raw: Iterable[Any], cats: Collection[str] | None = None) -> li
     return out
 
 
-# None until this process compared its first live window read both ways; then whether they agreed.
-_MEMORY_AGREES: bool | None = None
+# Per kind of window (device activity traced or not, the categories read), whether this process's
+# first such window read the same both ways; a kind not yet compared is absent. A CPU window's
+# agreement says nothing of kernels and correlation ids, so a GPU window is compared for itself.
+_MEMORY_AGREES: dict[tuple[bool, frozenset[str] | None], bool] = {}
 
 
 def window_events(prof: profile, cats: Collection[str] | None = None) -> list[dict[str, Any]]:
     """A finished profiler window's events, from the profiler's memory (`memory_events`) rather than
     an exported file: an eager world-model step is 3.5 MB of exported JSON, so a device-time A/B
     window of 50 steps was ~350 MB written and parsed (~12 s of `json.load` alone). The first window
-    of each process is also read through the export and the two readings compared (the kernel and
-    op counts, the busy time, each marked step's): where they differ (a torch whose events say
-    otherwise than the sources read), the process reads the export from then on and says so once.
-    A torch without `activity_type()` on its events (before 2.12) always reads the export. `cats`:
-    the categories to read (all by default), from either source."""
-    global _MEMORY_AGREES
+    of each kind in a process (device activity traced or not, the categories read) is also read
+    through the export and the two readings compared (the kernel and op counts, the busy time, each
+    marked step's): where they differ (a torch whose events say otherwise than the sources read),
+    the process reads the export for that kind from then on and says so once. A torch without
+    `activity_type()` on its events (before 2.12) always reads the export. `cats`: the categories to
+    read (all by default), from either source."""
+    from torch.profiler import ProfilerActivity
 
     def exported() -> list[dict[str, Any]]:
         return [e for e in exported_events(prof) if cats is None or e.get("cat") in cats]
 
-    if _MEMORY_AGREES is False or not _events_have_types():
+    kind = (ProfilerActivity.CUDA in prof.activities, frozenset(cats) if cats is not None else None)
+    if _MEMORY_AGREES.get(kind) is False or not _events_have_types():
         return exported()
     mine = memory_events(prof.profiler.kineto_results.events(), cats)  # type: ignore[union-attr]
-    if _MEMORY_AGREES is None:
+    if kind not in _MEMORY_AGREES:
         theirs = exported()
         why = disagreement(mine, theirs)
-        _MEMORY_AGREES = why is None
+        _MEMORY_AGREES[kind] = why is None
         if why is not None:
             print(f"perfgate: the profiler's events in memory disagree with its exported trace ({why}); "
                   "reading the export from here on", file=sys.stderr)  # fmt: skip

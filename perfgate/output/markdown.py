@@ -173,7 +173,9 @@ def job_summary(
     return "\n".join(out).rstrip() + "\n"
 
 
-AB_METRICS = ("latency", "device_time")  # what same-job A/B is for: in the `pr` mode no other gate judges them
+# What same-job A/B is for (in the `pr` mode no other gate judges wall or device time), and whether it
+# could compare a case at all: each verdict of these shows.
+AB_METRICS = ("run", "latency", "device_time")
 
 
 def ab_summary(result: Any, verdicts: Sequence[gate.Verdict], *, max_rows: int = 30) -> str:

@@ -337,13 +337,20 @@ def test_a_case_a_sides_process_fails_is_an_error_not_a_skip(tmp_path: Path) -> 
     assert v.verdict == gate.ERROR and v.case.endswith("[sleepy-tiny-baseline]") and "head: " in v.message
     assert gate.failing(result.verdicts) == [v]
     # The other way round, the base's process failing it and the head's measuring it (a pull request
-    # that fixes a crash on main): nothing to compare, and not the change's failure.
+    # that fixes a crash on main): measured again in the next pair (a base process the machine killed
+    # once is not the base's code), and failed twice, nothing to compare, not the change's failure.
     fixed = {"base": runs["head"], "head": runs["base"]}
-    result = ab_run.run_ab(base, head, cases, Policy(), measure_fn=lambda s, ids: fixed[s.name], max_pairs=1)
+    result = ab_run.run_ab(base, head, cases, Policy(), measure_fn=lambda s, ids: fixed[s.name], max_pairs=5)
     (v,) = result.verdicts
-    assert (v.verdict, v.metric) == (gate.INCONCLUSIVE, "run") and v.message.startswith("base: ")
-    assert "an illegal access" in v.message and v.message.endswith("the head ran it: nothing to compare")
-    assert gate.failing(result.verdicts) == []
+    assert (v.verdict, v.metric, result.processes) == (gate.INCONCLUSIVE, "run", 4)
+    assert v.message.startswith("base failed it in 2 pair(s) (") and "an illegal access" in v.message
+    assert v.message.endswith("the head ran it: nothing to compare") and gate.failing(result.verdicts) == []
+    once = iter([runs["head"], runs["base"]])  # the base's process fails it once, then measures it
+    result = ab_run.run_ab(
+        base, head, cases[:1], Policy(), max_pairs=2,
+        measure_fn=lambda s, ids: next(once) if s.name == "base" else runs["base"],
+    )  # fmt: skip
+    assert len(result.pairs[cases[0]]) == 1 and "run" not in {v.metric for v in result.verdicts}
 
     # A process that dies before writing anything (a segfault, the OOM killer: os._exit here) reached
     # none of its cases, the one it would have skipped included: each is an error naming its exit.
@@ -428,5 +435,7 @@ def test_a_change_to_the_locks_is_said_unmeasured_unless_the_base_has_its_own_py
         ab_cmd.base_python(str(tmp_path / "none"))
     with pytest.raises(ab_cmd.CommandError, match="--base-python /bin/false: `import pytest` failed"):
         ab_cmd.base_python("/bin/false")
+    monkeypatch.chdir(tmp_path)  # a relative path is made absolute: the base's processes start in its worktree
+    assert ab_cmd.base_python("./base-python") == str(own) and ab_cmd.base_python("python3") == "python3"
     monkeypatch.chdir(repo)
     assert main(["ab", "--base-python", "/bin/false", "--", "--perfgate-device", "cpu"]) == EXIT_BAD_INPUT

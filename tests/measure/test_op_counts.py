@@ -132,7 +132,7 @@ def test_a_kept_h200_window_reads_alike_from_its_events(tmp_path: Path, traced: 
 
 @needs_types
 def test_a_process_whose_memory_disagrees_reads_the_export_and_says_so_once(monkeypatch, capsys) -> None:
-    monkeypatch.setattr(op_counts, "_MEMORY_AGREES", None)
+    monkeypatch.setattr(op_counts, "_MEMORY_AGREES", {})
     real = op_counts.memory_events
     calls = []
 
@@ -151,23 +151,28 @@ def test_a_process_whose_memory_disagrees_reads_the_export_and_says_so_once(monk
 
 @needs_types
 def test_a_process_whose_memory_agrees_stops_exporting(monkeypatch) -> None:
-    monkeypatch.setattr(op_counts, "_MEMORY_AGREES", None)
+    monkeypatch.setattr(op_counts, "_MEMORY_AGREES", {})
     exports = []
     real = op_counts.exported_events
     monkeypatch.setattr(op_counts, "exported_events", lambda prof: exports.append(1) or real(prof))
     lin, x = torch.nn.Linear(8, 8), torch.randn(2, 8)
     counts = [op_counts.count_step(lambda: lin(x), "cpu", steps=2) for _ in range(3)]
-    assert exports == [1] and op_counts._MEMORY_AGREES is True  # the first window only
+    assert exports == [1] and op_counts._MEMORY_AGREES == {(False, None): True}  # the first window only
     assert counts[0] == counts[1] == counts[2]
+    # another kind of window (here: marks only, as the device-time window reads its few categories)
+    # is compared for itself: the first one's agreement vouches for nothing it did not read
+    prof = _marked_window([lambda: lin(x)], rounds=2)
+    assert len(op_counts.window_events(prof, {"user_annotation"})) == 2 and exports == [1, 1]
+    assert op_counts._MEMORY_AGREES[(False, frozenset({"user_annotation"}))] is True
 
 
 @pytest.mark.skipif(torch.version.cuda is None or not torch.cuda.is_available(), reason="no GPU (a CPU build of torch)")
 @needs_types
 def test_a_gpu_window_reads_from_memory_what_its_export_reads() -> None:
-    """On a GPU: eager launches, a memset and a CUDA graph's replay, marked and interleaved as the
+    """On a GPU: eager launches, a fill and a CUDA graph's replay, marked and interleaved as the
     device-time A/B window does: both readings agree, and each step got device work."""
     a = torch.randn(512, 512, device="cuda")
-    out = torch.empty_like(a)
+    out = torch.relu(a @ a)  # cuBLAS set up before the capture (its first matmul cannot be captured)
     graph = torch.cuda.CUDAGraph()
     torch.cuda.synchronize()
     with torch.cuda.graph(graph):

@@ -251,6 +251,13 @@ def test_the_ab_summary_shows_every_wall_and_device_time_verdict_and_folds_the_r
         ["peak memory MiB", "-30.0%", gate.IMPROVEMENT]
     ]
     assert gate.UNCHANGED not in md
+    # a case the A/B could not compare shows too, with its reason
+    result.verdicts.append(gate.Verdict(case="x::test_step[m-tiny-bf16]", metric="run", verdict=gate.INCONCLUSIVE,
+                                        message="base failed it in 2 pair(s) (exit -9)"))  # fmt: skip
+    assert (
+        "| base failed it in 2 pair(s) (exit -9) |"
+        in markdown.ab_summary(result, result.verdicts).split("<details>")[0]
+    )
     result.notes.append("the locks changed (requirements/gpu.txt) but both sides ran one environment")
     said = markdown.ab_summary(result, result.verdicts).splitlines()
     assert said[4] == "- **Not measured:** the locks changed (requirements/gpu.txt) but both sides ran one environment"

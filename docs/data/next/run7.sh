@@ -15,7 +15,7 @@ nvidia-smi > "$W/nvidia-smi.txt" 2>&1; git log --oneline -1 > "$W/commit.txt"
 # on a GPU before): the test's GPU case compares both readings of eager launches and a graph replay.
 echo "[$(el)s] the profiler's events in memory against its export"
 timeout 120 python3 -m pytest tests/measure/test_op_counts.py -q -p no:cacheprovider -p no:xdist -rs > "$W/op-counts.out" 2>&1
-echo "[$(el)s] op-counts tests rc $?"; tail -4 "$W/op-counts.out"
+rc=$?; echo "[$(el)s] op-counts tests rc $rc"; tail -4 "$W/op-counts.out"
 lim=${QUALITY_S:-280}
 echo "[$(el)s] quality run, limit $lim s"
 ./scripts/gpu-check --quality ${REHEARSE:+--device cpu} --cases "${CASES:-physicsnemo-block::bf16,owl-world-model::cudagraphs}" \

@@ -32,7 +32,7 @@ for m in interleaved processes; do
   # shellcheck disable=SC2086 # SEL is a list of pytest arguments
   lim=$(left 200); [ "$lim" -gt 10 ] || lim=10
   timeout "$lim" python3 -m perfgate ab --base "$BASE" --mode $m --max-processes 3 --max-pairs 3 --budget-s "${AB_S:-150}" \
-    --json "$W/ab-$m.json" -- $SEL > "$W/ab-$m.out" 2>&1; echo "[$(el)s] ab $m rc $?"; tail -15 "$W/ab-$m.out"
+    --json "$W/ab-$m.json" -- $SEL > "$W/ab-$m.out" 2>&1; rc=$?; echo "[$(el)s] ab $m rc $rc"; tail -15 "$W/ab-$m.out"
   keep
 done
 n=0
