@@ -84,6 +84,13 @@ def unreliable_reason(record: CaseRecord, settings: GateSettings) -> str | None:
     return "; ".join(p for p in problems if p) or None
 
 
+def against_distrusted_baseline(v: Verdict, gpu: str) -> Verdict:
+    """A verdict against a baseline whose GPU was in no state to time it (`gpu_state_reason`):
+    inconclusive, saying why; the figures it compared stay in its message."""
+    why = f"the baseline was measured unreliably ({gpu}); re-record it"
+    return replace(v, verdict=INCONCLUSIVE, message=f"{v.message}; {why}" if v.message else why)
+
+
 def gpu_state_reason(record: CaseRecord) -> str | None:
     """Why the GPU a record was measured on was in no state to time it (throttled clocks, too few
     clean rounds, other processes on it), from the record's own telemetry; None where it was, or
@@ -156,8 +163,7 @@ def compare(case: str, current: CaseRecord, baseline: CaseRecord | None, policy:
         # that disagree set too: these ask the baseline's own telemetry, as the run's own was asked).
         gpu = gpu_state_reason(baseline) if v is not None and metric.name in ("device_time", "energy") else None
         if v is not None and gpu is not None:
-            why = f"the baseline was measured unreliably ({gpu}); re-record it"
-            v = replace(v, verdict=INCONCLUSIVE, message=f"{v.message}; {why}" if v.message else why)
+            v = against_distrusted_baseline(v, gpu)
         if v is not None:
             out.append(v)
     return out

@@ -58,12 +58,13 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from perfgate.gate.decide import against_distrusted_baseline
 from perfgate.gate.detectable import with_pass_noise
 from perfgate.gate.instructions import judge_kernels
 from perfgate.gate.metrics import judge_device_time, judge_latency, judge_latency_samples
 from perfgate.gate.paired import judge_device_time_rounds, judge_rounds
 from perfgate.gate.settings import GateSettings
-from perfgate.gate.verdicts import INCONCLUSIVE, REGRESSION, UNRELIABLE
+from perfgate.gate.verdicts import REGRESSION, UNRELIABLE
 from perfgate.record import CaseRecord, PassNoise, as_json
 
 if TYPE_CHECKING:
@@ -316,8 +317,7 @@ def judge_all(
     out["wall-ab-paired"], msgs["wall-ab-paired"] = v.verdict, v.message
     dv = judge_device_time(case, cur, base, s)
     if dv is not None and record_gpu_unreliable:
-        why = f"the baseline was measured unreliably ({record_gpu_unreliable}); re-record it"
-        dv = replace(dv, verdict=INCONCLUSIVE, message=f"{dv.message}; {why}")
+        dv = against_distrusted_baseline(dv, record_gpu_unreliable)
     out["device-time"] = dv.verdict if dv else None
     msgs["device-time"] = dv.message if dv else "no device time here (a CPU run)"
     da = (

@@ -197,25 +197,28 @@ os.execv(sys.executable, [sys.executable, *args])
 '''
 
 
+def git_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """script_env() with git's identity and configuration its own (no user's or system's settings)."""
+    (tmp_path / "gitconfig").write_text("")
+    return script_env(
+        tmp_path,
+        GIT_CONFIG_GLOBAL=str(tmp_path / "gitconfig"),
+        GIT_CONFIG_NOSYSTEM="1",
+        GIT_AUTHOR_NAME="Perf Gate",
+        GIT_AUTHOR_EMAIL="perfgate@example.com",
+        GIT_COMMITTER_NAME="Perf Gate",
+        GIT_COMMITTER_EMAIL="perfgate@example.com",
+        **extra,
+    )
+
+
 def fake_python_env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    """script_env() with FAKE_PYTHON as PERFGATE_PYTHON, git's identity and configuration its own."""
+    """git_env() with FAKE_PYTHON as PERFGATE_PYTHON."""
     (tmp_path / "bin").mkdir(exist_ok=True)
     python = tmp_path / "bin" / "fake-python"
     python.write_text(FAKE_PYTHON.replace("{python}", sys.executable))
     python.chmod(0o755)
-    (tmp_path / "gitconfig").write_text("")
-    return script_env(
-        tmp_path,
-        PERFGATE_PYTHON=str(python),
-        FAKE_PYTHON_CALLS=str(tmp_path / "calls.jsonl"),
-        GIT_CONFIG_GLOBAL=str(tmp_path / "gitconfig"),
-        GIT_CONFIG_NOSYSTEM="1",
-        GIT_AUTHOR_NAME="P",
-        GIT_AUTHOR_EMAIL="p@x",
-        GIT_COMMITTER_NAME="P",
-        GIT_COMMITTER_EMAIL="p@x",
-        **extra,
-    )
+    return git_env(tmp_path, PERFGATE_PYTHON=str(python), FAKE_PYTHON_CALLS=str(tmp_path / "calls.jsonl"), **extra)
 
 
 def fake_python_calls(tmp_path: Path) -> list[list[str]]:

@@ -23,6 +23,7 @@ from tests.ci.helpers import (
     WORKFLOWS,
     fake_python_calls,
     fake_python_env,
+    git_env,
     install_fake_gh,
     project_copy,
     project_copy_with_origin,
@@ -303,11 +304,8 @@ def test_ci_benchmark_fails_the_job_on_a_failed_gate_with_repro_and_trace(tmp_pa
 
 @pytest.mark.slow
 def test_ci_benchmark_ab_mode_judges_head_against_base_in_one_job(tmp_path: Path) -> None:
-    (tmp_path / "gitconfig").write_text("")
-    git_env = dict(GIT_CONFIG_GLOBAL=str(tmp_path / "gitconfig"), GIT_CONFIG_NOSYSTEM="1")
-    git_env |= dict(GIT_AUTHOR_NAME="P", GIT_AUTHOR_EMAIL="p@x", GIT_COMMITTER_NAME="P", GIT_COMMITTER_EMAIL="p@x")
     out, step_summary = tmp_path / "out", tmp_path / "step-summary.md"
-    env = script_env(tmp_path, PERFGATE_MODE="ab", GITHUB_STEP_SUMMARY=str(step_summary), **git_env)
+    env = git_env(tmp_path, PERFGATE_MODE="ab", GITHUB_STEP_SUMMARY=str(step_summary))
     copy = project_copy_with_origin(tmp_path, env)
     # A commit that changes nothing measured: nothing to find (a base that is HEAD itself is refused).
     subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", "head"], cwd=copy, env=env, check=True)
@@ -334,11 +332,8 @@ def test_ci_benchmark_pr_mode_judges_wall_time_by_ab_then_the_rest_stored_on_the
     """PERFGATE_MODE=pr, the GPU runner's default for a pull request, as a whole (forced on the CPU):
     `perfgate ab` for wall time, then the stored gate on the metrics host phases do not move, in the
     inductor cache the head's A/B processes filled (the same revision's artifacts), not a cold one."""
-    (tmp_path / "gitconfig").write_text("")
-    git_env = dict(GIT_CONFIG_GLOBAL=str(tmp_path / "gitconfig"), GIT_CONFIG_NOSYSTEM="1")
-    git_env |= dict(GIT_AUTHOR_NAME="P", GIT_AUTHOR_EMAIL="p@x", GIT_COMMITTER_NAME="P", GIT_COMMITTER_EMAIL="p@x")
     out = tmp_path / "out"
-    env = script_env(tmp_path, PERFGATE_MODE="pr", **git_env)
+    env = git_env(tmp_path, PERFGATE_MODE="pr")
     copy = project_copy_with_origin(tmp_path, env)
     r = run(["scripts/bench", *SMALLEST, "--perfgate-record"], env, cwd=copy)  # a stored baseline to judge by
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -590,16 +585,7 @@ def test_ci_benchmark_rejects_an_unknown_mode_in_one_line(tmp_path: Path) -> Non
 
 @pytest.mark.slow
 def test_record_baselines_dry_run_then_pull_request(tmp_path: Path) -> None:
-    (tmp_path / "gitconfig").write_text("")
-    env = script_env(
-        tmp_path,
-        GIT_CONFIG_GLOBAL=str(tmp_path / "gitconfig"),
-        GIT_CONFIG_NOSYSTEM="1",
-        GIT_AUTHOR_NAME="Perf Gate",
-        GIT_AUTHOR_EMAIL="perfgate@example.com",
-        GIT_COMMITTER_NAME="Perf Gate",
-        GIT_COMMITTER_EMAIL="perfgate@example.com",
-    )
+    env = git_env(tmp_path)
     state_file = install_fake_gh(tmp_path)
     copy = project_copy_with_origin(tmp_path, env)
     git = lambda *a: subprocess.run(["git", *a], cwd=copy, env=env, check=True, capture_output=True, text=True).stdout  # noqa: E731
@@ -645,19 +631,6 @@ def test_record_baselines_dry_run_then_pull_request(tmp_path: Path) -> None:
 
 
 # --- scripts/record-baselines --from ---------------------------------------------------------------
-
-
-def git_env(tmp_path: Path) -> dict[str, str]:
-    (tmp_path / "gitconfig").write_text("")
-    return script_env(
-        tmp_path,
-        GIT_CONFIG_GLOBAL=str(tmp_path / "gitconfig"),
-        GIT_CONFIG_NOSYSTEM="1",
-        GIT_AUTHOR_NAME="Perf Gate",
-        GIT_AUTHOR_EMAIL="perfgate@example.com",
-        GIT_COMMITTER_NAME="Perf Gate",
-        GIT_COMMITTER_EMAIL="perfgate@example.com",
-    )
 
 
 @pytest.mark.slow
