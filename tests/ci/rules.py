@@ -1632,14 +1632,14 @@ HISTORY_RUNS = [
 
 @rule(
     "history-queue-kept-runs",
-    "the runs history.yml keeps wait in one queue (queue: max), none cancelled; every other run has a group of its own",
+    "the runs history.yml keeps wait in one queue (queue: max), none cancelled (the others: skipped-runs-apart)",
 )
 def _history_queue(s: Setup) -> list[str]:
     """GitHub keeps one running and one pending run per concurrency group, and cancels the pending
     one when another arrives, unless `queue: max` (up to 100 wait, in order; not with
     cancel-in-progress). Every completion of a benchmark workflow starts a history run, a pull
-    request's too (its jobs skip): sharing main's group, it would replace main's run waiting there.
-    So the group is the shared one exactly when the job that validates and commits runs."""
+    request's too (its jobs skip; skipped-runs-apart keeps those out of the queue). So every run the
+    job that validates and commits keeps is in the one shared group."""
     found = []
     for n, wf in s.workflows.items():
         writers = [j for j, job in (wf.get("jobs") or {}).items() if HISTORY_SCRIPT in yaml.safe_dump(steps(job))]
@@ -1650,26 +1650,121 @@ def _history_queue(s: Setup) -> list[str]:
             given = {k: v for k, v in (block or {}).items() if k != "group"} if isinstance(block, dict) else block
             found.append(f"{n}: concurrency {given!r}, not queue: max: a kept run waiting there can be replaced")
             continue
-        kept, skipped = [], []  # (the run, its groups under two run ids)
+        kept: list[set[str]] = []  # the groups of each run it keeps, under two run ids
         for ctx in HISTORY_RUNS:
             try:
-                keeps = any(_job_runs(wf, j, ctx) for j in writers)
-                groups = {interpolate(block.get("group"), {**ctx, "github.run_id": run_id}) for run_id in (1001, 1002)}
+                if any(_job_runs(wf, j, ctx) for j in writers):
+                    kept.append(
+                        {interpolate(block.get("group"), {**ctx, "github.run_id": run_id}) for run_id in (1001, 1002)}
+                    )
             except ExpressionError as exc:
                 return [*found, f"{n}: {exc}"]
-            run = (
-                f"{ctx['github.event.workflow_run.path'].rsplit('/', 1)[1]} {ctx['github.event.workflow_run.event']}"
-                f" on {ctx['github.event.workflow_run.head_repository.full_name']}:"
-                f"{ctx['github.event.workflow_run.head_branch']}, {ctx['github.event.workflow_run.conclusion']}"
-            )
-            (kept if keeps else skipped).append((run, groups))
-        shared = set().union(*(groups for _, groups in kept))
+        shared = set().union(*kept)
         if len(shared) != 1:
             found.append(f"{n}: the runs it keeps are in {len(shared)} groups {sorted(shared)[:3]}, not one queue")
-        for run, groups in skipped:
-            if len(groups) != 2 or groups & shared:
-                found.append(f"{n}: a run it skips ({run}) shares a group with other runs {sorted(groups)}")
+    return found
+
+
+def _watched_runs(wf: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every completion of a workflow this one watches (`on.workflow_run.workflows`), as its jobs see it."""
+    names = ((wf.get("on") or {}).get("workflow_run") or {}).get("workflows") or []
+    return [
+        workflow_run_context(workflow, event, branch=branch, repo=repo, conclusion=conclusion)
+        for workflow in names
+        for event in ("push", "schedule", "workflow_dispatch", "pull_request", "pull_request_target", "workflow_run")
+        for branch, repo in (("main", "OWNER/REPO"), ("feature", "OWNER/REPO"), ("main", "mallory/REPO"))
+        for conclusion in ("success", "failure", "cancelled", "skipped")
+    ]
+
+
+@rule(
+    "skipped-runs-apart",
+    "a workflow_run run whose jobs all skip takes a concurrency group of its own",
+)
+def _skipped_apart(s: Setup) -> list[str]:
+    """GitHub claims a run's concurrency group before it reads any job's `if:`, and every completion
+    of a watched workflow starts a run, each pull request's too (its jobs skip): in a shared group
+    that run replaces the one waiting there, and with cancel-in-progress cancels the one running
+    (history.yml's kept run, pages' build or deployment). So a run in which no job runs must take a
+    group that no other run can have."""
+    found = []
+    for n, wf in s.workflows.items():
+        block = wf.get("concurrency")
+        group = block.get("group") if isinstance(block, dict) else block
+        if "workflow_run" not in triggers(wf) or not group:
+            continue
+        working, idle = set(), []
+        for ctx in _watched_runs(wf):
+            try:
+                runs = any(_job_runs(wf, j, ctx) for j in wf.get("jobs") or {})
+                groups = {interpolate(group, {**ctx, "github.run_id": run_id}) for run_id in (1001, 1002)}
+            except ExpressionError as exc:
+                found.append(f"{n}: {exc}")
                 break
+            if runs:
+                working |= groups
+            else:
+                idle.append((ctx, groups))
+        for ctx, groups in idle:
+            if len(groups) != 2 or groups & working:
+                found.append(
+                    f"{n}: a run whose jobs all skip (after {ctx['github.event.workflow_run.path']}"
+                    f" {ctx['github.event.workflow_run.event']} on {ctx['github.event.workflow_run.head_branch']}"
+                    f" of {ctx['github.event.workflow_run.head_repository.full_name']},"
+                    f" {ctx['github.event.workflow_run.conclusion']}) joins the group {sorted(groups)[0]!r}"
+                )
+                break
+    return found
+
+
+@rule(
+    "deployments-not-cancelled",
+    "a workflow that deploys Pages never cancels a run in progress",
+)
+def _deployments_whole(s: Setup) -> list[str]:
+    """A deployment stopped part-way can leave Pages in error until the next one (GitHub's own Pages
+    workflows set cancel-in-progress: false); a newer build still replaces an older one waiting."""
+    found = []
+    for n, wf in s.workflows.items():
+        if not any(uses(st, "actions/deploy-pages") for job in (wf.get("jobs") or {}).values() for st in steps(job)):
+            continue
+        for where, block in [("(workflow)", wf.get("concurrency"))] + [
+            (j, job.get("concurrency")) for j, job in (wf.get("jobs") or {}).items()
+        ]:
+            cancel = block.get("cancel-in-progress") if isinstance(block, dict) else None
+            if cancel not in (None, False):
+                found.append(f"{w(n, where)}: cancel-in-progress {cancel!r} can stop a deployment part-way")
+    return found
+
+
+@rule(
+    "history-downloads-allow-failed-runs",
+    "history.yml's downloads may find no artifact after a failed run, never after a successful one",
+)
+def _history_downloads(s: Setup) -> list[str]:
+    """A benchmark run that failed early (its install, say) uploaded nothing: the download would fail
+    the history run, where the store step says "nothing kept". After a run that succeeded the
+    artifact exists, and a download that fails there must fail the job rather than keep nothing."""
+    found = []
+    for n, j, job, wf in all_jobs(s):
+        if "workflow_run" not in triggers(wf) or HISTORY_SCRIPT not in yaml.safe_dump(steps(job)):
+            continue
+        for i, st in enumerate(steps(job)):
+            if not uses(st, "actions/download-artifact"):
+                continue
+            given = st.get("continue-on-error", False)
+            for conclusion, tolerated in (("failure", True), ("success", False)):
+                ctx = workflow_run_context(KEPT_WORKFLOWS[0], "push", conclusion=conclusion)
+                try:
+                    allows = _truthy(given) if isinstance(given, bool) else evaluate(given, ctx)
+                except ExpressionError as exc:
+                    found.append(f"{w(n, j)} step {i}: {exc}")
+                    break
+                if allows != tolerated:
+                    found.append(
+                        f"{w(n, j)} step {i}: continue-on-error {given!r} after a {conclusion} run:"
+                        + (" no artifact fails the job" if tolerated else " a lost artifact keeps nothing, green")
+                    )
     return found
 
 

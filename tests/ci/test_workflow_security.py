@@ -828,9 +828,11 @@ GPU_BY_HAND = (
 )
 
 
-def _history_group(old: str, new: str) -> Callable[[Setup], None]:
+def _in_group(workflow: str, old: str, new: str) -> Callable[[Setup], None]:
+    """Replace `old` with `new` in the workflow's concurrency group."""
+
     def apply(s: Setup) -> None:
-        block = s.workflows["history.yml"]["concurrency"]
+        block = s.workflows[workflow]["concurrency"]
         assert old in block["group"], old
         block["group"] = block["group"].replace(old, new)
 
@@ -843,18 +845,53 @@ WORKFLOW_REVIEW_MISTAKES: dict[str, tuple[str, Callable[[Setup], None]]] = {
     "history-pushes-gpu-runs-by-hand": ("history-keeps-main-runs-only", _history_if("push", GPU_BY_HAND, "")),
     # Main's runs waiting for the data branch replaced by a pull request's skipped run, or a third.
     "history-one-group-for-every-run": (
-        "history-queue-kept-runs",
+        "skipped-runs-apart",
         set_("history.yml::concurrency", {"group": "perfgate-history", "cancel-in-progress": False, "queue": "max"}),
     ),
     "history-one-pending-run": ("history-queue-kept-runs", set_("history.yml::concurrency.queue", None)),
-    "history-group-keeps-gpu-runs-by-hand": ("history-queue-kept-runs", _history_group(GPU_BY_HAND, "")),
+    "history-group-keeps-gpu-runs-by-hand": ("skipped-runs-apart", _in_group("history.yml", GPU_BY_HAND, "")),
     "history-group-keeps-skipped-runs": (
-        "history-queue-kept-runs",
-        _history_group("&& github.event.workflow_run.conclusion != 'skipped' ", ""),
+        "skipped-runs-apart",
+        _in_group("history.yml", "&& github.event.workflow_run.conclusion != 'skipped' ", ""),
     ),
     "history-group-per-run-for-kept-runs": (
         "history-queue-kept-runs",
-        _history_group("&& 'perfgate-history'", "&& format('perfgate-history-{0}', github.run_id)"),
+        _in_group("history.yml", "&& 'perfgate-history'", "&& format('perfgate-history-{0}', github.run_id)"),
+    ),
+    # Pages: a pull request's skipped history run (its pages run builds nothing) in the shared group
+    # replaces a kept run's build waiting there; cancel-in-progress stops a deployment part-way.
+    "pages-one-group-for-every-run": (
+        "skipped-runs-apart",
+        set_("pages.yml::concurrency", {"group": "pages", "cancel-in-progress": False}),
+    ),
+    "pages-group-keeps-failed-history-runs": (
+        "skipped-runs-apart",
+        _in_group("pages.yml", "&& github.event.workflow_run.conclusion == 'success' ", ""),
+    ),
+    "pages-cancels-in-progress": ("deployments-not-cancelled", set_("pages.yml::concurrency.cancel-in-progress", True)),
+    "pages-deploy-job-cancels": (
+        "deployments-not-cancelled",
+        set_("pages.yml:deploy:concurrency", {"group": "deploy-${{ github.run_id }}", "cancel-in-progress": True}),
+    ),
+    # The comment's group by the run's name and branch alone: main's runs, cancelled ones and a fork's
+    # own workflow named benchmark-gpu (each skips both jobs) would replace a comment waiting there.
+    "comment-group-for-every-run": (
+        "skipped-runs-apart",
+        set_(
+            "pr-comment.yml::concurrency.group",
+            "perfgate-comment-${{ github.event.workflow_run.name }}-"
+            "${{ github.event.workflow_run.head_repository.full_name }}-${{ github.event.workflow_run.head_branch }}",
+        ),
+    ),
+    # history.yml after a benchmark run that failed before it uploaded: red; or after one that
+    # succeeded, a lost artifact read as "nothing kept".
+    "history-download-fails-without-artifact": (
+        "history-downloads-allow-failed-runs",
+        set_("history.yml:validate:steps.1.continue-on-error", None),
+    ),
+    "history-download-always-tolerated": (
+        "history-downloads-allow-failed-runs",
+        set_("history.yml:validate:steps.2.continue-on-error", True),
     ),
     # The queue on the GPU jobs' workflow: pull requests' runs would line up with main's.
     "queue-max-on-the-gpu-workflow": ("no-shared-gpu-queue", set_("benchmark-gpu.yml::concurrency.queue", "max")),
