@@ -152,6 +152,30 @@ def base_spec(spec: ModelSpec, head_root: Path, base_root: Path) -> ModelSpec | 
     return dataclasses.replace(spec, module=alias, factory=factory)
 
 
+class SideRaised(Exception):
+    """One side's model code raised, building or stepping: which side ("base" or "head"), and why.
+    The driver retries a case only the base's code failed (perfgate.ab.run); the head's is the change's error."""
+
+    def __init__(self, side: str, exc: Exception) -> None:
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        super().__init__(f"{side}: {type(exc).__name__}: {first}")
+        self.side = side
+
+
+def on_side(side: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn` with whatever it raises (but VariantError, a skip) tagged with its side."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except VariantError:
+            raise
+        except Exception as exc:
+            raise SideRaised(side, exc) from exc
+
+    return call
+
+
 def measure_case(case_id: str, cases: dict[str, Any], head_root: Path, base_root: Path, stop: StopRule) -> CaseResult:
     """One case, both revisions, in this process: the figures `perfgate.ab.verdicts` judges."""
     from perfgate.cases import accuracy
@@ -171,9 +195,11 @@ def measure_case(case_id: str, cases: dict[str, Any], head_root: Path, base_root
     # Built in a random order: the model built second sits elsewhere in memory, and a fixed order
     # read as a steady -1% on the world model; random, it is noise that the processes average.
     for side, spec in random.sample([("base", spec_b), ("head", head_spec)], 2):
-        wl = build_workload(spec, case.size, device, seed=0, **dict(case.options))
-        built[side] = build_case(case, opts, prepared=(wl, reference_output(wl)))
-    head_step = built["head"].step
+        wl = on_side(side, build_workload)(spec, case.size, device, seed=0, **dict(case.options))
+        built[side] = on_side(side, lambda wl=wl: build_case(case, opts, prepared=(wl, reference_output(wl))))()
+    # Each step tagged with its side (one Python frame on both sides alike): an exception in the
+    # rounds, the device window or the memory pass names the revision whose code raised it.
+    base_step, head_step = on_side("base", built["base"].step), on_side("head", built["head"].step)
     if inject := os.environ.get(INJECT_HEAD):  # gate-quality: a slowdown in the head's model alone
         from perfgate.quality.inject import local_slowdown_step, parse
 
@@ -186,9 +212,9 @@ def measure_case(case_id: str, cases: dict[str, Any], head_root: Path, base_root
 
         if spec := load_sized(sized).get(case_id):
             head_step = sized_step(spec, head_step, built["head"].converted.module)
-    m = measure_interleaved(built["base"].step, head_step, device, stop=stop, seed=random.randrange(2**31))
+    m = measure_interleaved(base_step, head_step, device, stop=stop, seed=random.randrange(2**31))
     step_s = statistics.median(m.samples_base_ms + m.samples_head_ms) / 1000
-    device_blocks, device_error = device_window(built["base"].step, head_step, device, step_s)
+    device_blocks, device_error = device_window(base_step, head_step, device, step_s)
     acc = {
         side: accuracy.metrics(out, built[side].reference, kind=built[side].workload.output_kind)
         for side, out in (("base", m.out_base), ("head", m.out_head))
@@ -291,6 +317,8 @@ def main(argv: list[str] | None = None) -> int:
             results.append(measure_case(case_id, known, args.head, args.base, stop))
         except VariantError as exc:  # found while building (no FP8 kernel here, no layer converted): a skip
             results.append(NotMeasured(case=case_id, skipped=str(exc)))
+        except SideRaised as exc:
+            results.append(NotMeasured(case=case_id, error=str(exc), raised=True, side=exc.side))
         except Exception as exc:  # noqa: BLE001 - one case's failure is its result, the others still run
             first = str(exc).splitlines()[0] if str(exc) else ""
             results.append(NotMeasured(case=case_id, error=f"{type(exc).__name__}: {first}", raised=True))

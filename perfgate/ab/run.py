@@ -208,7 +208,9 @@ class ABResult:
     new: list[str] = field(default_factory=list)  # cases only the head has
     removed: list[str] = field(default_factory=list)  # cases only the base has
     skipped: list[str] = field(default_factory=list)  # measured by neither side (an unavailable variant)
-    failed: dict[str, str] = field(default_factory=dict)  # processes mode: case -> why a side's process failed it
+    failed: dict[str, str] = field(
+        default_factory=dict
+    )  # case -> why a side's process (interleaved: the base's code) failed it
     notes: list[str] = field(default_factory=list)  # what the comparison could not measure, said above its verdicts
     interleaved: dict[str, list[CaseResult]] = field(default_factory=dict)  # interleaved mode: per-process results
     mode: str = "processes"
@@ -253,10 +255,7 @@ def run_ab(
                 # The base's alone, the head measured it: the change fixed it, or the base's process met
                 # trouble of its own (killed, out of memory). Measured again in the next pair; failed in
                 # BASE_FAILURES pairs, nothing to compare, and not the change's failure.
-                base_failed.setdefault(case, []).append(got["base"].failed[case])
-                if len(base_failed[case]) >= BASE_FAILURES:
-                    result.failed[case] = f"base: {base_failed[case][-1]}"
-                    result.verdicts.append(_base_failed(case, base_failed[case]))
+                if _base_failed_again(result, base_failed, case, got["base"].failed[case]):
                     undecided.remove(case)
                 continue
             if failed:  # an error in the head's process: said, never read as a skip
@@ -289,7 +288,7 @@ def run_ab(
             )
     for case in undecided:
         if not result.pairs[case] and case in base_failed:
-            result.verdicts.append(_base_failed(case, base_failed[case]))
+            result.verdicts.append(_base_failed(case, base_failed[case], result.mode))
             continue
         final = ab.verdicts(_fullname(case), result.pairs[case], policy, final=True)
         result.verdicts += final or [
@@ -299,15 +298,27 @@ def run_ab(
     return result
 
 
-BASE_FAILURES = 2  # pairs in which only the base failed a case before it is left uncompared
+BASE_FAILURES = 2  # pairs (or interleaved processes) in which only the base failed a case before it is left uncompared
 
 
-def _base_failed(case: str, why: Sequence[str]) -> Verdict:
+def _base_failed_again(result: ABResult, base_failed: dict[str, list[str]], case: str, why: str) -> bool:
+    """Note that only the base's code failed `case` once more; True (its verdict given) once that
+    happened BASE_FAILURES times."""
+    base_failed.setdefault(case, []).append(why)
+    if len(base_failed[case]) < BASE_FAILURES:
+        return False
+    result.failed[case] = f"base: {why}"
+    result.verdicts.append(_base_failed(case, base_failed[case], result.mode))
+    return True
+
+
+def _base_failed(case: str, why: Sequence[str], mode: str) -> Verdict:
+    times = f"{len(why)} process(es)" if mode == "interleaved" else f"{len(why)} pair(s)"
     return Verdict(
         case=_fullname(case),
         metric="run",
         verdict=INCONCLUSIVE,
-        message=f"base failed it in {len(why)} pair(s) ({why[-1]}); the head ran it: nothing to compare",
+        message=f"base failed it in {times} ({why[-1]}); the head ran it: nothing to compare",
     )
 
 
@@ -362,6 +373,7 @@ def run_interleaved(
     code round by round (perfgate.ab.interleave), until every case is decided or a budget runs out."""
     result = ABResult(base=base.label, head=head.label, mode="interleaved")
     undecided = list(cases)
+    base_failed: dict[str, list[str]] = {}  # case -> why the base's code raised, process by process
     t0 = time.perf_counter()
     for i in range(max_processes):
         if not undecided or time.perf_counter() - t0 > budget_s:
@@ -391,6 +403,13 @@ def run_interleaved(
         result.processes += 1
         for case in list(undecided):
             row = got.get(case) or NotMeasured(case=case, error="no result")
+            if isinstance(row, NotMeasured) and row.raised and row.side == "base":
+                # The base's code alone raised (the worker tags each side's build and step): measured
+                # again in the next process, as processes mode does; raised in BASE_FAILURES
+                # processes, nothing to compare, not the change's failure.
+                if _base_failed_again(result, base_failed, case, (row.error or "raised").removeprefix("base: ")):
+                    undecided.remove(case)
+                continue
             result.interleaved.setdefault(case, []).append(row)
             if isinstance(row, NotMeasured) and row.skipped is not None:
                 result.skipped.append(case)
@@ -416,6 +435,9 @@ def run_interleaved(
                 f"process {i + 1}/{max_processes}: {len(undecided)} case(s) undecided, {time.perf_counter() - t0:.0f} s"
             )
     for case in undecided:
+        if not result.interleaved.get(case) and case in base_failed:
+            result.verdicts.append(_base_failed(case, base_failed[case], result.mode))
+            continue
         result.verdicts += (
             ab.interleaved_verdicts(_fullname(case), result.interleaved.get(case, []), policy, final=True) or []
         )

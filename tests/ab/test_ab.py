@@ -402,6 +402,74 @@ def test_the_interleaved_worker_skips_a_variant_found_unrunnable_while_building(
     assert v.verdict == gate.ERROR
 
 
+def test_an_interleaved_case_only_the_base_raised_is_measured_again_then_nothing_to_compare(
+    tmp_path: Path, monkeypatch, in_process_project
+) -> None:
+    """The interleaved worker names the side whose code raised, building or in the rounds; the
+    driver measures a case only the base raised again in the next process (a pull request that fixes
+    a crash on main, or trouble of the base's own), and after BASE_FAILURES processes it is nothing
+    to compare, not the change's failure; a raise in the head's code is the change's error at once."""
+    from perfgate.ab import interleave
+    from perfgate.ab.job import write_results
+
+    project, case = in_process_project, "sleepy-tiny-baseline"
+    raising = {  # at the first call (while building: the reference output), and after building
+        "building": "raise RuntimeError('CUDA error: building')",
+        "the rounds": "CALLS.append(1)\n        if len(CALLS) > 20: raise RuntimeError('CUDA error: the rounds')",
+    }
+
+    def worker(base: Path, head: Path, name: str) -> CaseResult:
+        out = tmp_path / f"{name}.json"
+        Job(base=base, head=head, out=out, cases=[case], device="cpu", budget_s=0.2).write(tmp_path / "job.json")
+        assert interleave.main([str(tmp_path / "job.json")]) == 0
+        for alias in [m for m in sys.modules if m.startswith("perfgate_ab_base")]:
+            del sys.modules[alias]  # the base's copy is loaded once per process: each worker is one
+        (row,) = read_results(out)
+        return row
+
+    for when, body in raising.items():
+        broken = tmp_path / when.replace(" ", "-")
+        broken.mkdir()
+        source = SLEEPY.format(sleep=0.0).replace("SLEEP_S = ", "CALLS = []\nSLEEP_S = ")
+        (broken / "sleepy_ab.py").write_text(source.replace("return x * self.w", f"{body}\n        return x * self.w"))
+        row = worker(broken, project, when)
+        assert isinstance(row, NotMeasured) and (row.raised, row.side) == (True, "base"), row
+        assert row.error == f"base: RuntimeError: CUDA error: {when}"
+    measured = worker(project, project, "both-run")
+    assert isinstance(measured, Measured)
+    # The head's code raising, as the worker tags it (the registry's family is the project's, so the
+    # worker above cannot break the head's copy alone): the same row from the head's side.
+    head_raised = replace(row, error="head: RuntimeError: CUDA error: the rounds", side="head")
+
+    def replay(rows: list[CaseResult]) -> ab_run.ABResult:
+        it = iter(rows)
+
+        def run(cmd, **kw):  # the worker process as the driver sees it: its results file
+            write_results(Job.read(Path(cmd[-1])).out, [next(it)])
+            return subprocess.CompletedProcess(cmd, 0, "", "")
+
+        monkeypatch.setattr(ab_run.subprocess, "run", run)
+        head = ab_run.Side(name="head", label="h", sha="1" * 40, root=tmp_path, cache=None)
+        base = ab_run.Side(name="base", label="b", sha="2" * 40, root=tmp_path / "b", cache=None)
+        return ab_run.run_interleaved(base, head, [case], Policy(), max_processes=len(rows))
+
+    result = replay([row, row, row])
+    (v,) = result.verdicts
+    assert (v.verdict, v.metric, result.processes) == (gate.INCONCLUSIVE, "run", ab_run.BASE_FAILURES)
+    assert v.message == (
+        "base failed it in 2 process(es) (RuntimeError: CUDA error: the rounds); the head ran it: nothing to compare"
+    )
+    assert gate.failing(result.verdicts) == [] and result.failed[case].startswith("base: RuntimeError")
+    result = replay([row, measured])  # once, then measured: judged on what was measured
+    assert result.interleaved[case] == [measured] and "run" not in {v.metric for v in result.verdicts}
+    result = replay([row])  # the budget ends after one: still nothing to compare, not an error
+    assert [(v.verdict, v.message.split(" (")[0]) for v in result.verdicts] == [
+        (gate.INCONCLUSIVE, "base failed it in 1 process(es)")
+    ]
+    (v,) = replay([head_raised, row]).verdicts  # the head's code: the change's error, at once
+    assert (v.verdict, v.message) == (gate.ERROR, "head: RuntimeError: CUDA error: the rounds")
+
+
 def test_a_change_to_the_locks_is_said_unmeasured_unless_the_base_has_its_own_python(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
