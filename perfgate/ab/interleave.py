@@ -29,6 +29,7 @@ import os
 import random
 import statistics
 import sys
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -153,35 +154,91 @@ def base_spec(spec: ModelSpec, head_root: Path, base_root: Path) -> ModelSpec | 
 
 
 class SideRaised(Exception):
-    """One side's model code raised, building or stepping: which side ("base" or "head"), and why.
-    The driver retries a case only the base's code failed (perfgate.ab.run); the head's is the change's error."""
+    """One side's model code raised, building or stepping: which side ("base" or "head"), why, and
+    after how many calls of the step that raised (0: while building). The driver measures a case only
+    the base's code failed again (perfgate.ab.run); the head's is the change's error."""
 
-    def __init__(self, side: str, exc: Exception) -> None:
+    def __init__(self, side: str, exc: BaseException, *, calls: int = 0, note: str = "") -> None:
         first = str(exc).splitlines()[0] if str(exc) else ""
-        super().__init__(f"{side}: {type(exc).__name__}: {first}")
-        self.side = side
+        super().__init__(f"{side}: {type(exc).__name__}: {first}{note}")
+        self.side, self.calls = side, calls
 
 
-def on_side(side: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-    """`fn` with whatever it raises (but VariantError, a skip) tagged with its side."""
+class OnSide:
+    """`fn` with whatever it raises (but VariantError, a skip) tagged with its side, its calls counted."""
 
-    def call(*args: Any, **kwargs: Any) -> Any:
+    def __init__(self, side: str, fn: Callable[..., Any], *, counted: bool = True) -> None:
+        self.side, self.fn, self.counted, self.calls = side, fn, counted, 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
         try:
-            return fn(*args, **kwargs)
+            return self.fn(*args, **kwargs)
         except VariantError:
             raise
         except Exception as exc:
-            raise SideRaised(side, exc) from exc
+            raise SideRaised(self.side, exc, calls=self.calls if self.counted else 0) from exc
 
-    return call
+
+HEAD_ALONE_CALLS = 100  # at most this many steps of the head alone where the base's raised
 
 
 def measure_case(case_id: str, cases: dict[str, Any], head_root: Path, base_root: Path, stop: StopRule) -> CaseResult:
-    """One case, both revisions, in this process: the figures `perfgate.ab.verdicts` judges."""
-    from perfgate.cases import accuracy
-    from perfgate.cases.runner import RunOptions, build_case, isolate
+    """One case, both revisions, in this process: the figures `perfgate.ab.verdicts` judges. A raise
+    the base's code is blamed for counts as the base's only if the head's code, built afresh, runs
+    alone as many steps (the base's steps always come first, so what fails both sides, the
+    harness, a shared op, a fault of the head's kernels seen at the base's next sync, lands on the
+    base); otherwise it is the head's."""
+    try:
+        return _measure_both(case_id, cases, head_root, base_root, stop)
+    except SideRaised as exc:
+        if exc.side != "base":
+            raise
+        traceback.clear_frames(exc.__traceback__)  # the failed builds freed before the head's is built again
+        try:
+            _head_alone(cases[case_id], max(2, min(exc.calls, HEAD_ALONE_CALLS)))
+        except SideRaised as head:
+            raise SideRaised("head", head.__cause__ or head, note=f" (the base's raised too: {exc})") from head
+        raise
+
+
+def _options() -> Any:
+    from perfgate.cases.runner import RunOptions
+
+    return RunOptions(count_flops=False, telemetry_interval_s=None, reference=False, warm_compile=False)
+
+
+def _build(side: str, case: Any, spec: ModelSpec, device: torch.device) -> Any:
+    """One side's case built (its workload, reference output and conversion), what it raises tagged."""
+    from perfgate.cases.runner import build_case
     from perfgate.cases.steps import reference_output
     from perfgate.cases.workload import build_workload
+
+    def build() -> Any:
+        wl = build_workload(spec, case.size, device, seed=0, **dict(case.options))
+        return build_case(case, _options(), prepared=(wl, reference_output(wl)))
+
+    return OnSide(side, build, counted=False)()
+
+
+def _head_alone(case: Any, steps: int) -> None:
+    """The head's case built afresh and stepped `steps` times (then synchronised), in this process.
+    A CUDA error the base left sticky in the context fails it too: blamed on the head, as before
+    the sides were told apart, since neither can be cleared."""
+    from perfgate.cases.runner import isolate
+
+    device = torch.device(case.device)
+    OnSide("head", isolate, counted=False)(device)
+    step = OnSide("head", _build("head", case, case.spec, device).step)
+    for _ in range(steps):
+        step()
+    if device.type == "cuda":
+        OnSide("head", torch.cuda.synchronize)(device)
+
+
+def _measure_both(case_id: str, cases: dict[str, Any], head_root: Path, base_root: Path, stop: StopRule) -> CaseResult:
+    from perfgate.cases import accuracy
+    from perfgate.cases.runner import isolate
 
     case = cases[case_id]
     head_spec = case.spec
@@ -190,16 +247,15 @@ def measure_case(case_id: str, cases: dict[str, Any], head_root: Path, base_root
         return NotMeasured(case=case_id, error=NO_BASE_FILE)
     device = torch.device(case.device)
     isolate(device)
-    opts = RunOptions(count_flops=False, telemetry_interval_s=None, reference=False, warm_compile=False)
     built = {}
     # Built in a random order: the model built second sits elsewhere in memory, and a fixed order
     # read as a steady -1% on the world model; random, it is noise that the processes average.
     for side, spec in random.sample([("base", spec_b), ("head", head_spec)], 2):
-        wl = on_side(side, build_workload)(spec, case.size, device, seed=0, **dict(case.options))
-        built[side] = on_side(side, lambda wl=wl: build_case(case, opts, prepared=(wl, reference_output(wl))))()
+        built[side] = _build(side, case, spec, device)
     # Each step tagged with its side (one Python frame on both sides alike): an exception in the
     # rounds, the device window or the memory pass names the revision whose code raised it.
-    base_step, head_step = on_side("base", built["base"].step), on_side("head", built["head"].step)
+    base_step: Callable[[], Any] = OnSide("base", built["base"].step)
+    head_step: Callable[[], Any] = OnSide("head", built["head"].step)
     if inject := os.environ.get(INJECT_HEAD):  # gate-quality: a slowdown in the head's model alone
         from perfgate.quality.inject import local_slowdown_step, parse
 

@@ -405,41 +405,63 @@ def test_the_interleaved_worker_skips_a_variant_found_unrunnable_while_building(
 def test_an_interleaved_case_only_the_base_raised_is_measured_again_then_nothing_to_compare(
     tmp_path: Path, monkeypatch, in_process_project
 ) -> None:
-    """The interleaved worker names the side whose code raised, building or in the rounds; the
-    driver measures a case only the base raised again in the next process (a pull request that fixes
-    a crash on main, or trouble of the base's own), and after BASE_FAILURES processes it is nothing
-    to compare, not the change's failure; a raise in the head's code is the change's error at once."""
+    """The interleaved worker names the side whose code raised, building or in the rounds, and blames
+    the base only if the head's case runs alone where the base's raised (what fails both lands on
+    the base's step, which comes first); the driver measures a case only the base raised again in
+    the next process (a pull request that fixes a crash on main, or trouble of the base's own), and
+    after BASE_FAILURES processes it is nothing to compare, not the change's failure; a raise in the
+    head's code is the change's error at once."""
     from perfgate.ab import interleave
     from perfgate.ab.job import write_results
+    from perfgate.cases import workload
 
     project, case = in_process_project, "sleepy-tiny-baseline"
+    clean = SLEEPY.format(sleep=0.0).replace("SLEEP_S = ", "CALLS = []\nSLEEP_S = ")
     raising = {  # at the first call (while building: the reference output), and after building
         "building": "raise RuntimeError('CUDA error: building')",
         "the rounds": "CALLS.append(1)\n        if len(CALLS) > 20: raise RuntimeError('CUDA error: the rounds')",
     }
 
-    def worker(base: Path, head: Path, name: str) -> CaseResult:
+    def broken(when: str) -> str:
+        return clean.replace("return x * self.w", f"{raising[when]}\n        return x * self.w")
+
+    def copy(name: str, source: str) -> Path:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "sleepy_ab.py").write_text(source)
+        return tmp_path / name
+
+    def worker(base: Path, head_source: str, name: str) -> CaseResult:
+        (project / "sleepy_ab.py").write_text(head_source)  # the head's code: the project's own family
+        for module in [m for m in sys.modules if "sleepy_ab" in m]:
+            del sys.modules[module]  # each worker is a fresh process: both copies loaded anew
+        workload.MODELS.pop("sleepy", None)
         out = tmp_path / f"{name}.json"
-        Job(base=base, head=head, out=out, cases=[case], device="cpu", budget_s=0.2).write(tmp_path / "job.json")
+        Job(base=base, head=project, out=out, cases=[case], device="cpu", budget_s=0.2).write(tmp_path / "job.json")
         assert interleave.main([str(tmp_path / "job.json")]) == 0
-        for alias in [m for m in sys.modules if m.startswith("perfgate_ab_base")]:
-            del sys.modules[alias]  # the base's copy is loaded once per process: each worker is one
         (row,) = read_results(out)
         return row
 
-    for when, body in raising.items():
-        broken = tmp_path / when.replace(" ", "-")
-        broken.mkdir()
-        source = SLEEPY.format(sleep=0.0).replace("SLEEP_S = ", "CALLS = []\nSLEEP_S = ")
-        (broken / "sleepy_ab.py").write_text(source.replace("return x * self.w", f"{body}\n        return x * self.w"))
-        row = worker(broken, project, when)
+    base_clean = copy("clean", clean)
+    for when in raising:  # the base's code alone
+        row = worker(copy(when.replace(" ", "-"), broken(when)), clean, f"base-{when}")
         assert isinstance(row, NotMeasured) and (row.raised, row.side) == (True, "base"), row
         assert row.error == f"base: RuntimeError: CUDA error: {when}"
-    measured = worker(project, project, "both-run")
+    for when in raising:  # the head's code alone
+        head_raised = worker(base_clean, broken(when), f"head-{when}")
+        assert isinstance(head_raised, NotMeasured) and (head_raised.raised, head_raised.side) == (True, "head")
+        assert head_raised.error == f"head: RuntimeError: CUDA error: {when}"
+    # Both sides' code raising at their first step after building (the reference output is a
+    # side's first call): the base's comes first (measure_interleaved keeps its output, then the head's).
+    raising["the first step"] = (
+        "CALLS.append(1)\n        if len(CALLS) > 1: raise RuntimeError('CUDA error: the rounds')"
+    )
+    both = worker(copy("first-step", broken("the first step")), broken("the first step"), "both")
+    assert isinstance(both, NotMeasured) and both.side == "head", both
+    assert both.error == (
+        "head: RuntimeError: CUDA error: the rounds (the base's raised too: base: RuntimeError: CUDA error: the rounds)"
+    )
+    measured = worker(base_clean, clean, "both-run")
     assert isinstance(measured, Measured)
-    # The head's code raising, as the worker tags it (the registry's family is the project's, so the
-    # worker above cannot break the head's copy alone): the same row from the head's side.
-    head_raised = replace(row, error="head: RuntimeError: CUDA error: the rounds", side="head")
 
     def replay(rows: list[CaseResult]) -> ab_run.ABResult:
         it = iter(rows)

@@ -1693,8 +1693,12 @@ def _skipped_apart(s: Setup) -> list[str]:
         group = block.get("group") if isinstance(block, dict) else block
         if "workflow_run" not in triggers(wf) or not group:
             continue
+        watched = _watched_runs(wf)
+        if not watched:
+            found.append(f"{n}: on.workflow_run names no workflow to watch")
+            continue
         working, idle = set(), []
-        for ctx in _watched_runs(wf):
+        for ctx in watched:
             try:
                 runs = any(_job_runs(wf, j, ctx) for j in wf.get("jobs") or {})
                 groups = {interpolate(group, {**ctx, "github.run_id": run_id}) for run_id in (1001, 1002)}
@@ -1714,6 +1718,49 @@ def _skipped_apart(s: Setup) -> list[str]:
                     f" {ctx['github.event.workflow_run.conclusion']}) joins the group {sorted(groups)[0]!r}"
                 )
                 break
+    return found
+
+
+@rule(
+    "working-runs-grouped",
+    "a run whose jobs run has one group whatever its run id, runs doing different jobs never share one,"
+    " and a shared main group holds all of main's working runs",
+)
+def _working_grouped(s: Setup) -> list[str]:
+    """For workflow_run workflows and those in SHARED_MAIN_GROUPS, what a concurrency group is for
+    where the runs do work: a group per run id queues
+    nothing (two pages deployments at once); two gates' comment runs in one group replace each
+    other's waiting comment; a pages build by push in another group than the builds after history
+    overlaps them (SHARED_MAIN_GROUPS says why those share one)."""
+    found = []
+    for n, wf in s.workflows.items():
+        block = wf.get("concurrency")
+        group = block.get("group") if isinstance(block, dict) else block
+        if not group:
+            continue
+        # Main's own runs elsewhere are per run id on purpose (concurrency-groups-apart).
+        contexts = _watched_runs(wf) if "workflow_run" in triggers(wf) else []
+        if n in SHARED_MAIN_GROUPS:
+            contexts += [c for kind, c in _group_contexts(n, wf) if kind == "main" and c["github.run_id"] == 1001]
+        by_group: dict[str, set[tuple[str, ...]]] = {}
+        for ctx in contexts:
+            try:
+                jobs = tuple(j for j in wf.get("jobs") or {} if _job_runs(wf, j, ctx))
+                groups = {interpolate(group, {**ctx, "github.run_id": run_id}) for run_id in (1001, 1002)}
+            except ExpressionError as exc:
+                found.append(f"{n}: {exc}")
+                break
+            if not jobs:
+                continue
+            if len(groups) != 1:
+                found.append(f"{n}: a run of {jobs} for {ctx['github.event_name']} takes a group per run id")
+                break
+            by_group.setdefault(groups.pop(), set()).add(jobs)
+        for name, job_sets in by_group.items():
+            if len(job_sets) > 1:
+                found.append(f"{n}: runs of {sorted(job_sets)} share the group {name!r}")
+        if n in SHARED_MAIN_GROUPS and len(by_group) > 1:
+            found.append(f"{n}: main's working runs are in {len(by_group)} groups {sorted(by_group)[:3]}, not one")
     return found
 
 

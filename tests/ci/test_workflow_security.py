@@ -883,6 +883,30 @@ WORKFLOW_REVIEW_MISTAKES: dict[str, tuple[str, Callable[[Setup], None]]] = {
             "${{ github.event.workflow_run.head_repository.full_name }}-${{ github.event.workflow_run.head_branch }}",
         ),
     ),
+    # The groups of runs that do work: pages deployments at once, a push's build beside one after
+    # history, a comment per run id, the two gates' comments replacing each other's; and a watcher
+    # that watches nothing, which no group rule would look at.
+    "pages-group-per-run": (
+        "working-runs-grouped",
+        _in_group("pages.yml", "&& 'pages'", "&& format('pages-{0}', github.run_id)"),
+    ),
+    "pages-push-builds-apart": (
+        "working-runs-grouped",
+        _in_group("pages.yml", "github.event_name != 'workflow_run' ||", "false ||"),
+    ),
+    "comment-group-per-run": (
+        "working-runs-grouped",
+        _in_group(
+            "pr-comment.yml",
+            "format('perfgate-comment-gpu-{0}-{1}', github.event.workflow_run.head_repository.full_name",
+            "format('perfgate-comment-gpu-{0}-{1}', github.run_id",
+        ),
+    ),
+    "comment-gates-share-a-group": (
+        "working-runs-grouped",
+        _in_group("pr-comment.yml", "perfgate-comment-cpu-", "perfgate-comment-gpu-"),
+    ),
+    "pages-watches-nothing": ("skipped-runs-apart", set_("pages.yml::on.workflow_run.workflows", [])),
     # history.yml after a benchmark run that failed before it uploaded: red; or after one that
     # succeeded, a lost artifact read as "nothing kept".
     "history-download-fails-without-artifact": (
