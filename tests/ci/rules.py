@@ -8,7 +8,7 @@ on realistic mistakes made to them (each must be caught). docs/gpu-runner.md exp
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -1621,13 +1621,19 @@ def _history(s: Setup) -> list[str]:
     return found
 
 
-HISTORY_RUNS = [
-    workflow_run_context(workflow, event, branch=branch, repo=repo, conclusion=conclusion)
-    for workflow in (*KEPT_WORKFLOWS, "tests")
-    for event in ("push", "schedule", "workflow_dispatch", "pull_request", "pull_request_target")
-    for branch, repo in (("main", "OWNER/REPO"), ("feature", "OWNER/REPO"), ("main", "mallory/REPO"))
-    for conclusion in ("success", "failure", "cancelled", "skipped")
-]
+def completions(workflows: Sequence[str]) -> list[dict[str, Any]]:
+    """Every kind of completed run of these workflows (file names without .yml), as a workflow_run
+    job of OWNER/REPO sees it: each event, on main, on a branch, from a fork's main, each conclusion."""
+    return [
+        workflow_run_context(workflow, event, branch=branch, repo=repo, conclusion=conclusion)
+        for workflow in workflows
+        for event in ("push", "schedule", "workflow_dispatch", "pull_request", "pull_request_target", "workflow_run")
+        for branch, repo in (("main", "OWNER/REPO"), ("feature", "OWNER/REPO"), ("main", "mallory/REPO"))
+        for conclusion in ("success", "failure", "cancelled", "skipped")
+    ]
+
+
+HISTORY_RUNS = completions((*KEPT_WORKFLOWS, "tests"))
 
 
 @rule(
@@ -1667,14 +1673,7 @@ def _history_queue(s: Setup) -> list[str]:
 
 def _watched_runs(wf: dict[str, Any]) -> list[dict[str, Any]]:
     """Every completion of a workflow this one watches (`on.workflow_run.workflows`), as its jobs see it."""
-    names = ((wf.get("on") or {}).get("workflow_run") or {}).get("workflows") or []
-    return [
-        workflow_run_context(workflow, event, branch=branch, repo=repo, conclusion=conclusion)
-        for workflow in names
-        for event in ("push", "schedule", "workflow_dispatch", "pull_request", "pull_request_target", "workflow_run")
-        for branch, repo in (("main", "OWNER/REPO"), ("feature", "OWNER/REPO"), ("main", "mallory/REPO"))
-        for conclusion in ("success", "failure", "cancelled", "skipped")
-    ]
+    return completions(((wf.get("on") or {}).get("workflow_run") or {}).get("workflows") or [])
 
 
 @rule(
