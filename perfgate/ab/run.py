@@ -208,9 +208,8 @@ class ABResult:
     new: list[str] = field(default_factory=list)  # cases only the head has
     removed: list[str] = field(default_factory=list)  # cases only the base has
     skipped: list[str] = field(default_factory=list)  # measured by neither side (an unavailable variant)
-    failed: dict[str, str] = field(
-        default_factory=dict
-    )  # case -> why a side's process (interleaved: the base's code) failed it
+    # case -> why a side's process failed it (interleaved mode: the base's code, BASE_FAILURES times)
+    failed: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # what the comparison could not measure, said above its verdicts
     interleaved: dict[str, list[CaseResult]] = field(default_factory=dict)  # interleaved mode: per-process results
     mode: str = "processes"
