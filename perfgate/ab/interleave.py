@@ -29,7 +29,6 @@ import os
 import random
 import statistics
 import sys
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -180,26 +179,46 @@ class OnSide:
             raise SideRaised(self.side, exc, calls=self.calls if self.counted else 0) from exc
 
 
-HEAD_ALONE_CALLS = 100  # at most this many steps of the head alone where the base's raised
+ALONE_CALLS = 100  # at most this many steps of a side run alone, to tell whose code raised
 
 
 def measure_case(case_id: str, cases: dict[str, Any], head_root: Path, base_root: Path, stop: StopRule) -> CaseResult:
-    """One case, both revisions, in this process: the figures `perfgate.ab.verdicts` judges. A raise
-    the base's code is blamed for counts as the base's only if the head's code, built afresh, runs
-    alone as many steps (the base's steps always come first, so what fails both sides, the
-    harness, a shared op, a fault of the head's kernels seen at the base's next sync, lands on the
-    base); otherwise it is the head's."""
+    """One case, both revisions, in this process: the figures `perfgate.ab.verdicts` judges.
+
+    A raise blamed on the base is the base's only if, each built afresh and run alone in this
+    process as many steps as the base had run (and one more), the head's case runs and the base's
+    raises: the base's steps come first, so what fails both sides (the harness, a shared op, a
+    fault of the head's kernels seen at the base's next sync) lands on the base; a head that
+    raises alone makes it the head's; one that fails only with both built (memory the two need
+    together, state the head's code left) is neither side's alone: an error, as any raise was
+    before the sides were told apart."""
     try:
         return _measure_both(case_id, cases, head_root, base_root, stop)
     except SideRaised as exc:
         if exc.side != "base":
             raise
-        traceback.clear_frames(exc.__traceback__)  # the failed builds freed before the head's is built again
+        _drop_tracebacks(exc)  # the failed pair's models and activations freed before either is built again
+        case, steps = cases[case_id], max(2, min(exc.calls + 1, ALONE_CALLS))
         try:
-            _head_alone(cases[case_id], max(2, min(exc.calls, HEAD_ALONE_CALLS)))
+            _alone("head", case, case.spec, steps)
         except SideRaised as head:
             raise SideRaised("head", head.__cause__ or head, note=f" (the base's raised too: {exc})") from head
-        raise
+        try:
+            _alone("base", case, base_spec(case.spec, head_root, base_root), steps)
+        except SideRaised:
+            raise exc from None
+        raise SideRaised("both", exc.__cause__ or exc, note=" (with both sides built; each ran alone)") from exc
+
+
+def _drop_tracebacks(exc: BaseException) -> None:
+    """Every traceback in the exception's chain dropped: a frame there holds a model, its inputs and
+    its activations (on a GPU, memory the next build needs)."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        e.__traceback__ = None
+        e = e.__cause__ or e.__context__
 
 
 def _options() -> Any:
@@ -221,19 +240,21 @@ def _build(side: str, case: Any, spec: ModelSpec, device: torch.device) -> Any:
     return OnSide(side, build, counted=False)()
 
 
-def _head_alone(case: Any, steps: int) -> None:
-    """The head's case built afresh and stepped `steps` times (then synchronised), in this process.
-    A CUDA error the base left sticky in the context fails it too: blamed on the head, as before
-    the sides were told apart, since neither can be cleared."""
+def _alone(side: str, case: Any, spec: ModelSpec | None, steps: int) -> None:
+    """One side's case built afresh and stepped `steps` times (then synchronised), alone in this
+    process. A CUDA error left sticky in the context fails it too (blamed on the head, which is
+    run first: neither can be cleared)."""
     from perfgate.cases.runner import isolate
 
     device = torch.device(case.device)
-    OnSide("head", isolate, counted=False)(device)
-    step = OnSide("head", _build("head", case, case.spec, device).step)
+    OnSide(side, isolate, counted=False)(device)
+    if spec is None:
+        return
+    step = OnSide(side, _build(side, case, spec, device).step)
     for _ in range(steps):
         step()
     if device.type == "cuda":
-        OnSide("head", torch.cuda.synchronize)(device)
+        OnSide(side, torch.cuda.synchronize)(device)
 
 
 def _measure_both(case_id: str, cases: dict[str, Any], head_root: Path, base_root: Path, stop: StopRule) -> CaseResult:
@@ -322,6 +343,8 @@ def device_window(
     blocks_n = device_blocks_for(step_s)
     try:
         blocks = interleaved_device_ms([base, head], str(device), blocks_n, rng, block_steps=DEVICE_BLOCK_STEPS)
+    except SideRaised:  # a side's model code, not the profiler: the case's failure
+        raise
     except Exception as exc:  # noqa: BLE001 - see the docstring
         return None, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     return blocks, None

@@ -84,8 +84,9 @@ class NotMeasured(RecordBlock):
     error: str | None = None
     skipped: str | None = None
     raised: bool = False  # the error is the case's own (building or running it raised): an error verdict
-    # Which revision's model code raised ("base" or "head"), where the worker could tell: the driver
-    # measures a case only the base failed again (perfgate.ab.run), as in processes mode.
+    # Which revision's model code raised, where the worker could tell: "base", "head", or "both" (each
+    # side ran alone, the two built together did not). The driver measures a case only the base
+    # failed again (perfgate.ab.run), as in processes mode; any other raise is an error.
     side: str | None = None
 
     @property

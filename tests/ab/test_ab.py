@@ -406,24 +406,39 @@ def test_an_interleaved_case_only_the_base_raised_is_measured_again_then_nothing
     tmp_path: Path, monkeypatch, in_process_project
 ) -> None:
     """The interleaved worker names the side whose code raised, building or in the rounds, and blames
-    the base only if the head's case runs alone where the base's raised (what fails both lands on
-    the base's step, which comes first); the driver measures a case only the base raised again in
-    the next process (a pull request that fixes a crash on main, or trouble of the base's own), and
-    after BASE_FAILURES processes it is nothing to compare, not the change's failure; a raise in the
-    head's code is the change's error at once."""
+    the base only if, each run alone afresh as many steps, the head's case runs and the base's
+    raises (what fails both lands on the base's step, which comes first); the driver measures a
+    case only the base raised again in the next process (a pull request that fixes a crash on main,
+    or trouble of the base's own), and after BASE_FAILURES processes it is nothing to compare, not
+    the change's failure; a raise in the head's code, or one only with both built, is an error."""
     from perfgate.ab import interleave
     from perfgate.ab.job import write_results
     from perfgate.cases import workload
 
     project, case = in_process_project, "sleepy-tiny-baseline"
-    clean = SLEEPY.format(sleep=0.0).replace("SLEEP_S = ", "CALLS = []\nSLEEP_S = ")
-    raising = {  # at the first call (while building: the reference output), and after building
+    # Each model counts its own calls (the reference output, while building, is its first) and sees
+    # the models alive in the process (as a GPU's memory would).
+    clean = (
+        SLEEPY.format(sleep=0.0)
+        .replace("import time", "import sys\nimport time\nimport weakref")
+        .replace(
+            "self.w = nn.Parameter(torch.ones(4))",
+            "self.w = nn.Parameter(torch.ones(4))\n        self.calls = 0\n"
+            "        sys.__dict__.setdefault('sleepy_alive', weakref.WeakSet()).add(self)",
+        )
+    )
+    raising = {
         "building": "raise RuntimeError('CUDA error: building')",
-        "the rounds": "CALLS.append(1)\n        if len(CALLS) > 20: raise RuntimeError('CUDA error: the rounds')",
+        "the rounds": "if self.calls > 20: raise RuntimeError('CUDA error: the rounds')",
+        # the 5th step: both sides' steps alternate, the base's first, up to the 6th
+        "the 5th step": "if self.calls > 5: raise RuntimeError('CUDA error: the 5th step')",
+        "together": "if self.calls > 1 and len(sys.sleepy_alive) > 1: raise RuntimeError('CUDA error: oom')",
     }
 
     def broken(when: str) -> str:
-        return clean.replace("return x * self.w", f"{raising[when]}\n        return x * self.w")
+        return clean.replace(
+            "return x * self.w", f"self.calls += 1\n        {raising[when]}\n        return x * self.w"
+        )
 
     def copy(name: str, source: str) -> Path:
         (tmp_path / name).mkdir()
@@ -442,24 +457,24 @@ def test_an_interleaved_case_only_the_base_raised_is_measured_again_then_nothing
         return row
 
     base_clean = copy("clean", clean)
-    for when in raising:  # the base's code alone
+    for when in ("building", "the rounds", "the 5th step"):  # the base's code alone
         row = worker(copy(when.replace(" ", "-"), broken(when)), clean, f"base-{when}")
         assert isinstance(row, NotMeasured) and (row.raised, row.side) == (True, "base"), row
         assert row.error == f"base: RuntimeError: CUDA error: {when}"
-    for when in raising:  # the head's code alone
+    for when in ("building", "the rounds"):  # the head's code alone
         head_raised = worker(base_clean, broken(when), f"head-{when}")
         assert isinstance(head_raised, NotMeasured) and (head_raised.raised, head_raised.side) == (True, "head")
         assert head_raised.error == f"head: RuntimeError: CUDA error: {when}"
-    # Both sides' code raising at their first step after building (the reference output is a
-    # side's first call): the base's comes first (measure_interleaved keeps its output, then the head's).
-    raising["the first step"] = (
-        "CALLS.append(1)\n        if len(CALLS) > 1: raise RuntimeError('CUDA error: the rounds')"
-    )
-    both = worker(copy("first-step", broken("the first step")), broken("the first step"), "both")
+    # Both sides' code raising at their 5th step: the base's first; the head alone, afresh, as many steps.
+    both = worker(tmp_path / "the-5th-step", broken("the 5th step"), "both")
     assert isinstance(both, NotMeasured) and both.side == "head", both
-    assert both.error == (
-        "head: RuntimeError: CUDA error: the rounds (the base's raised too: base: RuntimeError: CUDA error: the rounds)"
-    )
+    fifth = "RuntimeError: CUDA error: the 5th step"
+    assert both.error == f"head: {fifth} (the base's raised too: base: {fifth})"
+    # Failing only with both built (memory the two need at once): each runs alone, the failed pair
+    # freed first, so it is neither side's alone: an error, never "nothing to compare".
+    together = worker(copy("together", broken("together")), broken("together"), "together")
+    assert isinstance(together, NotMeasured) and together.side == "both", together
+    assert together.error == "both: RuntimeError: CUDA error: oom (with both sides built; each ran alone)"
     measured = worker(base_clean, clean, "both-run")
     assert isinstance(measured, Measured)
 
@@ -478,9 +493,7 @@ def test_an_interleaved_case_only_the_base_raised_is_measured_again_then_nothing
     result = replay([row, row, row])
     (v,) = result.verdicts
     assert (v.verdict, v.metric, result.processes) == (gate.INCONCLUSIVE, "run", ab_run.BASE_FAILURES)
-    assert v.message == (
-        "base failed it in 2 process(es) (RuntimeError: CUDA error: the rounds); the head ran it: nothing to compare"
-    )
+    assert v.message == f"base failed it in 2 process(es) ({fifth}); the head ran it: nothing to compare"
     assert gate.failing(result.verdicts) == [] and result.failed[case].startswith("base: RuntimeError")
     result = replay([row, measured])  # once, then measured: judged on what was measured
     assert result.interleaved[case] == [measured] and "run" not in {v.metric for v in result.verdicts}
@@ -490,6 +503,8 @@ def test_an_interleaved_case_only_the_base_raised_is_measured_again_then_nothing
     ]
     (v,) = replay([head_raised, row]).verdicts  # the head's code: the change's error, at once
     assert (v.verdict, v.message) == (gate.ERROR, "head: RuntimeError: CUDA error: the rounds")
+    (v,) = replay([together, row]).verdicts  # only with both built: an error too
+    assert (v.verdict, v.message) == (gate.ERROR, together.error)
 
 
 def test_a_change_to_the_locks_is_said_unmeasured_unless_the_base_has_its_own_python(
