@@ -153,9 +153,10 @@ def base_spec(spec: ModelSpec, head_root: Path, base_root: Path) -> ModelSpec | 
 
 
 class SideRaised(Exception):
-    """One side's model code raised, building or stepping: which side ("base" or "head"), why, and
-    after how many calls of the step that raised (0: while building). The driver measures a case only
-    the base's code failed again (perfgate.ab.run); the head's is the change's error."""
+    """One side's model code raised, building or stepping: which side ("base", "head", or "both" when
+    each ran alone and only the pair failed), why, and after how many calls of the step that raised
+    (0: while building). The driver measures a case only the base's code failed again
+    (perfgate.ab.run); any other is the change's error."""
 
     def __init__(self, side: str, exc: BaseException, *, calls: int = 0, note: str = "") -> None:
         first = str(exc).splitlines()[0] if str(exc) else ""
