@@ -204,8 +204,10 @@ def measure_case(case_id: str, cases: dict[str, Any], head_root: Path, base_root
             _alone("head", case, case.spec, steps)
         except SideRaised as head:
             raise SideRaised("head", head.__cause__ or head, note=f" (the base's raised too: {exc})") from head
+        spec_b = base_spec(case.spec, head_root, base_root)
+        assert spec_b is not None  # the base's case was built: its family file is there
         try:
-            _alone("base", case, base_spec(case.spec, head_root, base_root), steps)
+            _alone("base", case, spec_b, steps)
         except SideRaised:
             raise exc from None
         raise SideRaised("both", exc.__cause__ or exc, note=" (with both sides built; each ran alone)") from exc
@@ -241,7 +243,7 @@ def _build(side: str, case: Any, spec: ModelSpec, device: torch.device) -> Any:
     return OnSide(side, build, counted=False)()
 
 
-def _alone(side: str, case: Any, spec: ModelSpec | None, steps: int) -> None:
+def _alone(side: str, case: Any, spec: ModelSpec, steps: int) -> None:
     """One side's case built afresh and stepped `steps` times (then synchronised), alone in this
     process. A CUDA error left sticky in the context fails it too (blamed on the head, which is
     run first: neither can be cleared)."""
@@ -249,8 +251,6 @@ def _alone(side: str, case: Any, spec: ModelSpec | None, steps: int) -> None:
 
     device = torch.device(case.device)
     OnSide(side, isolate, counted=False)(device)
-    if spec is None:
-        return
     step = OnSide(side, _build(side, case, spec, device).step)
     for _ in range(steps):
         step()

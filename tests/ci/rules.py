@@ -1660,15 +1660,25 @@ def _history_queue(s: Setup) -> list[str]:
         for ctx in HISTORY_RUNS:
             try:
                 if any(_job_runs(wf, j, ctx) for j in writers):
-                    kept.append(
-                        {interpolate(block.get("group"), {**ctx, "github.run_id": run_id}) for run_id in (1001, 1002)}
-                    )
+                    kept.append(_run_groups(block.get("group"), ctx))
             except ExpressionError as exc:
                 return [*found, f"{n}: {exc}"]
         shared = set().union(*kept)
         if len(shared) != 1:
             found.append(f"{n}: the runs it keeps are in {len(shared)} groups {sorted(shared)[:3]}, not one queue")
     return found
+
+
+def _workflow_group(wf: dict[str, Any]) -> Any:
+    """The workflow-level concurrency group (a string, maybe with expressions), or None."""
+    block = wf.get("concurrency")
+    return block.get("group") if isinstance(block, dict) else block
+
+
+def _run_groups(group: Any, ctx: dict[str, Any]) -> set[str]:
+    """The group a run with these values takes, under two run ids: one member when every such run
+    shares it, two when each run has its own."""
+    return {interpolate(group, {**ctx, "github.run_id": run_id}) for run_id in (1001, 1002)}
 
 
 def _watched_runs(wf: dict[str, Any]) -> list[dict[str, Any]]:
@@ -1688,8 +1698,7 @@ def _skipped_apart(s: Setup) -> list[str]:
     group that no other run can have."""
     found = []
     for n, wf in s.workflows.items():
-        block = wf.get("concurrency")
-        group = block.get("group") if isinstance(block, dict) else block
+        group = _workflow_group(wf)
         if "workflow_run" not in triggers(wf) or not group:
             continue
         watched = _watched_runs(wf)
@@ -1700,7 +1709,7 @@ def _skipped_apart(s: Setup) -> list[str]:
         for ctx in watched:
             try:
                 runs = any(_job_runs(wf, j, ctx) for j in wf.get("jobs") or {})
-                groups = {interpolate(group, {**ctx, "github.run_id": run_id}) for run_id in (1001, 1002)}
+                groups = _run_groups(group, ctx)
             except ExpressionError as exc:
                 found.append(f"{n}: {exc}")
                 break
@@ -1727,14 +1736,13 @@ def _skipped_apart(s: Setup) -> list[str]:
 )
 def _working_grouped(s: Setup) -> list[str]:
     """For workflow_run workflows and those in SHARED_MAIN_GROUPS, what a concurrency group is for
-    where the runs do work: a group per run id queues
-    nothing (two pages deployments at once); two gates' comment runs in one group replace each
-    other's waiting comment; a pages build by push in another group than the builds after history
-    overlaps them (SHARED_MAIN_GROUPS says why those share one)."""
+    where the runs do work: a group per run id queues nothing (two pages deployments at once); two
+    gates' comment runs in one group replace each other's waiting comment; a pages build by push in
+    another group than the builds after history overlaps them (SHARED_MAIN_GROUPS says why those
+    share one)."""
     found = []
     for n, wf in s.workflows.items():
-        block = wf.get("concurrency")
-        group = block.get("group") if isinstance(block, dict) else block
+        group = _workflow_group(wf)
         if not group:
             continue
         # Main's own runs elsewhere are per run id on purpose (concurrency-groups-apart).
@@ -1745,7 +1753,7 @@ def _working_grouped(s: Setup) -> list[str]:
         for ctx in contexts:
             try:
                 jobs = tuple(j for j in wf.get("jobs") or {} if _job_runs(wf, j, ctx))
-                groups = {interpolate(group, {**ctx, "github.run_id": run_id}) for run_id in (1001, 1002)}
+                groups = _run_groups(group, ctx)
             except ExpressionError as exc:
                 found.append(f"{n}: {exc}")
                 break
