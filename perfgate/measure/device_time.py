@@ -76,16 +76,17 @@ def device_time_from_events(events: Iterable[Mapping[str, Any]], steps: int) -> 
     )
 
 
-def device_ms_per_marked_step(events: Iterable[Mapping[str, Any]], prefix: str = STEP_MARK) -> dict[str, list[float]]:
-    """The GPU busy time (ms) of each marked step, per label, in the order the steps ran.
+def marked_activities(
+    events: Iterable[Mapping[str, Any]], prefix: str = STEP_MARK
+) -> list[tuple[str, dict[Any, list[tuple[float, float]]]]]:
+    """Each marked step's device activities, as (label, {device: [(start, end) us]}), in the order
+    the steps ran.
 
     A step's GPU work runs after its host code returned (launches are asynchronous), so it is told
     by its launch, not by its time: each device activity carries CUPTI's correlation id, the same
     as the runtime or driver call that launched it (kernels replayed from a CUDA graph carry the
     `cudaGraphLaunch`'s), and that call lies inside the step's `record_function` range (kineto's
-    `user_annotation` events). Activities launched outside every mark (a synchronize) are left out;
-    each step's own activities are merged per device and summed over devices, like
-    `device_time_from_events`'s, so a step on two GPUs reads here what the stored figure reads."""
+    `user_annotation` events). Activities launched outside every mark (a synchronize) are left out."""
     marks: list[tuple[float, float, str]] = []
     launches: dict[Any, float] = {}
     activities: list[tuple[Any, Any, float, float]] = []
@@ -108,8 +109,15 @@ def device_ms_per_marked_step(events: Iterable[Mapping[str, Any]], prefix: str =
         i = bisect.bisect_right(starts, launched) - 1 if launched is not None else -1
         if i >= 0 and launched <= marks[i][1]:  # type: ignore[operator]
             per_mark[i][device].append((start, end))
+    return [(label, dict(per_device)) for (_, _, label), per_device in zip(marks, per_mark, strict=True)]
+
+
+def device_ms_per_marked_step(events: Iterable[Mapping[str, Any]], prefix: str = STEP_MARK) -> dict[str, list[float]]:
+    """The GPU busy time (ms) of each marked step, per label, in the order the steps ran: its
+    activities (`marked_activities`) merged per device and summed over devices, like
+    `device_time_from_events`'s, so a step on two GPUs reads here what the stored figure reads."""
     out: dict[str, list[float]] = defaultdict(list)
-    for (_, _, label), per_device in zip(marks, per_mark, strict=True):
+    for label, per_device in marked_activities(events, prefix):
         out[label].append(sum(merged_us(iv) for iv in per_device.values()) / 1000)
     return dict(out)
 
