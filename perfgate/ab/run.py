@@ -215,6 +215,7 @@ class ABResult:
     mode: str = "processes"
     processes: int = 0
     wall_s: float = 0.0
+    stopped: str | None = None  # why the budget stopped it with cases undecided (_past_budget)
 
 
 Measure = Callable[[Side, Sequence[str]], SideRun]
@@ -237,16 +238,19 @@ def run_ab(
     result = ABResult(base=base.label, head=head.label, pairs={c: [] for c in cases})
     undecided = list(cases)
     base_failed: dict[str, list[str]] = {}  # case -> why the base's process failed it, pair by pair
-    t0 = time.perf_counter()
+    t0, last_s = time.perf_counter(), 0.0
     for i in range(max_pairs):
         if not undecided:
             break
-        if time.perf_counter() - t0 > budget_s:
+        if (why := _past_budget(t0, last_s, budget_s, "pair")) is not None:
+            result.stopped = why
             if progress:
-                progress(f"budget of {budget_s:g} s spent after {i} pair(s); {len(undecided)} case(s) undecided")
+                progress(f"{why} after {i} pair(s); {len(undecided)} case(s) undecided")
             break
+        started = time.perf_counter()
         order = [base, head] if rng.random() < 0.5 else [head, base]
         got = {s.name: measure_fn(s, undecided) for s in order}
+        last_s = time.perf_counter() - started
         result.processes += 2
         for case in list(undecided):
             failed = [f"{name}: {run.failed[case]}" for name, run in got.items() if case in run.failed]
@@ -297,6 +301,18 @@ def run_ab(
     return result
 
 
+def _past_budget(t0: float, last_s: float, budget_s: float, what: str) -> str | None:
+    """Why another pair (or process) is not started, or None: the budget is spent, or the next would
+    end past it if it takes as long as the last one did (the budget is checked between them, and a
+    caller's own time limit, such as a CI step's, kills one that overruns with nothing written)."""
+    elapsed = time.perf_counter() - t0
+    if elapsed > budget_s:
+        return f"budget of {budget_s:g} s spent"
+    if elapsed + last_s > budget_s:
+        return f"budget of {budget_s:g} s: another {what} (the last took {last_s:.0f} s) would end past it"
+    return None
+
+
 BASE_FAILURES = 2  # pairs (or interleaved processes) in which only the base failed a case before it is left uncompared
 
 
@@ -333,6 +349,8 @@ def result_json(result: ABResult, verdicts: Sequence[Verdict]) -> dict:
             "median_ms": r.median_ms,
             "normalised_median": r.normalised_median,
             "peak_mem_mib": r.peak_mem_mib,
+            "device_ms_per_step": r.device_ms_per_step,
+            "kernels_per_step": r.kernels_per_step,
             "unreliable": r.unreliable,
         }
 
@@ -341,6 +359,7 @@ def result_json(result: ABResult, verdicts: Sequence[Verdict]) -> dict:
         "head": result.head,
         "processes": result.processes,
         "wall_s": result.wall_s,
+        "stopped": result.stopped,
         "new": result.new,
         "removed": result.removed,
         "skipped": result.skipped,
@@ -351,6 +370,8 @@ def result_json(result: ABResult, verdicts: Sequence[Verdict]) -> dict:
             for case, pairs in result.pairs.items()
             if pairs
         },
+        # interleaved mode: each worker process's row (its rounds' ratio, each side's device-time blocks)
+        "interleaved": {case: [row.to_json() for row in rows] for case, rows in result.interleaved.items() if rows},
     }
 
 
@@ -373,10 +394,16 @@ def run_interleaved(
     result = ABResult(base=base.label, head=head.label, mode="interleaved")
     undecided = list(cases)
     base_failed: dict[str, list[str]] = {}  # case -> why the base's code raised, process by process
-    t0 = time.perf_counter()
+    t0, last_s = time.perf_counter(), 0.0
     for i in range(max_processes):
-        if not undecided or time.perf_counter() - t0 > budget_s:
+        if not undecided:
             break
+        if (why := _past_budget(t0, last_s, budget_s, "process")) is not None:
+            result.stopped = why
+            if progress:
+                progress(f"{why} after {i} process(es); {len(undecided)} case(s) undecided")
+            break
+        started = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="perfgate-ab-") as tmp:
             out = Path(tmp) / "interleaved.json"
             job = Job(
@@ -400,6 +427,7 @@ def run_interleaved(
             except ResultsError as exc:
                 raise ABError(f"the interleaved measurement failed: {exc}") from None
         result.processes += 1
+        last_s = time.perf_counter() - started
         for case in list(undecided):
             row = got.get(case) or NotMeasured(case=case, error="no result")
             if isinstance(row, NotMeasured) and row.raised and row.side == "base":
