@@ -100,11 +100,14 @@ def run(args: argparse.Namespace) -> int:
         return run_counts(args)
     if args.max_pairs < MIN_PAIRS:
         raise CommandError(f"--max-pairs {args.max_pairs}: at least {MIN_PAIRS} pairs are needed to judge")
+    if args.base is not None and not args.base.strip():
+        # a script's empty variable, which would otherwise compare against the merge base unsaid
+        raise CommandError("--base is empty: give a revision, or leave --base out for the merge base with main")
     selection = [a for a in args.pytest_args if a != "--"]
     try:
         repo = Path(ab_run.git(Path.cwd(), "rev-parse", "--show-toplevel"))
         policy = policy_mod.load(repo / "pyproject.toml")
-        base = ab_run.checkout(repo, args.base or ab_run.default_base(repo), "base")
+        base = ab_run.checkout(repo, args.base if args.base is not None else ab_run.default_base(repo), "base")
         if args.base_python:
             base = replace(base, python=base_python(args.base_python))
         head = ab_run.checkout(repo, args.head, "head") if args.head else ab_run.working_tree(repo)

@@ -544,3 +544,14 @@ def test_a_change_to_the_locks_is_said_unmeasured_unless_the_base_has_its_own_py
     assert ab_cmd.base_python("./base-python") == str(own) and ab_cmd.base_python("python3") == "python3"
     monkeypatch.chdir(repo)
     assert main(["ab", "--base-python", "/bin/false", "--", "--perfgate-device", "cpu"]) == EXIT_BAD_INPUT
+
+
+@pytest.mark.parametrize("given", ["", "  "])
+def test_an_empty_base_is_refused_not_read_as_the_merge_base(given: str, monkeypatch, capsys) -> None:
+    """A script's empty variable (`--base "$BASE"` where committing the base failed) compared the
+    merge base unsaid; it is one line naming the option, before anything runs."""
+    from perfgate.cli import EXIT_BAD_INPUT, main
+
+    monkeypatch.setattr(ab_run, "default_base", lambda repo: pytest.fail("read as no --base"))
+    assert main(["ab", "--base", given, "--", "--perfgate-device", "cpu"]) == EXIT_BAD_INPUT
+    assert "--base is empty: give a revision" in capsys.readouterr().err

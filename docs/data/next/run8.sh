@@ -19,6 +19,7 @@ IDX=$W/ab-index; T=$(GIT_INDEX_FILE=$IDX git add -A . && GIT_INDEX_FILE=$IDX git
 BASE=$(GIT_AUTHOR_NAME=run8 GIT_AUTHOR_EMAIL=run8@localhost GIT_COMMITTER_NAME=run8 GIT_COMMITTER_EMAIL=run8@localhost \
   git commit-tree "$T" -p HEAD -m "run8: the tree as it is here")
 { git log --oneline -1; git status --porcelain --untracked-files=no | head; echo "base $BASE (tree $T)"; } > "$W/commit.txt" 2>&1
+[ -n "$BASE" ] || { echo "run8: could not commit the tree as the base: $(cat "$W/commit.txt")"; keep; exit 3; }
 DEV=cuda SIZE=full TIER=pr EAGER="wan-vae or physicsnemo" COMPILED="bf16+compile and not fp8"
 [ -n "${REHEARSE:-}" ] && { DEV=cpu SIZE=tiny TIER=cpu-pr EAGER=physicsnemo-block-tiny-baseline COMPILED=physicsnemo-train-tiny-baseline; }
 # Each side's process measures only what the verdicts need: the step's rounds, no energy window, no FLOPs.
@@ -29,9 +30,12 @@ SEL="--perfgate-device $DEV --perfgate-models physicsnemo-block --perfgate-varia
 # checked before each pair, not within one; `timeout` bounds each mode by what is left of the call.
 for m in interleaved processes; do
   echo "[$(el)s] perfgate ab --mode $m"
-  # shellcheck disable=SC2086 # SEL is a list of pytest arguments
   lim=$(left 200); [ "$lim" -gt 10 ] || lim=10
-  timeout "$lim" python3 -m perfgate ab --base "$BASE" --mode $m --max-processes 3 --max-pairs 3 --budget-s "${AB_S:-150}" \
+  # its own budget inside the kill: no pair is started that would end past it at the last one's pace,
+  # and what it measured is written (a pair is two processes of ~30 s on a GPU, plus the collect)
+  bud=$(( lim - 30 )); [ "$bud" -lt "${AB_S:-150}" ] || bud=${AB_S:-150}; [ "$bud" -gt 5 ] || bud=5
+  # shellcheck disable=SC2086 # SEL is a list of pytest arguments
+  timeout "$lim" python3 -m perfgate ab --base "$BASE" --mode $m --max-processes 3 --max-pairs 3 --budget-s "$bud" \
     --json "$W/ab-$m.json" -- $SEL > "$W/ab-$m.out" 2>&1; rc=$?; echo "[$(el)s] ab $m rc $rc"; tail -15 "$W/ab-$m.out"
   keep
 done
