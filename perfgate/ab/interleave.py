@@ -29,7 +29,7 @@ import os
 import random
 import statistics
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -39,7 +39,7 @@ import torch
 from perfgate.ab.job import NO_BASE_FILE, CaseResult, Job, Measured, NotMeasured, write_results
 from perfgate.cases.conversions import VariantError
 from perfgate.measure.core import make_timer, private_copy
-from perfgate.measure.memory import MemoryTracker
+from perfgate.measure.memory import MemoryTracker, Resident
 from perfgate.measure.rounds import timed_rounds
 from perfgate.measure.stats import StopRule
 
@@ -74,15 +74,27 @@ def measure_interleaved(
     stop: StopRule = StopRule(),
     warmup_rounds: int = 5,
     seed: int = 0,
+    resident: Mapping[str, Resident] | None = None,
+    graphs: bool = False,
 ) -> Interleaved:
     """Alternate the two steps round by round (random order, an untimed call before each timed one)
-    until the median ratio is known to `stop.precision`, or a bound of `stop` is hit."""
+    until the median ratio is known to `stop.precision`, or a bound of `stop` is hit.
+
+    Each side's peak memory is what a process of its own would read (`PeakMemory.alone`): what
+    `resident[side]` holds (its build, given) and its untimed calls here left, plus its step's peak
+    over what was allocated on entry; the reserved figures for a CUDA-graph variant (`graphs`)."""
     device = torch.device(device)
     timer = make_timer(device)
-    out_base, out_head = private_copy(base()), private_copy(head())  # for accuracy, as measure() keeps it
-    for _ in range(warmup_rounds):
-        base()
-        head()
+    res = resident or {side: Resident(device=device) for side in ("base", "head")}
+    with res["base"].adding():
+        out_base = private_copy(base())  # for accuracy, as measure() keeps it
+    with res["head"].adding():
+        out_head = private_copy(head())
+    for _ in range(warmup_rounds):  # a graph's capture, a compiled step's caches: what the side keeps
+        with res["base"].adding():
+            base()
+        with res["head"].adding():
+            head()
     # Each side called once untimed right before it is timed, as the suite times a step after the
     # reference workload; the order drawn each round, so neither side always runs second.
     r = timed_rounds(
@@ -94,11 +106,11 @@ def measure_interleaved(
         order=random.Random(seed),
     )
     peaks = []
-    for step in (base, head):
+    for side, step in (("base", base), ("head", head)):
         with MemoryTracker(device) as mem:
             step()
             step()
-        peaks.append(mem.result.peak_mem_mib if mem.result else None)
+        peaks.append(mem.result.alone(res[side]).gated(graphs) if mem.result else None)
     return Interleaved(
         samples_base_ms=r.samples_ms["base"],
         samples_head_ms=r.samples_ms["head"],
@@ -243,6 +255,18 @@ def _build(side: str, case: Any, spec: ModelSpec, device: torch.device) -> Any:
     return OnSide(side, build, counted=False)()
 
 
+def _warm_libraries(device: torch.device) -> None:
+    """cuBLAS's and cuBLASLt's workspaces allocated before either side is built: the first GEMM of a
+    process allocates them (megabytes, kept), which would count in the resident memory of whichever
+    side was built first."""
+    if device.type != "cuda":
+        return
+    for dtype in (torch.float32, torch.bfloat16):
+        x = torch.ones(8, 8, device=device, dtype=dtype)
+        torch.nn.functional.linear(x, x, x[0])  # addmm with a bias: cuBLASLt where torch uses it
+        torch.mm(x, x)
+
+
 def _alone(side: str, case: Any, spec: ModelSpec, steps: int) -> None:
     """One side's case built afresh and stepped `steps` times (then synchronised), alone in this
     process. A CUDA error left sticky in the context fails it too (blamed on the head, which is
@@ -269,11 +293,14 @@ def _measure_both(case_id: str, cases: dict[str, Any], head_root: Path, base_roo
         return NotMeasured(case=case_id, error=NO_BASE_FILE)
     device = torch.device(case.device)
     isolate(device)
+    _warm_libraries(device)
     built = {}
+    resident = {side: Resident(device=device) for side in ("base", "head")}
     # Built in a random order: the model built second sits elsewhere in memory, and a fixed order
     # read as a steady -1% on the world model; random, it is noise that the processes average.
     for side, spec in random.sample([("base", spec_b), ("head", head_spec)], 2):
-        built[side] = _build(side, case, spec, device)
+        with resident[side].adding():  # its weights, inputs, reference output, conversion
+            built[side] = _build(side, case, spec, device)
     # Each step tagged with its side (one Python frame on both sides alike): an exception in the
     # rounds, the device window or the memory pass names the revision whose code raised it.
     base_step: Callable[[], Any] = OnSide("base", built["base"].step)
@@ -290,7 +317,15 @@ def _measure_both(case_id: str, cases: dict[str, Any], head_root: Path, base_roo
 
         if spec := load_sized(sized).get(case_id):
             head_step = sized_step(spec, head_step, built["head"].converted.module)
-    m = measure_interleaved(base_step, head_step, device, stop=stop, seed=random.randrange(2**31))
+    m = measure_interleaved(
+        base_step,
+        head_step,
+        device,
+        stop=stop,
+        seed=random.randrange(2**31),
+        resident=resident,
+        graphs=case.variant_obj.uses_cuda_graphs,
+    )
     step_s = statistics.median(m.samples_base_ms + m.samples_head_ms) / 1000
     device_blocks, device_error = device_window(base_step, head_step, device, step_s)
     acc = {

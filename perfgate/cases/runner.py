@@ -256,9 +256,7 @@ def case_record(built: BuiltCase, m: Measurement, opts: RunOptions, telemetry_su
     tol = tolerance_for(case.variant, opts.tolerances)
     summary = m.summary
     throughput = {unit: n / (summary["median_ms"] / 1e3) for unit, n in wl.throughput.items()}
-    # Activations of a CUDA-graph variant live in the graph's private pool, reserved but not
-    # allocated during replay: the reserved peak is the honest figure for graph variants.
-    graphs = variant.uses_cuda_graphs
+    graphs = variant.uses_cuda_graphs  # its peak the reserved one (PeakMemory.gated says why)
     if built.flop_count is not None:
         flop_fields = flops.flops_extra_info(built.flop_count, summary["median_ms"], device, conv.info)
     else:
@@ -280,7 +278,7 @@ def case_record(built: BuiltCase, m: Measurement, opts: RunOptions, telemetry_su
         timer=m.timer,
         samples_ms=m.samples_ms,
         tail_note=tail_note(len(m.samples_ms)),
-        peak_mem_mib=m.memory.reserved_mem_mib if graphs else m.memory.peak_mem_mib,
+        peak_mem_mib=m.memory.gated(graphs),
         reserved_mem_mib=m.memory.reserved_mem_mib,
         mem_method="cuda_reserved (graph pool)" if graphs else m.memory.method,
         accuracy=accuracy.metrics(m.output, built.reference, kind=wl.output_kind),

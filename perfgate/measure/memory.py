@@ -14,7 +14,9 @@ import ctypes.util
 import gc
 import re
 import threading
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -31,6 +33,49 @@ class PeakMemory:
     peak_mem_mib: float  # allocated (CUDA) or RSS high-water delta (CPU)
     reserved_mem_mib: float | None  # CUDA caching allocator reserve; None on the CPU
     method: str  # "cuda_allocator", "vmhwm", "rss_sampler"
+    entry_mem_mib: float | None = None  # CUDA: allocated on entry (the peaks above include it); None on the CPU
+    entry_reserved_mib: float | None = None  # CUDA: reserved on entry
+
+    def gated(self, graphs: bool) -> float | None:
+        """The figure the memory gate judges. A CUDA graph's pool is reserved at capture and not
+        allocated during replay: the reserved peak is the honest figure for graph variants."""
+        return self.reserved_mem_mib if graphs else self.peak_mem_mib
+
+    def alone(self, resident: Resident) -> PeakMemory:
+        """This region's peak as a process holding only `resident`'s code would read it, in a process
+        holding more (perfgate ab's interleaved worker builds both revisions' models): on CUDA what that
+        code keeps resident plus the region's peak over what was allocated (reserved) on entry, which
+        is what the absolute peak of a process of its own is made of. The CPU figure is kept: the
+        growth of the RSS high-water mark during the region, which never held the weights built
+        before it, so the other side's are not in it either (nor the side's own, unlike on CUDA)."""
+        if self.entry_mem_mib is None or self.entry_reserved_mib is None or self.reserved_mem_mib is None:
+            return self
+        return replace(
+            self,
+            peak_mem_mib=resident.allocated_mib + self.peak_mem_mib - self.entry_mem_mib,
+            reserved_mem_mib=resident.reserved_mib + self.reserved_mem_mib - self.entry_reserved_mib,
+            method=f"{self.method} (resident + peak over entry)",
+        )
+
+
+@dataclass(kw_only=True)
+class Resident:
+    """What the code run inside `adding()` left allocated and reserved on a CUDA device, MiB: one
+    side's share of a process that holds two (its build, its first calls). Zero off CUDA."""
+
+    device: torch.device
+    allocated_mib: float = 0.0
+    reserved_mib: float = 0.0
+
+    @contextmanager
+    def adding(self) -> Iterator[None]:
+        if self.device.type != "cuda":
+            yield
+            return
+        alloc, res = torch.cuda.memory_allocated(self.device), torch.cuda.memory_reserved(self.device)
+        yield
+        self.allocated_mib += (torch.cuda.memory_allocated(self.device) - alloc) / MIB
+        self.reserved_mib += (torch.cuda.memory_reserved(self.device) - res) / MIB
 
 
 def _read_status_kib(field: str, status: str | None = None) -> int:
@@ -99,7 +144,7 @@ class MemoryTracker:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
-            self._base_alloc = torch.cuda.memory_allocated(self.device)
+            self._entry = (torch.cuda.memory_allocated(self.device), torch.cuda.memory_reserved(self.device))
             self._sampler = None
         else:
             gc.collect()
@@ -119,6 +164,8 @@ class MemoryTracker:
                 peak_mem_mib=torch.cuda.max_memory_allocated(self.device) / MIB,
                 reserved_mem_mib=torch.cuda.max_memory_reserved(self.device) / MIB,
                 method="cuda_allocator",
+                entry_mem_mib=self._entry[0] / MIB,
+                entry_reserved_mib=self._entry[1] / MIB,
             )
         elif self._sampler is None:
             peak_kib = _read_status_kib("VmHWM") - self._base_kib

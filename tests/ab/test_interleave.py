@@ -71,3 +71,66 @@ def test_each_sides_first_output_is_kept_though_the_step_overwrites_it(clock):
     stop = StopRule(precision=0.01, min_rounds=3, max_rounds=3, budget_s=float("inf"))
     m = measure_interleaved(overwriting(2.0), overwriting(3.0), "cpu", stop=stop, warmup_rounds=2, seed=1)
     assert m.out_base.tolist() == [1.0] * 3 and m.out_head.tolist() == [1.0] * 3
+
+
+def _fake_worker(monkeypatch, clock, sides: dict[str, tuple[float, float, float]], *, graphs: bool = False):
+    """One interleaved worker's case on a fake CUDA device (tests/fake_cuda_memory.py), through
+    measure_case: each side built (weights MiB, a graph's pool MiB reserved at capture) and stepped
+    (activations MiB, freed at the step's end; none outside the pool for a graph) in one process."""
+    from types import SimpleNamespace
+
+    from perfgate.ab import interleave
+    from perfgate.cases import accuracy
+    from perfgate.measure.core import CpuTimer
+    from tests import fake_cuda_memory
+    from tests.fake_cuda_memory import Block
+
+    alloc = fake_cuda_memory.install(monkeypatch)
+
+    def build(side, case, spec, device):
+        weights_mib, act_mib, pool_mib = sides[spec]
+        weights = Block(alloc, weights_mib)
+        alloc.pool(round(pool_mib * 2**20))
+
+        def step() -> str:
+            act = Block(alloc, 0 if graphs else act_mib)
+            clock.takes(1.0)
+            del act
+            return "out"
+
+        return SimpleNamespace(step=step, weights=weights, reference=None, workload=SimpleNamespace(output_kind="x"))
+
+    monkeypatch.setattr(interleave, "base_spec", lambda spec, head, base: "base")
+    monkeypatch.setattr(interleave, "_build", build)
+    monkeypatch.setattr(interleave, "_warm_libraries", lambda device: None)  # real GEMMs: a GPU's
+    monkeypatch.setattr(interleave, "make_timer", lambda device: CpuTimer())
+    monkeypatch.setattr(interleave, "device_window", lambda *a: (None, None))
+    monkeypatch.setattr(accuracy, "metrics", lambda out, ref, kind: {})
+    case = SimpleNamespace(
+        spec="head", device="cuda", variant_obj=SimpleNamespace(uses_cuda_graphs=graphs), model="m", variant="v"
+    )
+    stop = StopRule(min_rounds=3, max_rounds=3, budget_s=float("inf"))
+    return interleave.measure_case("c", {"c": case}, None, None, stop)
+
+
+@pytest.mark.parametrize(
+    ("base", "head", "graphs", "peaks", "verdict"),
+    [
+        ((1000, 50, 0), (1000, 50, 0), False, (1050, 1050), "unchanged"),
+        ((1000, 50, 0), (2000, 50, 0), False, (1050, 2050), "regression"),  # the head's weights doubled
+        ((1000, 50, 100), (1000, 50, 100), True, (1100, 1100), "unchanged"),
+        ((1000, 50, 100), (1000, 50, 200), True, (1100, 1200), "regression"),  # its graph's pool doubled
+    ],
+)
+def test_each_sides_peak_is_what_a_process_of_its_own_reads(clock, monkeypatch, base, head, graphs, peaks, verdict):
+    """Both models live in the worker, so the absolute CUDA peak holds both sides' weights (3050 MiB
+    on either side of a 1000/2000 MiB pair, "unchanged"): each side reads its own build and untimed
+    calls' memory plus its step's peak over entry, the reserved figures for a graph variant, as
+    the stored record of a process of its own; judge_memory's 5% + 16 MiB then tells the change."""
+    from perfgate.ab import verdicts as ab
+    from perfgate.gate.policy import Policy
+
+    row = _fake_worker(monkeypatch, clock, {"base": base, "head": head}, graphs=graphs)
+    assert (row.peak_base_mib, row.peak_head_mib) == pytest.approx(peaks)
+    got = {v.metric: v for v in ab.interleaved_verdicts("x[c]", [row] * 3, Policy(), final=True) or []}
+    assert got["memory"].verdict == verdict, got["memory"].message
