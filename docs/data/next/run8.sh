@@ -26,8 +26,8 @@ DEV=cuda SIZE=full TIER=pr EAGER="wan-vae or physicsnemo" COMPILED="bf16+compile
 SEL="--perfgate-device $DEV --perfgate-models physicsnemo-block --perfgate-variants bf16 --perfgate-sizes $SIZE \
   --perfgate-budget-s 1 --perfgate-energy-window-s 0 --perfgate-no-flops"
 # Processes mode: 3 pairs, the fewest from which device time (a t test) decides; latency's rank test needs 6
-# pairs for "unchanged" and 7 for a regression, so it reads inconclusive here by design. The budget is
-# checked before each pair, not within one; `timeout` bounds each mode by what is left of the call.
+# pairs for "unchanged" and 7 for a regression, so it reads inconclusive here by design. No pair starts
+# that would end past the budget at the last one's pace; `timeout` bounds each mode by what is left of the call.
 for m in interleaved processes; do
   echo "[$(el)s] perfgate ab --mode $m"
   lim=$(left 200); [ "$lim" -gt 10 ] || lim=10
