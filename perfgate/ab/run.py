@@ -108,16 +108,22 @@ def side_env(side: Side, extra: dict[str, str] | None = None, harness: Path | No
     return {**env, **(extra or {})}
 
 
+COLLECT_TIMEOUT_S = 600
+
+
 def collect(side: Side, selection: Sequence[str]) -> list[str]:
     """The case ids the side's suite would run for `selection` (skipped ones included)."""
-    r = subprocess.run(
-        [side.python, "-m", "pytest", "benchmarks", "--collect-only", "-q", "-p", "no:cacheprovider", *selection],
-        cwd=side.root,
-        env=side_env(side),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    try:
+        r = subprocess.run(
+            [side.python, "-m", "pytest", "benchmarks", "--collect-only", "-q", "-p", "no:cacheprovider", *selection],
+            cwd=side.root,
+            env=side_env(side),
+            capture_output=True,
+            text=True,
+            timeout=COLLECT_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        raise ABError(f"{side.name} ({side.label}): collecting the cases ran past {COLLECT_TIMEOUT_S} s") from None
     ids = [line.split("[", 1)[1].rstrip("]") for line in r.stdout.splitlines() if "::test_step[" in line]
     if r.returncode not in (0, 5) or (r.returncode == 5 and not ids):
         tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
@@ -166,7 +172,11 @@ def measure(
             *selection,
         ]
         env = side_env(side, env)
-        r = subprocess.run(cmd, cwd=side.root, env=env, capture_output=True, text=True, timeout=timeout_s)
+        try:
+            r = subprocess.run(cmd, cwd=side.root, env=env, capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:  # killed: it wrote nothing; the side's failure, not the whole A/B's
+            why = f"{side.name} process ran past {timeout_s:g} s and was stopped"
+            return SideRun(failed=dict.fromkeys(case_ids, why))
         try:
             records = load_records(out, samples=True) if out.is_file() else {}
             said = load_verdicts(verdicts) if verdicts.is_file() else None

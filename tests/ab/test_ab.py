@@ -555,3 +555,18 @@ def test_an_empty_base_is_refused_not_read_as_the_merge_base(given: str, monkeyp
     monkeypatch.setattr(ab_run, "default_base", lambda repo: pytest.fail("read as no --base"))
     assert main(["ab", "--base", given, "--", "--perfgate-device", "cpu"]) == EXIT_BAD_INPUT
     assert "--base is empty: give a revision" in capsys.readouterr().err
+
+
+def test_a_side_process_that_runs_past_its_limit_is_that_sides_failure(tmp_path: Path, monkeypatch) -> None:
+    """A hung process was a traceback that lost every verdict of the A/B; now its cases fail on that
+    side (a base's is measured again, a head's is an error), and a hung collect is one line."""
+
+    def hangs(cmd, **kw):
+        raise subprocess.TimeoutExpired(cmd, kw["timeout"])
+
+    monkeypatch.setattr(ab_run.subprocess, "run", hangs)
+    side = ab_run.Side(name="base", label="b", sha="2" * 40, root=tmp_path, cache=tmp_path / "cache")
+    got = ab_run.measure(side, ["m-tiny-baseline"], [], timeout_s=60)
+    assert got.failed == {"m-tiny-baseline": "base process ran past 60 s and was stopped"} and not got.records
+    with pytest.raises(ab_run.ABError, match=r"^base \(b\): collecting the cases ran past 600 s$"):
+        ab_run.collect(side, [])
