@@ -242,8 +242,11 @@ def run_ab(
     budget_s: float = 3600.0,
     seed: int | None = None,
     progress: Callable[[str], None] | None = None,
+    told_to_stop: Callable[[], str | None] = lambda: None,
 ) -> ABResult:
-    """Pairs of processes, in random order, until every case is decided or a budget runs out."""
+    """Pairs of processes, in random order, until every case is decided, a budget runs out or it is
+    told to stop (`told_to_stop` says why: a signal, perfgate.commands.ab): a pair cut short by that
+    is dropped, not read as its processes' failures, and what the earlier pairs decided is kept."""
     rng = random.Random(seed)
     result = ABResult(base=base.label, head=head.label, pairs={c: [] for c in cases})
     undecided = list(cases)
@@ -252,7 +255,7 @@ def run_ab(
     for i in range(max_pairs):
         if not undecided:
             break
-        if (why := _past_budget(t0, last_s, budget_s, "pair")) is not None:
+        if (why := told_to_stop() or _past_budget(t0, last_s, budget_s, "pair")) is not None:
             result.stopped = why
             if progress:
                 progress(f"{why} after {i} pair(s); {len(undecided)} case(s) undecided")
@@ -262,6 +265,11 @@ def run_ab(
         got = {s.name: measure_fn(s, undecided) for s in order}
         last_s = time.perf_counter() - started
         result.processes += 2
+        if (why := told_to_stop()) is not None:  # its processes were killed with it: nothing to read
+            result.stopped = why
+            if progress:
+                progress(f"{why} during pair {i + 1}: that pair dropped; {len(undecided)} case(s) undecided")
+            break
         for case in list(undecided):
             failed = [f"{name}: {run.failed[case]}" for name, run in got.items() if case in run.failed]
             if failed and case not in got["head"].failed and case in got["head"].records:
@@ -398,9 +406,11 @@ def run_interleaved(
     env: dict[str, str] | None = None,
     harness: Path | None = None,
     progress: Callable[[str], None] | None = None,
+    told_to_stop: Callable[[], str | None] = lambda: None,
 ) -> ABResult:
     """Interleaved mode: fresh processes of the head's checkout, each measuring both revisions' model
-    code round by round (perfgate.ab.interleave), until every case is decided or a budget runs out."""
+    code round by round (perfgate.ab.interleave), until every case is decided, a budget runs out or
+    it is told to stop (as `run_ab`: the process cut short by that is dropped)."""
     result = ABResult(base=base.label, head=head.label, mode="interleaved")
     undecided = list(cases)
     base_failed: dict[str, list[str]] = {}  # case -> why the base's code raised, process by process
@@ -408,7 +418,7 @@ def run_interleaved(
     for i in range(max_processes):
         if not undecided:
             break
-        if (why := _past_budget(t0, last_s, budget_s, "process")) is not None:
+        if (why := told_to_stop() or _past_budget(t0, last_s, budget_s, "process")) is not None:
             result.stopped = why
             if progress:
                 progress(f"{why} after {i} process(es); {len(undecided)} case(s) undecided")
@@ -429,6 +439,12 @@ def run_interleaved(
             r = subprocess.run(
                 cmd, cwd=head.root, env=side_env(head, env, harness), capture_output=True, text=True, timeout=3600
             )
+            if (why := told_to_stop()) is not None:  # the worker was killed with it: nothing to read
+                result.processes += 1
+                result.stopped = why
+                if progress:
+                    progress(f"{why} during process {i + 1}: that process dropped; {len(undecided)} case(s) undecided")
+                break
             if not out.is_file():
                 tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
                 raise ABError(f"the interleaved measurement failed: {tail[0]}")

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from perfgate.commands import CommandError
 from perfgate.exitcodes import FAILED as EXIT_REGRESSION
@@ -138,6 +141,9 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(str(exc)) from None
     if env_note:
         progress(env_note)
+    # A CI step's time limit (or `timeout`) sends SIGTERM, to the processes being measured too: the
+    # comparison stops there and still writes what it decided, instead of dying with nothing written.
+    told, previous = _told_to_stop()
     try:
         if mode == "interleaved":
             result = ab_run.run_interleaved(
@@ -149,6 +155,7 @@ def run(args: argparse.Namespace) -> int:
                 budget_s=args.budget_s,
                 device=selection_device(selection),
                 progress=progress,
+                told_to_stop=told,
             )
         else:
             result = ab_run.run_ab(
@@ -161,9 +168,12 @@ def run(args: argparse.Namespace) -> int:
                 budget_s=args.budget_s,
                 seed=args.seed,
                 progress=progress,
+                told_to_stop=told,
             )
     except ab_run.ABError as exc:
         raise CommandError(str(exc)) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     result.notes += [env_note] if env_note else []
     result.new += [c for c in head_cases if c not in set(base_cases)]
     result.removed = [c for c in base_cases if c not in set(head_cases)]
@@ -182,6 +192,17 @@ def run(args: argparse.Namespace) -> int:
     if args.markdown:
         files.write_text(args.markdown, markdown.ab_summary(result, verdicts))
     return EXIT_REGRESSION if gate.failing(verdicts, fail_on_improvement=args.ratchet) else 0
+
+
+def _told_to_stop() -> tuple[Callable[[], str | None], Any]:
+    """SIGTERM noted instead of ending the process: (why it was told to stop, or None; the handler it
+    replaced)."""
+    said: list[str] = []
+
+    def note(signum: int, frame: Any) -> None:
+        said.append(f"stopped by {signal.Signals(signum).name}")
+
+    return (lambda: said[0] if said else None), signal.signal(signal.SIGTERM, note)
 
 
 def base_python(path: str) -> str:

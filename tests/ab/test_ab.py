@@ -570,3 +570,62 @@ def test_a_side_process_that_runs_past_its_limit_is_that_sides_failure(tmp_path:
     assert got.failed == {"m-tiny-baseline": "base process ran past 60 s and was stopped"} and not got.records
     with pytest.raises(ab_run.ABError, match=r"^base \(b\): collecting the cases ran past 600 s$"):
         ab_run.collect(side, [])
+
+
+def test_told_to_stop_mid_pair_keeps_what_was_decided_and_reads_no_failure(tmp_path: Path) -> None:
+    """A CI step's limit (`timeout`) sends SIGTERM to perfgate ab and the processes it measures: the
+    pair cut short is dropped, not read as the killed processes' failures (the head's would be an
+    error), the comparison says why it stopped, and what it decided before is kept."""
+    import signal
+
+    from perfgate.commands import ab as ab_cmd
+    from perfgate.record import CaseRecord
+
+    told, previous = ab_cmd._told_to_stop()
+    try:
+        calls = [0]
+
+        def measure_fn(side, cases):
+            calls[0] += 1
+            if calls[0] > 2:  # the second pair: the signal reaches perfgate ab and both processes, which die of it
+                os.kill(os.getpid(), signal.SIGTERM)
+                return ab_run.SideRun(failed={c: f"{side.name} process (exit -15) left no result" for c in cases})
+            return ab_run.SideRun(records={c: CaseRecord(model="m", variant="baseline", device="cpu", median_ms=10.0,
+                                                         samples_ms=[10.0] * 12) for c in cases})  # fmt: skip
+
+        side = {n: ab_run.Side(name=n, label=n, sha=str(i) * 40, root=tmp_path, cache=None)
+                for i, n in enumerate(("base", "head"))}  # fmt: skip
+        result = ab_run.run_ab(side["base"], side["head"], ["m-tiny-baseline"], Policy(), measure_fn=measure_fn,
+                               max_pairs=8, seed=0, told_to_stop=told)  # fmt: skip
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert result.stopped == "stopped by SIGTERM" and result.processes == 4
+    assert len(result.pairs["m-tiny-baseline"]) == 1 and not result.failed
+    assert [v.verdict for v in result.verdicts] != [] and gate.ERROR not in {v.verdict for v in result.verdicts}
+
+    # interleaved mode: the worker killed with it wrote nothing, which is not "the measurement failed"
+    from perfgate.ab.job import write_results
+
+    workers = [0]
+
+    def worker(cmd, **kw):
+        workers[0] += 1
+        job = Job.read(Path(cmd[-1]))
+        if workers[0] == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+            return subprocess.CompletedProcess(cmd, -15, "", "")
+        write_results(job.out, [Measured(case=c, ratio=1.0, rounds=9, median_base_ms=10.0, median_head_ms=10.0,
+                                         contention_cores=0.0, accuracy_base={}, accuracy_head={}, device="cpu",
+                                         model="m", variant="baseline") for c in job.cases])  # fmt: skip
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    told, previous = ab_cmd._told_to_stop()
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(ab_run.subprocess, "run", worker)
+            result = ab_run.run_interleaved(side["base"], side["head"], ["m-tiny-baseline"], Policy(), max_processes=6,
+                                            told_to_stop=told)  # fmt: skip
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    rows = result.interleaved["m-tiny-baseline"]
+    assert (result.stopped, result.processes, len(rows)) == ("stopped by SIGTERM", 2, 1)
