@@ -559,6 +559,22 @@ def test_ci_benchmark_refuses_ab_against_head_itself_before_touching_the_gpu(tmp
     assert fake_python_calls(tmp_path) == []  # no health check, no perfgate ab
 
 
+def test_ci_benchmark_pr_mode_against_head_itself_is_the_stored_gate_alone(tmp_path: Path) -> None:
+    """pr, the default on a GPU, run by hand on main: its A/B would compare main with itself for up to
+    PERFGATE_AB_BUDGET_S; the stored gate, pr's other half, judges every metric instead, said once."""
+    env = fake_python_env(tmp_path, PERFGATE_MODE="pr")
+    repo = scripts_repo_with_origin(tmp_path, env)  # HEAD == origin/main, nothing changed
+    r = run(["scripts/ci-benchmark", "--out", str(tmp_path / "out"), *SMALLEST], env, cwd=repo)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert (
+        f"ci-benchmark: PERFGATE_MODE=pr: the base (the merge base with main) is HEAD itself "
+        f"({head_sha(repo, env)[:10]}): no A/B, the stored gate judges every metric (PERFGATE_MODE=stored)\n"
+    ) in r.stderr
+    calls = fake_python_calls(tmp_path)
+    assert [c[:3] for c in calls][:1] == [["-m", "perfgate", "health"]] and ["-m", "pytest"] in [c[:2] for c in calls]
+    assert ["-m", "perfgate", "ab"] not in [c[:3] for c in calls]
+
+
 @pytest.mark.parametrize("setup", ["a commit on top of main", "PERFGATE_AB_BASE=HEAD~1", "uncommitted changes"])
 def test_ci_benchmark_runs_ab_against_a_base_that_is_not_head(tmp_path: Path, setup: str) -> None:
     env = fake_python_env(tmp_path, PERFGATE_MODE="ab", **({"PERFGATE_AB_BASE": "HEAD~1"} if "HEAD~1" in setup else {}))
