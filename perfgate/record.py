@@ -363,6 +363,9 @@ class CaseRecord:
     contention_cores: float | None = _f()
     throttle: ThrottledRounds | None = _f()  # GPU: rounds dropped as throttled, why, how many remain
     unreliable: str | None = _f()
+    # Why this record is kept out of a baseline being recorded (its passes still disagree after the
+    # re-measurement, perfgate.gate.detectable): the case's previous baseline keeps gating it.
+    not_recorded: str | None = _f()
     # In-run comparisons and the gate's bookkeeping.
     speedup: float | None = _f(None, history=("speedup over eager baseline", "higher"), unit="x")
     speedup_basis: str | None = _f()

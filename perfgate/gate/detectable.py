@@ -21,8 +21,9 @@ Passes that disagree by more than the case's latency tolerance (`DISAGREE`, 5%, 
 CPU's policy allows 50%: a shared 2-core VM moved tiny cases' step/reference ratios 41% and 104%
 between three passes of `scripts/record-baselines --passes 3`) caught a slow phase of the machine (the
 H100 records of 2026-11-26 and -27 read launch-bound cases 9-12% slow): such a case is
-re-measured, and if its passes still disagree it is recorded flagged (`unreliable`), so the gate
-does not judge latency against it.
+re-measured, and if its passes still disagree it is not recorded (`not_recorded`; flagged
+`unreliable` in the run's results): a flagged record would hide the case's older baseline, the one
+each case is judged against being the newest file holding it, and un-gate its latency.
 """
 
 from __future__ import annotations
@@ -150,8 +151,9 @@ def with_pass_noise(
     """The record to store, `latest`, with the noise between the recording passes (`earlier`, then
     it). Passes further apart than `limit` (the case's latency tolerance: a slow phase) re-measure
     the latest once (`remeasure`); a slow phase caught by an earlier pass is then left out where the
-    others agree, and passes still disagreeing flag the record unreliable, so no later run judges
-    latency against it. The noise kept is every measured pass's, the replaced and the left-out ones
+    others agree, and passes still disagreeing flag the record unreliable and `not_recorded`: the
+    recording leaves it out of the new baseline (perfgate.plugin.hooks), so the case's previous
+    baseline keeps gating it. The noise kept is every measured pass's, the replaced and the left-out ones
     too: a slow phase seen while recording is this runner's noise, and a later run can catch one as
     well. The one owner of the rule: the runner's recording passes and the GPU quality run's stored
     record (perfgate.quality.gpu_quality) both take it from here."""
@@ -162,7 +164,7 @@ def with_pass_noise(
         kept, dropped = without_slow_pass([*earlier, record], limit)
         why = disagreement(noise_of(kept), limit)
         if why is not None:
-            record = replace(record, unreliable=why)
+            record = replace(record, unreliable=why, not_recorded=why)
     return replace(record, pass_noise=noise_block(noise_of(measured), dropped=dropped))
 
 
