@@ -296,3 +296,41 @@ def test_the_verdict_says_the_tolerance_bounds_what_a_quiet_case_tells() -> None
     v = judge_latency("c", cur, base, s)
     assert v.verdict == UNCHANGED
     assert v.message.endswith("; detects >= 50.0% here (the 50% tolerance; its passes' noise 3.4%)"), v.message
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        (("latency", "detects_pct"), None),
+        (("latency", "detects_pct"), "3.1%"),
+        (("latency", "detects_pct"), float("nan")),
+        (("latency", "detects_pct"), -5.0),
+        (("latency", "spread_pct"), float("inf")),
+        (("latency", "passes"), "3"),
+        (("latency", "passes"), 1),
+        (("latency",), 3.4),  # a number where the block belongs
+        (("latency",), {"passes": 3, "spread_pct": 1.0}),  # another shape: no detects_pct
+        ((), [3.4]),
+    ],
+)
+def test_a_baseline_with_a_malformed_pass_noise_is_a_one_line_error_naming_the_file(
+    tmp_path: Path, path: tuple[str, ...], value: object
+) -> None:
+    from perfgate.gate import store
+
+    root = Path(_stored(tmp_path, {"c": _agreeing(0.05)}))
+    (file,) = root.glob("*/0001_b.json")
+    data = json.loads(file.read_text())
+    block = data["benchmarks"][0]["extra_info"]
+    assert block["pass_noise"]["latency"]["passes"] == 3  # the producer's block, as stored
+    store.load(file)  # as recorded: sound
+    keys = ("pass_noise", *path)
+    for key in keys[:-1]:
+        block = block[key]
+    block[keys[-1]] = value
+    file.write_text(json.dumps(data))
+    with pytest.raises(store.BaselineError) as err:
+        store.load(file)
+    message = str(err.value)
+    assert message.startswith(f"{file}: benchmark ") and "\n" not in message
+    assert "pass_noise" in message and "record-baselines --passes 3" in message and "restore it" in message
