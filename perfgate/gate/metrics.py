@@ -143,6 +143,13 @@ def within_noise(v: Verdict, base: CaseRecord, metric: str, s: GateSettings) -> 
     return replace(v, message=f"{v.message}; {note}")
 
 
+def judge_instructions_within_noise(case: str, cur: CaseRecord, base: CaseRecord, s: GateSettings) -> Verdict | None:
+    """`judge_instructions` held to the instruction noise the baseline's passes recorded, as latency
+    and device time are: no regression smaller than it is claimed."""
+    v = judge_instructions(case, cur, base, s)
+    return None if v is None else within_noise(v, base, "instructions", s)
+
+
 def _judge_latency(case: str, cur: CaseRecord, base: CaseRecord, s: GateSettings) -> Verdict:
     """Normalised when the policy asks and both sides carry reference samples, else raw (saying why
     when normalisation was asked for). A baseline measured unreliably is not judged against."""
@@ -374,7 +381,7 @@ GATED: tuple[GatedMetric, ...] = (
         better="lower",
         unit="instructions",
         timing=False,  # counted under callgrind: a busy machine does not move it
-        judge=judge_instructions,
+        judge=judge_instructions_within_noise,
     ),
     GatedMetric(
         name="device_time",

@@ -334,3 +334,16 @@ def test_a_baseline_with_a_malformed_pass_noise_is_a_one_line_error_naming_the_f
     message = str(err.value)
     assert message.startswith(f"{file}: benchmark ") and "\n" not in message
     assert "pass_noise" in message and "record-baselines --passes 3" in message and "restore it" in message
+
+
+def test_the_instruction_gate_claims_no_change_below_the_recorded_noise() -> None:
+    from perfgate.gate import policy as policy_mod
+    from perfgate.gate.decide import compare
+
+    counted = [1_000_000.0, 1_050_000.0, 970_000.0]  # three processes counted this far apart
+    passes = [_cpu(10, 2.0, instructions_per_step=c) for c in counted]
+    base = detectable.with_pass_noise(passes[:-1], passes[-1], 0.5, lambda: 1 / 0)
+    assert base.pass_noise is not None and base.pass_noise["instructions"].detects_pct > 10
+    cur = replace(base, instructions_per_step=970_000.0 * 1.02, pass_noise=None)  # +2%: past the 1% tolerance
+    (v,) = [v for v in compare("c", cur, base, policy_mod.Policy()) if v.metric == "instructions"]
+    assert v.verdict == INCONCLUSIVE and "not told apart from noise" in v.message, v.message
