@@ -363,6 +363,9 @@ class CaseRecord:
     contention_cores: float | None = _f()
     throttle: ThrottledRounds | None = _f()  # GPU: rounds dropped as throttled, why, how many remain
     unreliable: str | None = _f()
+    # Why this record is kept out of a baseline being recorded (its passes still disagree after the
+    # re-measurement, perfgate.gate.detectable): the case's previous baseline keeps gating it.
+    not_recorded: str | None = _f()
     # In-run comparisons and the gate's bookkeeping.
     speedup: float | None = _f(None, history=("speedup over eager baseline", "higher"), unit="x")
     speedup_basis: str | None = _f()
@@ -646,4 +649,30 @@ def value_problems(info: Mapping[str, Any]) -> list[str]:
     pooled = info.get("pooled")
     if pooled is not None and (not isinstance(pooled, Mapping) or not _positive_times(pooled.get("samples_ms"))):
         out.append("pooled.samples_ms must be a non-empty list of positive finite milliseconds")
+    out += pass_noise_problems(info.get("pass_noise"))
+    return out
+
+
+def pass_noise_problems(noise: object) -> list[str]:
+    """What is wrong with a `pass_noise` field as read (`PassNoise` per metric; perfgate.gate.detectable),
+    one phrase each: a string or null detects_pct ended a run in a traceback, NaN or a negative one
+    claimed a precision no case has, a block of another shape read silently as "one pass"."""
+    if noise is None:
+        return []
+    again = " (re-record the case in passes: scripts/record-baselines --passes 3)"
+    if not isinstance(noise, Mapping) or not all(isinstance(b, Mapping) for b in noise.values()):
+        return [f"pass_noise must be a table of metric -> {{passes, spread_pct, detects_pct}}, got {noise!r}{again}"]
+    out = []
+    for metric, block in noise.items():
+        if not isinstance(block, Mapping):
+            continue  # refused above
+        passes = block.get("passes")
+        if not isinstance(passes, int) or isinstance(passes, bool) or passes < 2:
+            out.append(f"pass_noise.{metric}.passes must be a whole number >= 2, got {passes!r}{again}")
+        for key in ("spread_pct", "detects_pct"):
+            if not _finite(block.get(key), low=0.0):
+                out.append(f"pass_noise.{metric}.{key} must be a finite number >= 0, got {block.get(key)!r}{again}")
+        dropped = block.get("dropped_pass")
+        if dropped is not None and (not isinstance(dropped, int) or isinstance(dropped, bool) or dropped < 1):
+            out.append(f"pass_noise.{metric}.dropped_pass must be a whole number >= 1, got {dropped!r}{again}")
     return out

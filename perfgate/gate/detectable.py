@@ -21,8 +21,9 @@ Passes that disagree by more than the case's latency tolerance (`DISAGREE`, 5%, 
 CPU's policy allows 50%: a shared 2-core VM moved tiny cases' step/reference ratios 41% and 104%
 between three passes of `scripts/record-baselines --passes 3`) caught a slow phase of the machine (the
 H100 records of 2026-11-26 and -27 read launch-bound cases 9-12% slow): such a case is
-re-measured, and if its passes still disagree it is recorded flagged (`unreliable`), so the gate
-does not judge latency against it.
+re-measured, and if its passes still disagree it is not recorded (`not_recorded`; flagged
+`unreliable` in the run's results): a flagged record would hide the case's older baseline, the one
+each case is judged against being the newest file holding it, and un-gate its latency.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 
+from perfgate.gate.settings import GateSettings
 from perfgate.record import CaseRecord, PassNoise
 
 FALSE_ALARM = 0.02  # one-sided: an unchanged run beyond the detectable change, 1 in 50
@@ -150,8 +153,9 @@ def with_pass_noise(
     """The record to store, `latest`, with the noise between the recording passes (`earlier`, then
     it). Passes further apart than `limit` (the case's latency tolerance: a slow phase) re-measure
     the latest once (`remeasure`); a slow phase caught by an earlier pass is then left out where the
-    others agree, and passes still disagreeing flag the record unreliable, so no later run judges
-    latency against it. The noise kept is every measured pass's, the replaced and the left-out ones
+    others agree, and passes still disagreeing flag the record unreliable and `not_recorded`: the
+    recording leaves it out of the new baseline (perfgate.plugin.hooks), so the case's previous
+    baseline keeps gating it. The noise kept is every measured pass's, the replaced and the left-out ones
     too: a slow phase seen while recording is this runner's noise, and a later run can catch one as
     well. The one owner of the rule: the runner's recording passes and the GPU quality run's stored
     record (perfgate.quality.gpu_quality) both take it from here."""
@@ -162,7 +166,7 @@ def with_pass_noise(
         kept, dropped = without_slow_pass([*earlier, record], limit)
         why = disagreement(noise_of(kept), limit)
         if why is not None:
-            record = replace(record, unreliable=why)
+            record = replace(record, unreliable=why, not_recorded=why)
     return replace(record, pass_noise=noise_block(noise_of(measured), dropped=dropped))
 
 
@@ -175,33 +179,76 @@ def detects(record: CaseRecord | None, metric: str) -> float | None:
     return float(block.detects_pct) / 100
 
 
-def detects_line(record: CaseRecord) -> str:
-    """`latency: detects >= 3.1% here; device time: >= 0.4%` (or why nothing is known)."""
-    parts: list[str] = []
+TOLERANCE = {
+    "latency": "latency_tolerance",
+    "device_time": "device_time_tolerance",
+    "instructions": "instructions_tolerance",
+}
+
+
+def tolerance(settings: GateSettings, metric: str) -> float:
+    """The metric's tolerance under `settings`: no change within it is reported, however quiet the case."""
+    return float(getattr(settings, TOLERANCE[metric]))
+
+
+def smallest_change(record: CaseRecord | None, metric: str, settings: GateSettings) -> float | None:
+    """The smallest relative change of `metric` the gate reports against this baseline record under
+    `settings`: its detectable change or the metric's tolerance, whichever is larger (a change within
+    the tolerance is "unchanged" however quiet the case). None where it tells none or nothing is
+    known: a latency baseline flagged `unreliable` (the latency gate judges nothing against it), or
+    a record with no recorded noise (one pass). The one rule the verdicts' wording
+    (perfgate.gate.metrics.within_noise) and `perfgate doctor` (`case_table`) both read."""
+    if record is None or (metric == "latency" and record.unreliable):
+        return None
+    d = detects(record, metric)
+    return None if d is None else max(d, tolerance(settings, metric))
+
+
+def change_note(record: CaseRecord, metric: str, settings: GateSettings) -> str:
+    """`detects >= 50.0% here (the 50% tolerance; its passes' noise 3.0%)`, or `detects >= 9.0% here`
+    where the passes' noise is the larger; empty where `smallest_change` is None."""
+    found = smallest_change(record, metric, settings)
+    d = detects(record, metric)
+    if found is None or d is None:
+        return ""
+    if d < found:
+        return f"detects >= {found:.1%} here (the {found * 100:g}% tolerance; its passes' noise {d:.1%})"
+    return f"detects >= {found:.1%} here"
+
+
+def detects_line(record: CaseRecord, settings: Callable[[str], GateSettings] = lambda m: GateSettings()) -> str:
+    """`latency: detects >= 50.0% here (the 50% tolerance; its passes' noise 3.1%); device time:
+    detects >= 1.5% here` (`settings(metric)`: the case's settings per metric), or why nothing is known."""
+    parts = []
+    if record.unreliable:
+        parts.append(f"latency: none, flagged unreliable ({record.unreliable}): the gate judges no latency against it")
     for metric in NOISE_METRICS:
-        d = detects(record, metric)
-        if d is not None:
-            label = metric.replace("_", " ")
-            parts.append(f"{label}: detects >= {d * 100:.1f}% here" if not parts else f"{label}: >= {d * 100:.1f}%")
+        note = change_note(record, metric, settings(metric))
+        if note:
+            parts.append(f"{metric.replace('_', ' ')}: {note}")
     return "; ".join(parts) if parts else "no recorded noise (recorded in one pass): detectable change unknown"
 
 
 @dataclass(frozen=True, kw_only=True)
 class CaseDetectable:
     case: str
-    detects: dict[str, float]  # metric -> smallest relative change
+    detects: dict[str, float]  # metric -> the smallest relative change the gate reports (`smallest_change`)
     line: str
-    misses_target: bool  # no gated metric of the case can tell the target change
+    misses_target: bool  # its latency gate cannot tell the target change (or nothing is known)
 
 
-def case_table(records: Mapping[str, CaseRecord], target: float = TARGET) -> list[CaseDetectable]:
-    """Per baseline case, its detectable change per metric and whether it cannot tell `target`
-    with latency (its wall-time gate). Cases without recorded noise are listed as unknown."""
+def case_table(
+    records: Mapping[str, CaseRecord],
+    settings: Callable[[CaseRecord, str], GateSettings] = lambda r, m: GateSettings(),
+    target: float = TARGET,
+) -> list[CaseDetectable]:
+    """Per baseline case, the smallest change the gate reports per metric (`smallest_change`, under
+    `settings(record, metric)`: the project's policy) and whether its latency gate cannot tell
+    `target`: noisier than it, a tolerance above it, flagged unreliable, or no recorded noise."""
     out = []
     for case, rec in sorted(records.items()):
-        found = {m: d for m in NOISE_METRICS if (d := detects(rec, m)) is not None}
+        found = {m: d for m in NOISE_METRICS if (d := smallest_change(rec, m, settings(rec, m))) is not None}
         lat = found.get("latency")
-        out.append(
-            CaseDetectable(case=case, detects=found, line=detects_line(rec), misses_target=lat is None or lat > target)
-        )
+        line = detects_line(rec, partial(settings, rec))
+        out.append(CaseDetectable(case=case, detects=found, line=line, misses_target=lat is None or lat > target))
     return out

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from perfgate.gate import detectable
 from perfgate.gate.detectable import detects
 from perfgate.gate.instructions import judge_instructions, judge_kernels
 from perfgate.gate.settings import GateSettings
@@ -121,23 +122,32 @@ def judge_latency_samples(
 
 def judge_latency(case: str, cur: CaseRecord, base: CaseRecord, s: GateSettings) -> Verdict:
     """`_judge_latency`, never claiming more precision than the baseline's recorded noise allows."""
-    return within_noise(_judge_latency(case, cur, base, s), base, "latency", s.latency_tolerance)
+    return within_noise(_judge_latency(case, cur, base, s), base, "latency", s)
 
 
-def within_noise(v: Verdict, base: CaseRecord, metric: str, tolerance: float) -> Verdict:
+def within_noise(v: Verdict, base: CaseRecord, metric: str, s: GateSettings) -> Verdict:
     """A verdict held to its case's detectable change (perfgate.gate.detectable): a regression or
     an improvement smaller than it becomes inconclusive, and so does "unchanged" where it is above
     the tolerance (within the tolerance is not told apart from a change of up to it); every verdict
-    says what the case can tell."""
-    d = detects(base, metric)
-    if d is None or v.change_pct is None:
+    says the smallest change the gate reports for the case (`detectable.smallest_change`: never
+    below the tolerance)."""
+    d, tolerance = detects(base, metric), detectable.tolerance(s, metric)
+    note = detectable.change_note(base, metric, s)
+    if d is None or v.change_pct is None or not note:
         return v
     if d <= tolerance:
-        return replace(v, message=f"{v.message}; detects >= {d:.1%} here")
-    note = f"this case detects >= {d:.1%} here (its baseline's passes), above the {tolerance * 100:g}% tolerance"
+        return replace(v, message=f"{v.message}; {note}")
+    note = f"this case {note} (its baseline's passes), above the {tolerance * 100:g}% tolerance"
     if v.verdict == UNCHANGED or (v.verdict in (REGRESSION, IMPROVEMENT) and abs(v.change_pct) < d * 100):
         return replace(v, verdict=INCONCLUSIVE, message=f"{v.message}; {note}: not told apart from noise")
     return replace(v, message=f"{v.message}; {note}")
+
+
+def judge_instructions_within_noise(case: str, cur: CaseRecord, base: CaseRecord, s: GateSettings) -> Verdict | None:
+    """`judge_instructions` held to the instruction noise the baseline's passes recorded, as latency
+    and device time are: no regression smaller than it is claimed."""
+    v = judge_instructions(case, cur, base, s)
+    return None if v is None else within_noise(v, base, "instructions", s)
 
 
 def _judge_latency(case: str, cur: CaseRecord, base: CaseRecord, s: GateSettings) -> Verdict:
@@ -225,7 +235,7 @@ def judge_device_time(case: str, cur: CaseRecord, base: CaseRecord, s: GateSetti
         v = Verdict(**kw, verdict=IMPROVEMENT, message=f"{what}: less by more than {tol:.1%}")
     else:
         v = Verdict(**kw, verdict=UNCHANGED, message=f"{what}: within {tol:.1%}")
-    return within_noise(v, base, "device_time", tol)
+    return within_noise(v, base, "device_time", s)
 
 
 def judge_memory(case: str, cur: CaseRecord, base: CaseRecord, s: GateSettings) -> Verdict | None:
@@ -371,7 +381,7 @@ GATED: tuple[GatedMetric, ...] = (
         better="lower",
         unit="instructions",
         timing=False,  # counted under callgrind: a busy machine does not move it
-        judge=judge_instructions,
+        judge=judge_instructions_within_noise,
     ),
     GatedMetric(
         name="device_time",

@@ -20,7 +20,7 @@ from perfgate.output import markdown, progress, report_data, terminal
 from perfgate.plugin import benchmark_adapter, configure, counting
 from perfgate.plugin import progress as pytest_progress
 from perfgate.plugin.session import Session
-from perfgate.results import RunInfo, benchmarks
+from perfgate.results import Benchmark, RunInfo, benchmarks, raw_entries
 from perfgate.run.outcome import RunOutcome, run_outcome
 from perfgate.run.runner import Host, Runner
 
@@ -162,16 +162,45 @@ def _recorded(s: Session, data: dict[str, Any] | None, why_not: str | None, kept
         }
     if data is None or not (entries := benchmarks(data)):
         return {}
+    data, not_recorded = _without_unrecordable(s, data)
+    said = {"not_recorded": not_recorded} if not_recorded else {}
+    if not benchmarks(data):  # every case's passes disagreed: no file, each one's older baseline stays
+        return said
     folder = s.host.baseline_dir
     recorded, failed = baseline_store.record_or_keep(folder, data, label, kept_dir)
     if recorded is None:
-        return {"record_failed": failed}
+        return {"record_failed": failed} | said
     counts = s.runner.counts if s.runner is not None else None
     if counts is None:
-        return {"recorded": recorded}
-    records = {b.case_id: b.record for b in entries}
+        return {"recorded": recorded} | said
+    records = {b.case_id: b.record for b in entries}  # a slow phase moves no instruction count
     written, failed = counts_suite.write_portable_or_keep(counts, records, kept_dir)
-    return {"recorded": recorded, "recorded_counts": written} | ({"record_failed": failed} if failed else {})
+    return {"recorded": recorded, "recorded_counts": written} | ({"record_failed": failed} if failed else {}) | said
+
+
+def _without_unrecordable(s: Session, data: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The run's data less the cases whose recording passes still disagree (`CaseRecord.not_recorded`,
+    perfgate.gate.detectable), and one line per such case. Stored flagged, such a record would hide
+    the case's older baseline (each case is judged against the newest file holding it) and silence
+    its latency gate; left out, the older one keeps gating it."""
+    kept, lines = [], []
+    for raw in raw_entries(data):
+        b = Benchmark.from_json(raw) if isinstance(raw, dict) else None
+        why = b.record.not_recorded if b is not None and b.has_record else None
+        if b is None or not why:
+            kept.append(raw)
+            continue
+        try:
+            found = s.host.baseline_record(b.fullname)
+            still = (
+                f"the previous baseline {found[1]} still gates it"
+                if found
+                else "it has no baseline on this runner (record it again on a quiet machine)"
+            )
+        except baseline_store.BaselineError as exc:
+            still = f"its previous baseline could not be read ({exc})"
+        lines.append(f"perfgate: not recorded: {b.fullname}: {why.removesuffix('; re-record it')}; {still}")
+    return {**data, "benchmarks": kept}, tuple(lines)
 
 
 def build_outcome(config: pytest.Config, s: Session, exitstatus: int) -> RunOutcome:
@@ -270,6 +299,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
         tr.write_line(outcome.record_refused)
     if outcome.record_failed:
         tr.write_line(outcome.record_failed)
+    for line in outcome.not_recorded:
+        tr.write_line(line)
     if outcome.recorded_counts:
         tr.write_line(
             f"perfgate: recorded instruction counts {outcome.recorded_counts} (keyed by what counts depend on)"

@@ -45,6 +45,7 @@ class RunOutcome:
     record_refused: str | None = None  # why this run was not recorded although asked to
     record_failed: str | None = None  # the line when recording was asked for and writing it failed (fails the run)
     recorded_counts: Path | None = None  # the portable count baseline this run recorded
+    not_recorded: tuple[str, ...] = ()  # one line per case left out of the recorded baseline (passes disagree)
     compared_elsewhere: tuple[str, ...] = ()  # how --benchmark-compare files' machines differ from this one
     skipped_files: tuple[Path, ...] = ()  # entries named like baselines that are no regular files
 
@@ -82,6 +83,7 @@ def run_outcome(
     record_refused: str | None = None,
     record_failed: str | None = None,
     recorded_counts: Path | None = None,
+    not_recorded: tuple[str, ...] = (),
     compared_elsewhere: tuple[str, ...] = (),
     skipped_files: tuple[Path, ...] = (),
 ) -> RunOutcome:
@@ -118,6 +120,7 @@ def run_outcome(
         record_refused=record_refused,
         record_failed=record_failed,
         recorded_counts=recorded_counts,
+        not_recorded=not_recorded,
         compared_elsewhere=compared_elsewhere,
         skipped_files=skipped_files,
     )

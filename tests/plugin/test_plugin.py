@@ -518,3 +518,40 @@ def test_histogram_prefix_with_a_folder_is_kept_and_missing_pygal_is_a_usage_err
     )
     with pytest.raises(pytest.UsageError, match="--benchmark-histogram needs pygal"):
         plugin.histogram_prefixes(["bench"], tmp_path)
+
+
+def test_a_case_whose_passes_still_disagree_is_not_recorded_and_its_older_baseline_still_gates_it(
+    pytester, monkeypatch
+):
+    # The user's model with its sleep set from the environment: a slow phase is a longer sleep.
+    slow = "sleep_s: float = float(__import__('os').environ.get('SLEEP', '0.020'))"
+    pytester.makepyfile(test_models=(ROOT / "benchmarks" / "test_models.py").read_text())
+    pytester.path.joinpath("user_model.py").write_text(USER_MODEL.replace("sleep_s: float = 0.020", slow))
+    pytester.path.joinpath("pyproject.toml").write_text(
+        PYPROJECT.replace("latency_tolerance = 3.0", "latency_tolerance = 0.5")
+    )
+    monkeypatch.setenv("SLEEP", "0.002")
+    pytester.runpytest_subprocess(
+        *ARGS, "--perfgate-no-gate", "--perfgate-record", "quiet", "--benchmark-json", "p1.json"
+    ).assert_outcomes(passed=1)
+    first = _baseline_file(pytester)
+    # The last pass and its re-measurement caught a slow phase, far past the 50% tolerance.
+    monkeypatch.setenv("SLEEP", "0.2")
+    r = pytester.runpytest_subprocess(
+        *ARGS, "--perfgate-no-gate", "--perfgate-record", "slow", "--perfgate-earlier-passes", "p1.json,p1.json"
+    )
+    r.assert_outcomes(passed=1)
+    r.stdout.fnmatch_lines(
+        [
+            "perfgate: not recorded: test_models.py::test_step?sleepy-tiny-baseline?: its 3 recording passes "
+            "disagree: latency *% apart (> 50%), a slow phase of the machine; "
+            f"the previous baseline *{first.name} still gates it"
+        ]
+    )
+    assert _baseline_file(pytester) == first  # no file with the flagged record, which would hide the first
+    from perfgate.run.config import RunConfig
+    from perfgate.run.runner import Host
+
+    config = RunConfig(device="cpu", baselines_root=pytester.path / "baselines")
+    found = Host.detect(config).baseline_record("test_models.py::test_step[sleepy-tiny-baseline]")
+    assert found is not None and found[1] == first and found[0].unreliable is None
