@@ -17,8 +17,10 @@ share), which slows both sides alike. Mode `processes` (perfgate.ab.run) compare
 
 Run as `python -m perfgate.ab.interleave JOB.json` in the head's checkout (`perfgate ab` does):
 one fresh process, every case given, one JSON result (`write_results`: a `Measured` or `NotMeasured`
-per case). The job is a `Job` as JSON (`Job.write`): a worker's input, not a command line, so it
-has no parser (argparse lives in perfgate/commands/).
+per case, written after each). A case that breaks the device context (a sticky CUDA fault) is the
+last: the worker stops, and the driver tells whose it was in fresh processes, one side each (a job
+with `alone`: `RanAlone` per case). The job is a `Job` as JSON (`Job.write`): a worker's input,
+not a command line, so it has no parser (argparse lives in perfgate/commands/).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import os
 import random
 import statistics
 import sys
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import ModuleType
@@ -36,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from perfgate.ab.job import NO_BASE_FILE, CaseResult, Job, Measured, NotMeasured, write_results
+from perfgate.ab.job import NO_BASE_FILE, CaseResult, Job, Measured, NotMeasured, RanAlone, blame, write_results
 from perfgate.cases.conversions import VariantError
 from perfgate.measure.core import make_timer, private_copy
 from perfgate.measure.memory import MemoryTracker, Resident
@@ -82,19 +85,23 @@ def measure_interleaved(
 
     Each side's peak memory is what a process of its own would read (`PeakMemory.alone`): what
     `resident[side]` holds (its build, given) and its untimed calls here left, plus its step's peak
-    over what was allocated on entry; the reserved figures for a CUDA-graph variant (`graphs`)."""
+    over what was allocated on entry; the reserved figures for a CUDA-graph variant (`graphs`).
+    Every device sync is the side's whose work it waits for (a CUDA fault is reported at the next
+    sync, not by the launch that made it): each warm-up call is followed by one, the timer's are
+    the timed side's, and each side's memory pass is its own."""
     device = torch.device(device)
-    timer = make_timer(device)
+    base, head = (s if isinstance(s, OnSide) else OnSide(n, s) for n, s in (("base", base), ("head", head)))
+    timer = _SideTimer(make_timer(device))
     res = resident or {side: Resident(device=device) for side in ("base", "head")}
     with res["base"].adding():
-        out_base = private_copy(base())  # for accuracy, as measure() keeps it
+        out_base = base.tagged(private_copy, _synced(base, device))  # for accuracy, as measure() keeps it
     with res["head"].adding():
-        out_head = private_copy(head())
+        out_head = head.tagged(private_copy, _synced(head, device))
     for _ in range(warmup_rounds):  # a graph's capture, a compiled step's caches: what the side keeps
         with res["base"].adding():
-            base()
+            _synced(base, device)
         with res["head"].adding():
-            head()
+            _synced(head, device)
     # Each side called once untimed right before it is timed, as the suite times a step after the
     # reference workload; the order drawn each round, so neither side always runs second.
     r = timed_rounds(
@@ -105,12 +112,7 @@ def measure_interleaved(
         untimed_first={"base", "head"},
         order=random.Random(seed),
     )
-    peaks = []
-    for side, step in (("base", base), ("head", head)):
-        with MemoryTracker(device) as mem:
-            step()
-            step()
-        peaks.append(mem.result.alone(res[side]).gated(graphs) if mem.result else None)
+    peaks = [step.tagged(_peak_mib, step, device, res[side], graphs) for side, step in (("base", base), ("head", head))]
     return Interleaved(
         samples_base_ms=r.samples_ms["base"],
         samples_head_ms=r.samples_ms["head"],
@@ -121,6 +123,58 @@ def measure_interleaved(
         out_base=out_base,
         out_head=out_head,
     )
+
+
+def _sync(device: torch.device) -> None:
+    """Wait for the device's work (a no-op off a GPU): where a CUDA fault of that work is raised."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _synced(step: OnSide, device: torch.device) -> Any:
+    """One call of a side's step and a device sync after it, both the side's."""
+    out = step()
+    step.tagged(_sync, device)
+    return out
+
+
+def _peak_mib(step: Callable[[], Any], device: torch.device, resident: Resident, graphs: bool) -> float | None:
+    """The side's peak memory over two calls of its step, as a process of its own would read it
+    (`measure_interleaved`; its tracker's syncs included)."""
+    with MemoryTracker(device) as mem:
+        step()
+        step()
+    return mem.result.alone(resident).gated(graphs) if mem.result else None
+
+
+class _SideTimer:
+    """A timer whose syncs, before and after the step, are the timed side's: the one before waits
+    for the side's own untimed call (timed_rounds makes it right before), the one after for the
+    timed call."""
+
+    def __init__(self, timer: Any) -> None:
+        self.timer = timer
+
+    def time_ms(self, step: Callable[[], Any]) -> tuple[float, Any]:
+        if isinstance(step, OnSide):
+            return step.tagged(self.timer.time_ms, step)
+        return self.timer.time_ms(step)
+
+
+def context_lost(device: torch.device) -> str | None:
+    """Why the device's context is broken ("Type: message"), or None. A CUDA fault (an illegal memory
+    access, a device-side assert) is sticky: every later CUDA call in the process raises, whichever
+    side makes it, so nothing run here after it can say whose it was."""
+    try:
+        _sync(device)
+    except Exception as exc:  # noqa: BLE001 - what any CUDA call raises once the context is broken
+        return _line(exc)
+    return None
+
+
+def _line(exc: BaseException) -> str:
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {first}"
 
 
 def load_family(path: Path, alias: str) -> ModuleType:
@@ -167,12 +221,12 @@ def base_spec(spec: ModelSpec, head_root: Path, base_root: Path) -> ModelSpec | 
 class SideRaised(Exception):
     """One side's model code raised, building or stepping: which side ("base", "head", or "both" when
     each ran alone and only the pair failed), why, and after how many calls of the step that raised
-    (0: while building). The driver measures a case only the base's code failed again
-    (perfgate.ab.run); any other is the change's error."""
+    (0: while building); `error`: what was raised ("Type: message"). The driver measures a case
+    only the base's code failed again (perfgate.ab.run); any other is the change's error."""
 
-    def __init__(self, side: str, exc: BaseException, *, calls: int = 0, note: str = "") -> None:
-        first = str(exc).splitlines()[0] if str(exc) else ""
-        super().__init__(f"{side}: {type(exc).__name__}: {first}{note}")
+    def __init__(self, side: str, exc: BaseException, *, calls: int = 0) -> None:
+        self.error = _line(exc)
+        super().__init__(f"{side}: {self.error}")
         self.side, self.calls = side, calls
 
 
@@ -184,45 +238,62 @@ class OnSide:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         self.calls += 1
+        return self.tagged(self.fn, *args, **kwargs)
+
+    def tagged(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """`fn` run as this side's work (a sync waiting for its kernels): what it raises tagged."""
         try:
-            return self.fn(*args, **kwargs)
-        except VariantError:
+            return fn(*args, **kwargs)
+        except (VariantError, SideRaised):
             raise
         except Exception as exc:
             raise SideRaised(self.side, exc, calls=self.calls if self.counted else 0) from exc
 
 
-ALONE_CALLS = 100  # at most this many steps of a side run alone, to tell whose code raised
+ALONE_MIN_S = 5.0  # a side run alone steps for as long as the pair ran, and at least this long
 
 
 def measure_case(case_id: str, cases: dict[str, Any], head_root: Path, base_root: Path, stop: StopRule) -> CaseResult:
-    """One case, both revisions, in this process: the figures `perfgate.ab.verdicts` judges.
+    """One case, both revisions, in this process: the figures `perfgate.ab.verdicts` judges, or why not.
 
-    A raise blamed on the base is the base's only if, each built afresh and run alone in this
-    process as many steps as the base had run (and one more), the head's case runs and the base's
-    raises: the base's steps come first, so what fails both sides (the harness, a shared op, a
-    fault of the head's kernels seen at the base's next sync) lands on the base; a head that
-    raises alone makes it the head's; one that fails only with both built (memory the two need
-    together, state the head's code left) is neither side's alone: an error, as any raise was
-    before the sides were told apart."""
+    A raise blamed on the base is judged by `blame` from each side built afresh and run alone in
+    this process, as many steps as the base had run and one more, for as long as the pair ran: the
+    base's steps come first, so what fails both sides (the harness, a shared op) lands on the base.
+    A case after which the device context is broken (a sticky CUDA fault, reported by whatever CUDA
+    call came next, either side's) is `context_lost`: nothing here can say whose it was, and no
+    later case can run in this process."""
+    case = cases[case_id]
+    device = torch.device(case.device)
+    pair: dict[str, OnSide] = {}
+    t0 = time.perf_counter()
+    row: CaseResult
     try:
-        return _measure_both(case_id, cases, head_root, base_root, stop)
-    except SideRaised as exc:
-        if exc.side != "base":
-            raise
+        row = _measure_both(case_id, cases, head_root, base_root, stop, pair)
+    except VariantError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the case's result
         _drop_tracebacks(exc)  # the failed pair's models and activations freed before either is built again
-        case, steps = cases[case_id], max(2, min(exc.calls + 1, ALONE_CALLS))
-        try:
-            _alone("head", case, case.spec, steps)
-        except SideRaised as head:
-            raise SideRaised("head", head.__cause__ or head, note=f" (the base's raised too: {exc})") from head
+        side, error = (exc.side, exc.error) if isinstance(exc, SideRaised) else (None, _line(exc))
+        row = NotMeasured(case=case_id, error=f"{side}: {error}" if side else error, raised=True, side=side)
+    calls = {side: step.calls for side, step in pair.items()}
+    pair.clear()  # the steps hold their models: freed too
+    if isinstance(row, NotMeasured) and row.side == "base" and context_lost(device) is None:
+        steps, seconds = max(2, calls.get("base", 0) + 1), time.perf_counter() - t0
         spec_b = base_spec(case.spec, head_root, base_root)
         assert spec_b is not None  # the base's case was built: its family file is there
-        try:
-            _alone("base", case, spec_b, steps)
-        except SideRaised:
-            raise exc from None
-        raise SideRaised("both", exc.__cause__ or exc, note=" (with both sides built; each ran alone)") from exc
+        alone = {s: _alone(s, case, spec, steps, seconds) for s, spec in (("head", case.spec), ("base", spec_b))}
+        row = blame(
+            case_id, (row.error or "").removeprefix("base: "), alone, steps, "with both sides built; each ran alone"
+        )
+    if (broken := context_lost(device)) is None:  # checked after every case: the device window swallows a fault
+        return row
+    return NotMeasured(
+        case=case_id,
+        error=(row.error if isinstance(row, NotMeasured) else None) or broken,
+        context_lost=True,
+        calls=max(calls.values(), default=0),
+        seconds=time.perf_counter() - t0,
+    )
 
 
 def _drop_tracebacks(exc: BaseException) -> None:
@@ -267,22 +338,29 @@ def _warm_libraries(device: torch.device) -> None:
         torch.mm(x, x)
 
 
-def _alone(side: str, case: Any, spec: ModelSpec, steps: int) -> None:
-    """One side's case built afresh and stepped `steps` times (then synchronised), alone in this
-    process. A CUDA error left sticky in the context fails it too (blamed on the head, which is
-    run first: neither can be cleared)."""
+def _alone(side: str, case: Any, spec: ModelSpec, steps: int, seconds: float) -> RanAlone:
+    """One side's case built afresh and stepped `steps` times, or until `seconds` (ALONE_MIN_S at
+    least) ran out, then synchronised, alone in this process: what it ran and raised."""
     from perfgate.cases.runner import isolate
 
     device = torch.device(case.device)
-    OnSide(side, isolate, counted=False)(device)
-    step = OnSide(side, _build(side, case, spec, device).step)
-    for _ in range(steps):
-        step()
-    if device.type == "cuda":
-        OnSide(side, torch.cuda.synchronize)(device)
+    step = OnSide(side, isolate, counted=False)
+    try:
+        step(device)
+        step = OnSide(side, _build(side, case, spec, device).step)
+        deadline = time.perf_counter() + max(seconds, ALONE_MIN_S)
+        while step.calls < steps and time.perf_counter() < deadline:
+            step()
+        step.tagged(_sync, device)
+    except SideRaised as exc:
+        return RanAlone(case=case.id, side=side, steps=step.calls if step.counted else 0, error=exc.error)
+    return RanAlone(case=case.id, side=side, steps=step.calls)
 
 
-def _measure_both(case_id: str, cases: dict[str, Any], head_root: Path, base_root: Path, stop: StopRule) -> CaseResult:
+def _measure_both(
+    case_id: str, cases: dict[str, Any], head_root: Path, base_root: Path, stop: StopRule, pair: dict[str, OnSide]
+) -> CaseResult:
+    """The case measured; `pair` gets each side's step as soon as both are built (their calls)."""
     from perfgate.cases import accuracy
     from perfgate.cases.runner import isolate
 
@@ -301,22 +379,23 @@ def _measure_both(case_id: str, cases: dict[str, Any], head_root: Path, base_roo
     for side, spec in random.sample([("base", spec_b), ("head", head_spec)], 2):
         with resident[side].adding():  # its weights, inputs, reference output, conversion
             built[side] = _build(side, case, spec, device)
-    # Each step tagged with its side (one Python frame on both sides alike): an exception in the
-    # rounds, the device window or the memory pass names the revision whose code raised it.
-    base_step: Callable[[], Any] = OnSide("base", built["base"].step)
-    head_step: Callable[[], Any] = OnSide("head", built["head"].step)
+    head_fn = built["head"].step
     if inject := os.environ.get(INJECT_HEAD):  # gate-quality: a slowdown in the head's model alone
         from perfgate.quality.inject import local_slowdown_step, parse
 
         kind, k = parse(inject)
         if kind != "local":
             raise ValueError(f"{INJECT_HEAD}={inject!r}: only local:K applies to one side of a process")
-        head_step = local_slowdown_step(head_step, built["head"].converted.module, k)
+        head_fn = local_slowdown_step(head_fn, built["head"].converted.module, k)
     if sized := os.environ.get(INJECT_HEAD_SIZED):  # gate-quality: a slowdown sized by instructions
         from perfgate.quality.inject import load_sized, sized_step
 
         if spec := load_sized(sized).get(case_id):
-            head_step = sized_step(spec, head_step, built["head"].converted.module)
+            head_fn = sized_step(spec, head_fn, built["head"].converted.module)
+    # Each step tagged with its side (one Python frame on both sides alike): an exception in the
+    # rounds, the device window or the memory pass names the revision whose code raised it.
+    base_step = pair["base"] = OnSide("base", built["base"].step)
+    head_step = pair["head"] = OnSide("head", head_fn)
     m = measure_interleaved(
         base_step,
         head_step,
@@ -422,23 +501,30 @@ def main(argv: list[str] | None = None) -> int:
     stop = StopRule(budget_s=args.budget_s, min_rounds=50, max_rounds=400, precision=0.005)
     results: list[CaseResult] = []
     for case_id in args.cases:
-        if case_id not in known:
-            results.append(NotMeasured(case=case_id, error="no such case in the head revision"))
-            continue
-        if reason := known[case_id].skip_reason():
-            results.append(NotMeasured(case=case_id, skipped=reason))
-            continue
-        try:
-            results.append(measure_case(case_id, known, args.head, args.base, stop))
-        except VariantError as exc:  # found while building (no FP8 kernel here, no layer converted): a skip
-            results.append(NotMeasured(case=case_id, skipped=str(exc)))
-        except SideRaised as exc:
-            results.append(NotMeasured(case=case_id, error=str(exc), raised=True, side=exc.side))
-        except Exception as exc:  # noqa: BLE001 - one case's failure is its result, the others still run
-            first = str(exc).splitlines()[0] if str(exc) else ""
-            results.append(NotMeasured(case=case_id, error=f"{type(exc).__name__}: {first}", raised=True))
-    write_results(args.out, results)
+        results.append(_case(case_id, known, args, stop))
+        write_results(args.out, results)  # after every case: a worker that dies loses only the case it was in
+        if isinstance(results[-1], NotMeasured) and results[-1].context_lost:
+            break  # every CUDA call here fails from now on: the cases left, no row, are measured in the next process
     return 0
+
+
+def _case(case_id: str, known: dict[str, Any], job: Job, stop: StopRule) -> CaseResult:
+    """One case of the job: measured (or, in a job with `alone`, run alone), skipped or failed."""
+    if case_id not in known:
+        return NotMeasured(case=case_id, error="no such case in the head revision")
+    case = known[case_id]
+    if reason := case.skip_reason():
+        return NotMeasured(case=case_id, skipped=reason)
+    try:
+        if job.alone is None:
+            return measure_case(case_id, known, job.head, job.base, stop)
+        spec = case.spec if job.alone == "head" else base_spec(case.spec, job.head, job.base)
+        assert spec is not None  # the pair built it: the base's family file is there
+        return _alone(job.alone, case, spec, job.steps, job.budget_s)
+    except VariantError as exc:  # found while building (no FP8 kernel here, no layer converted): a skip
+        return NotMeasured(case=case_id, skipped=str(exc))
+    except Exception as exc:  # noqa: BLE001 - one case's failure is its result, the others still run
+        return NotMeasured(case=case_id, error=_line(exc), raised=True)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,11 @@ class Job:
     # model code into it (an FX graph's key is its graph: a base graph that differs gets its own
     # entry), and a later run of the head (the stored run of ci-benchmark's pr mode) finds it warm.
     inductor_cache: Path | None = None
+    # A job that builds one side only, "base" or "head", and steps each case `steps` times (or until
+    # `budget_s` seconds ran out): whose a case that lost the device context is, told in a fresh
+    # process per side (perfgate.ab.run); its results are `RanAlone`.
+    alone: str | None = None
+    steps: int = 0
 
     def write(self, path: Path) -> Path:
         paths = {k: str(getattr(self, k)) for k in ("base", "head", "out", "inductor_cache") if getattr(self, k)}
@@ -88,6 +93,13 @@ class NotMeasured(RecordBlock):
     # side ran alone, the two built together did not). The driver measures a case only the base
     # failed again (perfgate.ab.run), as in processes mode; any other raise is an error.
     side: str | None = None
+    # The device context was lost (a sticky CUDA fault: every later CUDA call in the process fails):
+    # the worker stopped after this case, whose `error` is what was raised, after `calls` steps of
+    # the side that had run most, in `seconds`. Not measured; the driver runs each side alone in a
+    # fresh process to tell whose it is (`blame`).
+    context_lost: bool = False
+    calls: int | None = None
+    seconds: float | None = None
 
     @property
     def new(self) -> bool:
@@ -95,12 +107,45 @@ class NotMeasured(RecordBlock):
         return self.error is not None and NO_BASE_FILE in self.error
 
 
-CaseResult = Measured | NotMeasured
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RanAlone(RecordBlock):
+    """One side of a case built afresh and stepped alone (a `Job.alone` worker, or the worker's own
+    check after a raise blamed on the base): the steps it ran, and what it raised (None: it ran
+    every step asked, or its time ran out first: `steps` says which)."""
+
+    case: str
+    side: str
+    steps: int
+    error: str | None = None
+
+
+CaseResult = Measured | NotMeasured | RanAlone
 
 
 def case_result(obj: Mapping[str, Any]) -> CaseResult:
-    """One result as the worker wrote it: measured where it has a ratio."""
-    return Measured.from_json(obj) if "ratio" in obj else NotMeasured.from_json(obj)
+    """One result as the worker wrote it: measured where it has a ratio, run alone where it has steps."""
+    if "ratio" in obj:
+        return Measured.from_json(obj)
+    return RanAlone.from_json(obj) if "steps" in obj else NotMeasured.from_json(obj)
+
+
+def blame(case: str, pair: str, alone: Mapping[str, RanAlone], steps: int, how: str) -> NotMeasured:
+    """Whose a raise of the pair (`pair`: "Type: message") is, from each side's case run alone as
+    many `steps` as the pair had run (and one more): the head's if the head raised alone (the
+    change's error); else the base's if the base did (measured again, then nothing to compare);
+    not attributable if either side's time ran out before its steps did (measured again as the
+    base's, then nothing to compare: a base that fails late must not read as both sides' error);
+    else neither side's alone, only the two built together (`how`: where they ran): an error
+    naming both. The one rule for the worker's check and for the driver's fresh processes."""
+    head, base = alone["head"], alone["base"]
+    if head.error is not None:
+        return NotMeasured(case=case, error=f"head: {head.error} (with both built: {pair})", raised=True, side="head")
+    if base.error is not None:
+        return NotMeasured(case=case, error=f"base: {base.error}", raised=True, side="base")
+    if min(head.steps, base.steps) < steps:
+        short = f"alone, the base ran {base.steps} and the head {head.steps} of {steps} steps in the time the pair took"
+        return NotMeasured(case=case, error=f"{pair} (not attributable: {short})", raised=True, side="base")
+    return NotMeasured(case=case, error=f"both: {pair} ({how})", raised=True, side="both")
 
 
 class ResultsError(ValueError):
@@ -109,8 +154,9 @@ class ResultsError(ValueError):
 
 def write_results(path: Path, results: Sequence[CaseResult]) -> None:
     """The worker's output file: {"results": [one object per case]}; a value JSON cannot hold
-    (a tensor's scalar) as its string. Written whole or not at all (perfgate.files): a worker killed
-    while writing leaves no file, which the driver reports as the measurement having failed."""
+    (a tensor's scalar) as its string. Written whole or not at all (perfgate.files), after every
+    case: a worker that dies loses only the case it was in (the driver measures it again), and one
+    that dies before its first case is done leaves no file (the driver: the measurement failed)."""
     from perfgate import files
 
     files.write_text(

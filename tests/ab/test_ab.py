@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -300,7 +301,9 @@ def test_the_workers_results_file_reads_back_key_for_key(tmp_path: Path, monkeyp
         "case", "ratio", "rounds", "median_base_ms", "median_head_ms", "peak_base_mib", "peak_head_mib",
         "contention_cores", "accuracy_base", "accuracy_head", "device", "model", "variant",
     ]  # fmt: skip
-    assert written[1] == {"case": gone, "error": "no such case in the head revision", "raised": False}
+    assert written[1] == {
+        "case": gone, "error": "no such case in the head revision", "raised": False, "context_lost": False
+    }  # fmt: skip
     assert isinstance(measured, Measured) and measured.case == case and measured.rounds >= 50
     assert (measured.model, measured.variant, measured.device) == ("sleepy", "baseline", "cpu")
     assert measured.ratio > 0 and measured.accuracy_base == written[0]["accuracy_base"]
@@ -469,7 +472,7 @@ def test_an_interleaved_case_only_the_base_raised_is_measured_again_then_nothing
     both = worker(tmp_path / "the-5th-step", broken("the 5th step"), "both")
     assert isinstance(both, NotMeasured) and both.side == "head", both
     fifth = "RuntimeError: CUDA error: the 5th step"
-    assert both.error == f"head: {fifth} (the base's raised too: base: {fifth})"
+    assert both.error == f"head: {fifth} (with both built: {fifth})"
     # Failing only with both built (memory the two need at once): each runs alone, the failed pair
     # freed first, so it is neither side's alone: an error, never "nothing to compare".
     together = worker(copy("together", broken("together")), broken("together"), "together")
@@ -505,6 +508,123 @@ def test_an_interleaved_case_only_the_base_raised_is_measured_again_then_nothing
     assert (v.verdict, v.message) == (gate.ERROR, "head: RuntimeError: CUDA error: the rounds")
     (v,) = replay([together, row]).verdicts  # only with both built: an error too
     assert (v.verdict, v.message) == (gate.ERROR, together.error)
+
+
+STICKY = "CUDA error: an illegal memory access was encountered"
+
+
+@pytest.fixture
+def sticky_context(monkeypatch: pytest.MonkeyPatch, in_process_project: Path) -> Iterator[Path]:
+    """A CUDA context's sticky fault, on the CPU, as the real library has it: the faulting call
+    returns normally and breaks the process's context (`sys.sticky_poisoned`), after which every
+    CUDA-like call raises, whichever side makes it: either side's model (`sticky_family`), isolate,
+    the timer's syncs (before the step and on its end event), the worker's syncs and its probe. A
+    fault that is not sticky (`sys.sticky_pending`) is raised once, by the next such call."""
+    from perfgate.ab import interleave
+    from perfgate.cases import runner
+
+    def cuda_call() -> None:
+        if getattr(sys, "sticky_poisoned", False):
+            raise RuntimeError(STICKY)
+        if getattr(sys, "sticky_pending", False):
+            sys.sticky_pending = False  # type: ignore[attr-defined]
+            raise RuntimeError(STICKY)
+
+    class Timer:  # CudaEventTimer: a sync before the step, one on its end event after it
+        def time_ms(self, step):
+            cuda_call()
+            t0 = time.perf_counter_ns()
+            out = step()
+            cuda_call()
+            return (time.perf_counter_ns() - t0) / 1e6, out
+
+    isolate = runner.isolate
+    monkeypatch.setattr(runner, "isolate", lambda device: (cuda_call(), isolate(device))[1])
+    monkeypatch.setattr(interleave, "_sync", lambda device: cuda_call())
+    monkeypatch.setattr(interleave, "make_timer", lambda device: Timer())
+    monkeypatch.setattr(sys, "sticky_poisoned", False, raising=False)
+    monkeypatch.setattr(sys, "sticky_pending", False, raising=False)
+    yield in_process_project
+
+
+def sticky_family(*, faults_after: int | None = None, sticky: bool = True) -> str:
+    """The sleepy family whose model raises once the context is broken, and, given `faults_after`,
+    breaks it (asynchronously: the call returns) at each call after that many of its own in fp32
+    (the baseline case; the bf16 case runs clean); not `sticky`: the fault is raised once."""
+    flag = "sys.sticky_poisoned" if sticky else "sys.sticky_pending"
+    fault = "if self.calls > {} and x.dtype == torch.float32: {} = True\n        "
+    fault = fault.format(faults_after, flag) if faults_after else ""
+    return (
+        SLEEPY.format(sleep=0.0)
+        .replace("import time", "import sys\nimport time")
+        .replace("self.w = nn.Parameter(torch.ones(4))", "self.w = nn.Parameter(torch.ones(4))\n        self.calls = 0")
+        .replace(
+            "return x * self.w",
+            f"if getattr(sys, 'sticky_poisoned', False): raise RuntimeError({STICKY!r})\n        "
+            f"if getattr(sys, 'sticky_pending', False):\n            sys.sticky_pending = False\n"
+            f"            raise RuntimeError({STICKY!r})\n        "
+            f"self.calls += 1\n        {fault}return x * self.w",
+        )
+    )
+
+
+def _sides(tmp_path: Path, project: Path, base: str, head: str) -> tuple[ab_run.Side, ab_run.Side]:
+    (project / "sleepy_ab.py").write_text(head)  # the head's code: the project's own family
+    (tmp_path / "base").mkdir(exist_ok=True)
+    (tmp_path / "base" / "sleepy_ab.py").write_text(base)
+    head_side = ab_run.Side(name="head", label="h", sha="1" * 40, root=project, cache=None)
+    return ab_run.Side(name="base", label="b", sha="2" * 40, root=tmp_path / "base", cache=None), head_side
+
+
+@pytest.mark.parametrize("faults_after", [3, 20])  # in the warm-up, in the timed rounds
+def test_an_asynchronous_fault_lands_on_the_side_that_launched_it(tmp_path: Path, sticky_context, faults_after) -> None:
+    """A fault that is not sticky but asynchronous is raised by the next sync, not by the launch:
+    each warm-up call is followed by a sync of its side's, and the timer's syncs are the timed side's,
+    so the base's fault is the base's (not the head's next call's, nor untagged, an error at once)."""
+    from perfgate.ab import interleave
+
+    project, case = sticky_context, "sleepy-tiny-baseline"
+    base, _ = _sides(tmp_path, project, sticky_family(faults_after=faults_after, sticky=False), sticky_family())
+    out = tmp_path / "out.json"
+    Job(base=base.root, head=project, out=out, cases=[case], device="cpu", budget_s=0.2).write(tmp_path / "j")
+    assert interleave.main([str(tmp_path / "j")]) == 0
+    (row,) = read_results(out)
+    assert isinstance(row, NotMeasured) and (row.side, row.raised, row.context_lost) == ("base", True, False), row
+    assert row.error == f"base: RuntimeError: {STICKY}"
+
+
+def test_a_base_that_fails_late_is_the_bases_not_both(tmp_path: Path, monkeypatch, in_process_project) -> None:
+    """A base that raises from its 106th call on (a leak the change fixes), alone too: alone, each side
+    runs as many steps as the pair did (bounded by time, not by a count: 100 used to stop it short
+    and call it both sides' error); a side whose time ran out first is not attributable (measured
+    again, then nothing to compare), never both sides' error."""
+    from perfgate.ab import interleave
+    from perfgate.ab.job import RanAlone, blame
+
+    project, case = in_process_project, "sleepy-tiny-baseline"
+    late = SLEEPY.format(sleep=0.0).replace(
+        "return x * self.w",
+        "self.calls = getattr(self, 'calls', 0) + 1\n        "
+        "if self.calls > 105: raise RuntimeError('CUDA out of memory (a leak)')\n        return x * self.w",
+    )  # 50 rounds at least: 105 calls are always reached
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "sleepy_ab.py").write_text(late)
+    out = tmp_path / "out.json"
+    Job(base=tmp_path / "base", head=project, out=out, cases=[case], device="cpu", budget_s=0.2).write(tmp_path / "j")
+    assert interleave.main([str(tmp_path / "j")]) == 0
+    (row,) = read_results(out)
+    assert isinstance(row, NotMeasured) and (row.raised, row.side) == (True, "base"), row
+    assert row.error == "base: RuntimeError: CUDA out of memory (a leak)"
+
+    ran = {"head": RanAlone(case=case, side="head", steps=861), "base": RanAlone(case=case, side="base", steps=300)}
+    short = blame(case, "RuntimeError: oom", ran, 861, "each ran alone")
+    assert (short.side, short.raised) == ("base", True)  # measured again, then nothing to compare
+    assert short.error == (
+        "RuntimeError: oom (not attributable: alone, the base ran 300 and the head 861 of 861 steps in the "
+        "time the pair took)"
+    )
+    ran["base"] = RanAlone(case=case, side="base", steps=861)
+    assert blame(case, "RuntimeError: oom", ran, 861, "each ran alone").side == "both"
 
 
 def test_a_change_to_the_locks_is_said_unmeasured_unless_the_base_has_its_own_python(
