@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from perfgate.ab import verdicts as ab
-from perfgate.ab.job import CaseResult, Job, NotMeasured, ResultsError, read_results
+from perfgate.ab.job import CaseResult, Job, NotMeasured, RanAlone, ResultsError, blame, read_results
 from perfgate.counts.suite import NO_COUNTS_ENV
 from perfgate.gate.policy import Policy
 from perfgate.gate.verdict_file import load_verdicts
@@ -414,6 +414,7 @@ def run_interleaved(
     result = ABResult(base=base.label, head=head.label, mode="interleaved")
     undecided = list(cases)
     base_failed: dict[str, list[str]] = {}  # case -> why the base's code raised, process by process
+    run = Worker(base=base, head=head, device=device, budget_s=case_budget_s, env=env, harness=harness)
     t0, last_s = time.perf_counter(), 0.0
     for i in range(max_processes):
         if not undecided:
@@ -424,38 +425,25 @@ def run_interleaved(
                 progress(f"{why} after {i} process(es); {len(undecided)} case(s) undecided")
             break
         started = time.perf_counter()
-        with tempfile.TemporaryDirectory(prefix="perfgate-ab-") as tmp:
-            out = Path(tmp) / "interleaved.json"
-            job = Job(
-                base=base.root,
-                head=head.root,
-                out=out,
-                cases=list(undecided),
-                device=device,
-                budget_s=case_budget_s,
-                inductor_cache=head.cache,
-            ).write(Path(tmp) / "job.json")
-            cmd = [sys.executable, "-m", "perfgate.ab.interleave", str(job)]
-            r = subprocess.run(
-                cmd, cwd=head.root, env=side_env(head, env, harness), capture_output=True, text=True, timeout=3600
-            )
-            if (why := told_to_stop()) is not None:  # the worker was killed with it: nothing to read
-                result.processes += 1
-                result.stopped = why
-                if progress:
-                    progress(f"{why} during process {i + 1}: that process dropped; {len(undecided)} case(s) undecided")
-                break
-            if not out.is_file():
-                tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
-                raise ABError(f"the interleaved measurement failed: {tail[0]}")
-            try:
-                got = {row.case: row for row in read_results(out)}
-            except ResultsError as exc:
-                raise ABError(f"the interleaved measurement failed: {exc}") from None
+        got, died = run(undecided)
+        if (why := told_to_stop()) is not None:  # the worker was killed with it: nothing to read
+            result.processes += 1
+            result.stopped = why
+            if progress:
+                progress(f"{why} during process {i + 1}: that process dropped; {len(undecided)} case(s) undecided")
+            break
+        if died is not None:  # no case done: one line, rather than every case retried until the budget ends
+            raise ABError(f"the interleaved measurement failed: {died}")
         result.processes += 1
         last_s = time.perf_counter() - started
         for case in list(undecided):
-            row = got.get(case) or NotMeasured(case=case, error="no result")
+            row = got[case]  # no result (the worker died in it, or stopped before it): measured in the next
+            if isinstance(row, NotMeasured) and row.context_lost:
+                row = run.attribute(row)
+                result.processes += 2
+                if told_to_stop() is not None:  # its processes were killed with it: not read, the case undecided
+                    continue
+            assert not isinstance(row, RanAlone)  # a job for both sides
             if isinstance(row, NotMeasured) and row.raised and row.side == "base":
                 # The base's code alone raised (the worker tags each side's build and step): measured
                 # again in the next process, as processes mode does; raised in BASE_FAILURES
@@ -496,6 +484,68 @@ def run_interleaved(
         )
     result.wall_s = time.perf_counter() - t0
     return result
+
+
+@dataclass(frozen=True, kw_only=True)
+class Worker:
+    """Fresh worker processes of the head's checkout (perfgate.ab.interleave), as run_interleaved runs them."""
+
+    base: Side
+    head: Side
+    device: str | None
+    budget_s: float  # timed seconds per case
+    env: dict[str, str] | None = None
+    harness: Path | None = None
+
+    def __call__(
+        self, cases: Sequence[str], *, alone: str | None = None, steps: int = 0, budget_s: float | None = None
+    ) -> tuple[dict[str, CaseResult], str | None]:
+        """One process's result for each case (a case it wrote none for, having died in it or stopped
+        before it: not measured, "no result"), and why it failed if it wrote nothing at all (else None)."""
+        env = {**(self.env or {}), **({"CUDA_LAUNCH_BLOCKING": "1"} if alone else {})}
+        with tempfile.TemporaryDirectory(prefix="perfgate-ab-") as tmp:
+            out = Path(tmp) / "interleaved.json"
+            job = Job(
+                base=self.base.root,
+                head=self.head.root,
+                out=out,
+                cases=list(cases),
+                device=self.device,
+                budget_s=self.budget_s if budget_s is None else budget_s,
+                inductor_cache=self.head.cache,
+                alone=alone,
+                steps=steps,
+            ).write(Path(tmp) / "job.json")
+            cmd = [sys.executable, "-m", "perfgate.ab.interleave", str(job)]
+            env = side_env(self.head, env, self.harness)
+            r = subprocess.run(cmd, cwd=self.head.root, env=env, capture_output=True, text=True, timeout=3600)
+            tail = ((r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"])[0]
+            if not out.is_file():
+                return {}, tail
+            try:
+                got = {row.case: row for row in read_results(out)}
+            except ResultsError as exc:
+                return {}, str(exc)
+        why = "no result" if r.returncode == 0 else f"no result: the worker exited {r.returncode} ({tail})"
+        return {c: got.get(c) or NotMeasured(case=c, error=why) for c in cases}, None
+
+    def attribute(self, lost: NotMeasured) -> NotMeasured:
+        """Whose a case is after which the worker's device context was broken (a sticky CUDA fault:
+        every later CUDA call in that process raised, whichever side made it): each side built and
+        stepped alone in a fresh process, with CUDA_LAUNCH_BLOCKING=1 (a fault raised by the launch
+        that made it), as many steps as the pair ran and one more, for as long as the pair ran;
+        judged by `blame`. A process that died there is its side's failure."""
+        steps = (lost.calls or 0) + 1
+        ran: dict[str, RanAlone] = {}
+        for side in ("base", "head"):
+            got, died = self(cases=[lost.case], alone=side, steps=steps, budget_s=lost.seconds or 0.0)
+            row = got.get(lost.case)
+            if not isinstance(row, RanAlone):  # its process died, or ran nothing (a row saying why)
+                why = died or (row.error or row.skipped if isinstance(row, NotMeasured) else None)
+                row = RanAlone(case=lost.case, side=side, steps=0, error=f"its process failed: {why or 'no result'}")
+            ran[side] = row
+        how = "the device context was lost with both built; each ran alone in a fresh process"
+        return blame(lost.case, lost.error or "the device context was lost", ran, steps, how)
 
 
 LOCKS = "requirements/"  # the hashed locks the environment is installed from (scripts/_venv.sh)

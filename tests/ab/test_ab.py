@@ -568,12 +568,72 @@ def sticky_family(*, faults_after: int | None = None, sticky: bool = True) -> st
     )
 
 
+def _fresh_worker(project: Path, job: Path) -> None:
+    """interleave.main as a fresh worker process runs it: a context not broken, both copies loaded anew."""
+    from perfgate.ab import interleave
+    from perfgate.cases import workload
+
+    sys.sticky_poisoned = False  # type: ignore[attr-defined]
+    for module in [m for m in sys.modules if "sleepy_ab" in m]:
+        del sys.modules[module]
+    workload.MODELS.pop("sleepy", None)
+    assert interleave.main([str(job)]) == 0
+
+
 def _sides(tmp_path: Path, project: Path, base: str, head: str) -> tuple[ab_run.Side, ab_run.Side]:
     (project / "sleepy_ab.py").write_text(head)  # the head's code: the project's own family
     (tmp_path / "base").mkdir(exist_ok=True)
     (tmp_path / "base" / "sleepy_ab.py").write_text(base)
     head_side = ab_run.Side(name="head", label="h", sha="1" * 40, root=project, cache=None)
     return ab_run.Side(name="base", label="b", sha="2" * 40, root=tmp_path / "base", cache=None), head_side
+
+
+def test_a_sticky_device_fault_of_the_base_is_not_the_heads_nor_the_next_cases(
+    tmp_path: Path, monkeypatch, sticky_context
+) -> None:
+    """A real CUDA fault (an illegal memory access, a device-side assert) is asynchronous and sticky:
+    the worker stops at the case after which its context is broken (no later case is an error: the
+    driver measures them again in a fresh process), and the driver tells whose it was by running
+    each side alone in a fresh process of its own, with CUDA_LAUNCH_BLOCKING=1, as many steps as
+    the pair ran and one more: the base's is measured again, then nothing to compare; the head's
+    is the change's error."""
+    project, case, other = sticky_context, "sleepy-tiny-baseline", "sleepy-tiny-bf16"
+    base, head = _sides(tmp_path, project, sticky_family(faults_after=5), sticky_family())
+    jobs: list[tuple[Job, str | None]] = []
+    rows: list[list[CaseResult]] = []
+
+    def run(cmd, env, **kw):  # each worker a fresh process, its job and results kept
+        jobs.append((Job.read(Path(cmd[-1])), env.get("CUDA_LAUNCH_BLOCKING")))
+        _fresh_worker(project, Path(cmd[-1]))
+        rows.append(read_results(jobs[-1][0].out))
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(ab_run.subprocess, "run", run)
+    result = ab_run.run_interleaved(base, head, [case, other], Policy(), max_processes=3, case_budget_s=0.2)
+    (lost, *after) = rows[0]
+    assert not after  # the next case has no row (its verdict is not an error): it runs in the next process
+    assert isinstance(lost, NotMeasured) and lost.context_lost and lost.side != "head" and not lost.raised, lost
+    assert lost.error == f"base: RuntimeError: {STICKY}" and lost.calls == 5  # the base's own sync said so
+    alone = [(job.alone, job.steps, blocking) for job, blocking in jobs[1:3]]
+    assert alone == [("base", 6, "1"), ("head", 6, "1")]  # fresh, one side each, the pair's steps and one
+    assert [type(r[0]).__name__ for r in rows[1:3]] == ["RanAlone", "RanAlone"]
+    assert (rows[1][0].error, rows[2][0].error) == (f"RuntimeError: {STICKY}", None)
+    assert jobs[3][0].cases == [case, other] and jobs[3][0].alone is None  # measured again: both cases
+    verdict = {v.case.split("[")[1].rstrip("]"): v for v in result.verdicts if v.metric == "run"}
+    assert set(verdict) == {case}  # the other case was never an error
+    assert verdict[case].verdict == gate.INCONCLUSIVE and gate.failing(result.verdicts) == []
+    assert verdict[case].message == (
+        f"base failed it in 2 process(es) (RuntimeError: {STICKY}); the head ran it: nothing to compare"
+    )
+    assert any(isinstance(r, Measured) for r in result.interleaved[other])
+
+    # The head's sticky fault: the change's error, the base having run alone as many steps.
+    base, head = _sides(tmp_path, project, sticky_family(), sticky_family(faults_after=5))
+    jobs.clear()
+    rows.clear()
+    (v,) = ab_run.run_interleaved(base, head, [case], Policy(), max_processes=3, case_budget_s=0.2).verdicts
+    assert (v.verdict, v.metric) == (gate.ERROR, "run") and v.message.startswith(f"head: RuntimeError: {STICKY}")
+    assert [(job.alone, job.steps) for job, _ in jobs] == [(None, 0), ("base", 6), ("head", 6)]
 
 
 @pytest.mark.parametrize("faults_after", [3, 20])  # in the warm-up, in the timed rounds
@@ -591,6 +651,40 @@ def test_an_asynchronous_fault_lands_on_the_side_that_launched_it(tmp_path: Path
     (row,) = read_results(out)
     assert isinstance(row, NotMeasured) and (row.side, row.raised, row.context_lost) == ("base", True, False), row
     assert row.error == f"base: RuntimeError: {STICKY}"
+
+
+def test_a_worker_that_dies_keeps_the_cases_it_finished(tmp_path: Path) -> None:
+    """The worker writes its results after every case: one killed in its second case (os._exit, as a
+    CUDA abort or the OOM killer) leaves the first case's row, and the driver measures the second
+    again in its next process rather than stopping the A/B; a worker that dies in its first case
+    wrote nothing, and that is one line."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "pyproject.toml").write_text('[tool.perfgate]\nmodel_files = ["sleepy_ab.py"]\n')
+    (project / "sleepy_ab.py").write_text(  # the third model built in a process (its second case) kills it
+        SLEEPY.format(sleep=0.0)
+        .replace("import time", "import os\nimport sys\nimport time")
+        .replace(
+            "self.w = nn.Parameter(torch.ones(4))",
+            "self.w = nn.Parameter(torch.ones(4))\n        built = sys.__dict__.setdefault('sleepy_built', [])\n"
+            "        built.append(1)\n        if len(built) > int(os.environ.get('SLEEPY_BUILDS', 2)): os._exit(3)",
+        )
+    )
+    side = ab_run.Side(name="head", label="h", sha="1" * 40, root=project, cache=None)
+    cases = ["sleepy-tiny-baseline", "sleepy-tiny-bf16"]
+    result = ab_run.run_interleaved(
+        side, side, cases, Policy(), max_processes=1, case_budget_s=0.2, device="cpu", harness=ROOT
+    )
+    first, second = (result.interleaved[c] for c in cases)
+    assert len(first) == 1 and isinstance(first[0], Measured)
+    assert second == [NotMeasured(case=cases[1], error=second[0].error)]
+    assert second[0].error.startswith("no result: the worker exited 3")
+    (v,) = [v for v in result.verdicts if v.case.endswith(f"[{cases[1]}]")]
+    assert v.verdict == gate.INCONCLUSIVE  # not measured, not the change's error
+    with pytest.raises(ab_run.ABError, match="the interleaved measurement failed"):
+        ab_run.run_interleaved(
+            side, side, cases, Policy(), max_processes=1, device="cpu", harness=ROOT, env={"SLEEPY_BUILDS": "0"}
+        )
 
 
 def test_a_base_that_fails_late_is_the_bases_not_both(tmp_path: Path, monkeypatch, in_process_project) -> None:
