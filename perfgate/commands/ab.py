@@ -6,10 +6,11 @@ import argparse
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from types import FrameType
 
 from perfgate.commands import CommandError
 from perfgate.exitcodes import FAILED as EXIT_REGRESSION
@@ -141,39 +142,35 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(str(exc)) from None
     if env_note:
         progress(env_note)
-    # A CI step's time limit (or `timeout`) sends SIGTERM, to the processes being measured too: the
-    # comparison stops there and still writes what it decided, instead of dying with nothing written.
-    told, previous = _told_to_stop()
-    try:
-        if mode == "interleaved":
-            result = ab_run.run_interleaved(
-                base,
-                head,
-                common,
-                policy,
-                max_processes=args.max_processes,
-                budget_s=args.budget_s,
-                device=selection_device(selection),
-                progress=progress,
-                told_to_stop=told,
-            )
-        else:
-            result = ab_run.run_ab(
-                base,
-                head,
-                common,
-                policy,
-                measure_fn=ab_run.counting_once(selection),
-                max_pairs=args.max_pairs,
-                budget_s=args.budget_s,
-                seed=args.seed,
-                progress=progress,
-                told_to_stop=told,
-            )
-    except ab_run.ABError as exc:
-        raise CommandError(str(exc)) from None
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    with _told_to_stop() as told:
+        try:
+            if mode == "interleaved":
+                result = ab_run.run_interleaved(
+                    base,
+                    head,
+                    common,
+                    policy,
+                    max_processes=args.max_processes,
+                    budget_s=args.budget_s,
+                    device=selection_device(selection),
+                    progress=progress,
+                    told_to_stop=told,
+                )
+            else:
+                result = ab_run.run_ab(
+                    base,
+                    head,
+                    common,
+                    policy,
+                    measure_fn=ab_run.counting_once(selection),
+                    max_pairs=args.max_pairs,
+                    budget_s=args.budget_s,
+                    seed=args.seed,
+                    progress=progress,
+                    told_to_stop=told,
+                )
+        except ab_run.ABError as exc:
+            raise CommandError(str(exc)) from None
     result.notes += [env_note] if env_note else []
     result.new += [c for c in head_cases if c not in set(base_cases)]
     result.removed = [c for c in base_cases if c not in set(head_cases)]
@@ -194,15 +191,22 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_REGRESSION if gate.failing(verdicts, fail_on_improvement=args.ratchet) else 0
 
 
-def _told_to_stop() -> tuple[Callable[[], str | None], Any]:
-    """SIGTERM noted instead of ending the process: (why it was told to stop, or None; the handler it
-    replaced)."""
+@contextmanager
+def _told_to_stop() -> Iterator[Callable[[], str | None]]:
+    """SIGTERM noted instead of ending the process, while inside: a CI step's time limit (or
+    `timeout`) sends it, to the processes being measured too, and the comparison then stops and still
+    writes what it decided instead of dying with nothing written. Yields why it was told to stop
+    (None until it is)."""
     said: list[str] = []
 
-    def note(signum: int, frame: Any) -> None:
+    def note(signum: int, frame: FrameType | None) -> None:
         said.append(f"stopped by {signal.Signals(signum).name}")
 
-    return (lambda: said[0] if said else None), signal.signal(signal.SIGTERM, note)
+    previous = signal.signal(signal.SIGTERM, note)
+    try:
+        yield lambda: said[0] if said else None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def base_python(path: str) -> str:

@@ -795,8 +795,8 @@ def test_told_to_stop_mid_pair_keeps_what_was_decided_and_reads_no_failure(tmp_p
     from perfgate.commands import ab as ab_cmd
     from perfgate.record import CaseRecord
 
-    told, previous = ab_cmd._told_to_stop()
-    try:
+    before = signal.getsignal(signal.SIGTERM)
+    with ab_cmd._told_to_stop() as told:
         calls = [0]
 
         def measure_fn(side, cases):
@@ -811,8 +811,7 @@ def test_told_to_stop_mid_pair_keeps_what_was_decided_and_reads_no_failure(tmp_p
                 for i, n in enumerate(("base", "head"))}  # fmt: skip
         result = ab_run.run_ab(side["base"], side["head"], ["m-tiny-baseline"], Policy(), measure_fn=measure_fn,
                                max_pairs=8, seed=0, told_to_stop=told)  # fmt: skip
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    assert signal.getsignal(signal.SIGTERM) is before  # put back once the comparison ends
     assert result.stopped == "stopped by SIGTERM" and result.processes == 4
     assert len(result.pairs["m-tiny-baseline"]) == 1 and not result.failed
     assert [v.verdict for v in result.verdicts] != [] and gate.ERROR not in {v.verdict for v in result.verdicts}
@@ -833,13 +832,10 @@ def test_told_to_stop_mid_pair_keeps_what_was_decided_and_reads_no_failure(tmp_p
                                          model="m", variant="baseline") for c in job.cases])  # fmt: skip
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
-    told, previous = ab_cmd._told_to_stop()
-    try:
+    with ab_cmd._told_to_stop() as told:
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(ab_run.subprocess, "run", worker)
             result = ab_run.run_interleaved(side["base"], side["head"], ["m-tiny-baseline"], Policy(), max_processes=6,
                                             told_to_stop=told)  # fmt: skip
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     rows = result.interleaved["m-tiny-baseline"]
     assert (result.stopped, result.processes, len(rows)) == ("stopped by SIGTERM", 2, 1)
