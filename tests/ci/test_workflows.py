@@ -335,6 +335,8 @@ def test_ci_benchmark_pr_mode_judges_wall_time_by_ab_then_the_rest_stored_on_the
     out = tmp_path / "out"
     env = git_env(tmp_path, PERFGATE_MODE="pr")
     copy = project_copy_with_origin(tmp_path, env)
+    # a pull request's commit on top of main (a base that is HEAD itself gets the stored gate alone)
+    subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", "head"], cwd=copy, env=env, check=True)
     r = run(["scripts/bench", *SMALLEST, "--perfgate-record"], env, cwd=copy)  # a stored baseline to judge by
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     r = run(["scripts/ci-benchmark", "--out", str(out), *SMALLEST], env, cwd=copy, timeout=HANG_GUARD_S)
