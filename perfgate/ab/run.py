@@ -256,9 +256,7 @@ def run_ab(
         if not undecided:
             break
         if (why := told_to_stop() or _past_budget(t0, last_s, budget_s, "pair")) is not None:
-            result.stopped = why
-            if progress:
-                progress(f"{why} after {i} pair(s); {len(undecided)} case(s) undecided")
+            _stopped(result, why, progress, f"after {i} pair(s); {len(undecided)} case(s) undecided")
             break
         started = time.perf_counter()
         order = [base, head] if rng.random() < 0.5 else [head, base]
@@ -266,9 +264,7 @@ def run_ab(
         last_s = time.perf_counter() - started
         result.processes += 2
         if (why := told_to_stop()) is not None:  # its processes were killed with it: nothing to read
-            result.stopped = why
-            if progress:
-                progress(f"{why} during pair {i + 1}: that pair dropped; {len(undecided)} case(s) undecided")
+            _stopped(result, why, progress, f"during pair {i + 1}: that pair dropped; {len(undecided)} undecided")
             break
         for case in list(undecided):
             failed = [f"{name}: {run.failed[case]}" for name, run in got.items() if case in run.failed]
@@ -317,6 +313,12 @@ def run_ab(
         ]
     result.wall_s = time.perf_counter() - t0
     return result
+
+
+def _stopped(result: ABResult, why: str, progress: Callable[[str], None] | None, when: str) -> None:
+    result.stopped = why
+    if progress:
+        progress(f"{why} {when}")
 
 
 def _past_budget(t0: float, last_s: float, budget_s: float, what: str) -> str | None:
@@ -420,17 +422,13 @@ def run_interleaved(
         if not undecided:
             break
         if (why := told_to_stop() or _past_budget(t0, last_s, budget_s, "process")) is not None:
-            result.stopped = why
-            if progress:
-                progress(f"{why} after {i} process(es); {len(undecided)} case(s) undecided")
+            _stopped(result, why, progress, f"after {i} process(es); {len(undecided)} case(s) undecided")
             break
         started = time.perf_counter()
         got, died = run(undecided)
         if (why := told_to_stop()) is not None:  # the worker was killed with it: nothing to read
             result.processes += 1
-            result.stopped = why
-            if progress:
-                progress(f"{why} during process {i + 1}: that process dropped; {len(undecided)} case(s) undecided")
+            _stopped(result, why, progress, f"during process {i + 1}: that process dropped; {len(undecided)} undecided")
             break
         if died is not None:  # no case done: one line, rather than every case retried until the budget ends
             raise ABError(f"the interleaved measurement failed: {died}")
